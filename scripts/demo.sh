@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The main job for now: plan the 2.8T seed model on a 64-GPU layout, then create a tiny random MXFP4
+# checkpoint of the same shape and inspect it. Later issues turn this into generation on moxi-tiny.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MOXI=${MOXI_BUILD_DIR:-build}/moxi
+OUT=${MOXI_DEMO_DIR:-${TMPDIR:-/tmp}/moxi-demo}
+"$MOXI" plan --config configs/seed-2.8t.json --tp 8 --ep 8 --pp 1 --nodes 8 --device-memory 141 \
+  --context 1048576 --batch 1
+rm -rf "$OUT"
+"$MOXI" init --config configs/tiny-seed.json --out "$OUT/tiny" --seed 1 --shards 2
+"$MOXI" inspect "$OUT/tiny"

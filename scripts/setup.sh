@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package moxi needs (as root, apt-get) and builds it into build/ with Ninja and
+# ccache. Safe to run again: it installs only what is missing and rebuilds incrementally.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libseccomp-dev libxxhash-dev libpcre2-dev bubblewrap
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+BUILD_DIR=${MOXI_BUILD_DIR:-build}
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOXI_WERROR=ON >/dev/null
+cmake --build "$BUILD_DIR" -j"$(nproc)"
+echo "setup: built $BUILD_DIR/moxi"
