@@ -1,0 +1,126 @@
+// Scalar reference kernels: matmul, norms, activations (see basic.h for shapes and semantics).
+#include "moxi/kernels/ref/basic.h"
+
+#include <cmath>
+#include <limits>
+
+#include "moxi/base/half.h"
+
+namespace moxi::kernels::ref {
+
+void matmul(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t N, int64_t K) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xr = x + t * K;
+    float* yr = y + t * N;
+    for (int64_t n = 0; n < N; ++n) {
+      const float* wr = w + n * K;
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc += xr[k] * wr[k];
+      yr[n] = bias ? acc + bias[n] : acc;
+    }
+  }
+}
+
+void matmul_bf16(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T, int64_t N,
+                 int64_t K) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xr = x + t * K;
+    float* yr = y + t * N;
+    for (int64_t n = 0; n < N; ++n) {
+      const uint16_t* wr = w + n * K;
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc += xr[k] * bf16_to_f32(wr[k]);
+      yr[n] = bias ? acc + bias[n] : acc;
+    }
+  }
+}
+
+void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t D, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * D;
+    float* yr = y + r * D;
+    float ss = 0.0f;
+    for (int64_t d = 0; d < D; ++d) ss += xr[d] * xr[d];
+    const float inv = 1.0f / std::sqrt(ss / float(D) + eps);
+    for (int64_t d = 0; d < D; ++d) yr[d] = w ? w[d] * (xr[d] * inv) : xr[d] * inv;
+  }
+}
+
+void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t D,
+                float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * D;
+    float* yr = y + r * D;
+    // Two passes (mean, then centred variance) rather than E[x^2]-E[x]^2, which cancels badly.
+    float mean = 0.0f;
+    for (int64_t d = 0; d < D; ++d) mean += xr[d];
+    mean /= float(D);
+    float var = 0.0f;
+    for (int64_t d = 0; d < D; ++d) var += (xr[d] - mean) * (xr[d] - mean);
+    var /= float(D);
+    const float inv = 1.0f / std::sqrt(var + eps);
+    for (int64_t d = 0; d < D; ++d) {
+      float v = (xr[d] - mean) * inv;
+      if (w) v *= w[d];
+      if (b) v += b[d];
+      yr[d] = v;
+    }
+  }
+}
+
+void l2norm(const float* x, float* y, int64_t rows, int64_t D, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * D;
+    float* yr = y + r * D;
+    float ss = 0.0f;
+    for (int64_t d = 0; d < D; ++d) ss += xr[d] * xr[d];
+    const float inv = 1.0f / std::sqrt(ss + eps);
+    for (int64_t d = 0; d < D; ++d) yr[d] = xr[d] * inv;
+  }
+}
+
+void softmax(const float* x, float* y, int64_t rows, int64_t D) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * D;
+    float* yr = y + r * D;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t d = 0; d < D; ++d) mx = std::fmax(mx, xr[d]);
+    if (mx == -std::numeric_limits<float>::infinity()) {
+      for (int64_t d = 0; d < D; ++d) yr[d] = 0.0f;
+      continue;
+    }
+    float sum = 0.0f;
+    for (int64_t d = 0; d < D; ++d) {
+      yr[d] = std::exp(xr[d] - mx);
+      sum += yr[d];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t d = 0; d < D; ++d) yr[d] *= inv;
+  }
+}
+
+float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
+float silu(float x) {
+  return x * sigmoid(x);
+}
+float softplus(float x) {
+  return x > 20.0f ? x : std::log1p(std::exp(x));
+}
+
+void sigmoid(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = sigmoid(x[i]);
+}
+void silu(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = silu(x[i]);
+}
+void softplus(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = softplus(x[i]);
+}
+
+void swiglu(const float* gate, const float* up, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = silu(gate[i]) * up[i];
+}
+
+}  // namespace moxi::kernels::ref
