@@ -1,0 +1,44 @@
+// Declaration helpers shared by the architecture files: the tensors of an MLA/DSA attention block, a
+// KDA block, an MoE or dense FFN and an MTP head, under a per-architecture naming scheme.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moxi/model/manifest.h"
+
+namespace moxi::model::arch {
+
+// How an architecture names its FFN tensors.
+struct ffn_names {
+  std::string moe_prefix;                 // "block_sparse_moe" (Kimi) or "mlp" (DeepSeek)
+  std::string expert_gate, expert_up, expert_down;  // "w1","w3","w2" or "gate_proj","up_proj","down_proj"
+};
+
+class manifest_builder {
+ public:
+  explicit manifest_builder(const formats::model_config& c) : c_(c) {}
+
+  tensor_decl& add(std::string name, std::vector<int64_t> shape, param_group group, init_kind init,
+                   int64_t layer = -1);
+  // A Linear weight [out, in] ("<prefix>.weight"); Linear weights are FP8-eligible.
+  tensor_decl& linear(const std::string& prefix, int64_t out, int64_t in, param_group group, int64_t layer,
+                      bool writes_residual = false);
+  tensor_decl& norm(const std::string& prefix, int64_t dim, param_group group, int64_t layer);
+
+  void kda_block(const std::string& p, int64_t layer, param_group group);
+  void mla_block(const std::string& p, int64_t layer, param_group group);
+  // MoE FFN when moe_layer, else the dense MLP; `override_group` (MTP) replaces every group when set.
+  void ffn_block(const std::string& p, int64_t layer, bool moe_layer, const ffn_names& names,
+                 const param_group* override_group = nullptr);
+  void vision_tower();
+
+  std::vector<tensor_decl> take() { return std::move(out_); }
+  const formats::model_config& config() const { return c_; }
+
+ private:
+  const formats::model_config& c_;
+  std::vector<tensor_decl> out_;
+};
+
+}  // namespace moxi::model::arch

@@ -1,0 +1,24 @@
+// The architecture registry: the only place that switches on model_type (ARCHITECTURE.md §1).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moxi/formats/model-config.h"
+#include "moxi/model/manifest.h"
+
+namespace moxi::model::arch {
+
+struct architecture {
+  const char* name;         // "kimi_linear" (the seed family), "deepseek_v3"
+  const char* description;
+  std::vector<tensor_decl> (*manifest)(const formats::model_config&);
+};
+
+// The architecture serving config.model_type; throws naming the model type when none does.
+const architecture& find_architecture(const formats::model_config& config);
+
+std::vector<tensor_decl> kimi_linear_manifest(const formats::model_config& config);
+std::vector<tensor_decl> deepseek_v3_manifest(const formats::model_config& config);
+
+}  // namespace moxi::model::arch
