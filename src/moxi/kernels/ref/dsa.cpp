@@ -1,0 +1,61 @@
+// Scalar reference DSA indexer kernels: scores and deterministic top-k (see dsa.h).
+#include "moxi/kernels/ref/dsa.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "moxi/base/error.h"
+
+namespace moxi::kernels::ref {
+
+void indexer_scores(const float* q, const float* k, const float* w, float* scores, int64_t T, int64_t S,
+                    int64_t HI, int64_t D) {
+  MOXI_ASSERT(S >= T);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t n = S - T + t + 1;
+    float* row = scores + t * S;
+    for (int64_t s = 0; s < S; ++s) {
+      if (s >= n) {
+        row[s] = -std::numeric_limits<float>::infinity();
+        continue;
+      }
+      const float* ks = k + s * D;
+      float acc = 0.0f;
+      for (int64_t j = 0; j < HI; ++j) {
+        const float* qj = q + (t * HI + j) * D;
+        float dot = 0.0f;
+        for (int64_t d = 0; d < D; ++d) dot += qj[d] * ks[d];
+        acc += w[t * HI + j] * std::max(dot, 0.0f);
+      }
+      row[s] = acc;
+    }
+  }
+}
+
+void indexer_topk(const float* scores, int32_t* indices, int64_t T, int64_t S, int64_t k) {
+  MOXI_ASSERT(S >= T && k >= 0);
+  std::vector<int32_t> cand(static_cast<size_t>(S));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = scores + t * S;
+    const int64_t n = S - T + t + 1;
+    for (int64_t s = 0; s < n; ++s) cand[size_t(s)] = int32_t(s);
+    // A strict weak order even with NaN (mapped below -inf), so std algorithms stay well defined.
+    auto key = [&](int32_t s) {
+      return std::isnan(row[s]) ? -std::numeric_limits<double>::infinity() : double(row[s]);
+    };
+    auto before = [&](int32_t a, int32_t b) {
+      const double ka = key(a), kb = key(b);
+      if (ka != kb) return ka > kb;
+      if (std::isnan(row[a]) != std::isnan(row[b])) return !std::isnan(row[a]);  // -inf ranks above NaN
+      return a < b;
+    };
+    const int64_t m = std::min(n, k);
+    std::partial_sort(cand.begin(), cand.begin() + m, cand.begin() + n, before);
+    int32_t* out = indices + t * k;
+    for (int64_t j = 0; j < k; ++j) out[j] = j < m ? cand[size_t(j)] : -1;
+  }
+}
+
+}  // namespace moxi::kernels::ref
