@@ -24,7 +24,7 @@ Vec normal(size_t n, uint64_t seed, float sd = 1.0f) {
 }
 
 TEST(Basic, MatmulMatchesFp64WithAndWithoutBias) {
-  const int64_t T = 5, N = 7, K = 33;
+  const int64_t T = 5, N = 19, K = 33;  // N covers the 8-wide blocks and the remainder
   const Vec x = normal(size_t(T * K), 1), w = normal(size_t(N * K), 2), b = normal(size_t(N), 3);
   Vec y(size_t(T * N)), yb(size_t(T * N));
   ref::matmul(x.data(), w.data(), nullptr, y.data(), T, N, K);
@@ -34,6 +34,10 @@ TEST(Basic, MatmulMatchesFp64WithAndWithoutBias) {
       double acc = 0;
       for (int64_t k = 0; k < K; ++k) acc += double(x[size_t(t * K + k)]) * w[size_t(n * K + k)];
       EXPECT_NEAR(y[size_t(t * N + n)], acc, 1e-5);
+      // The blocking keeps the plain loop's summation order, so results are bit-identical to it.
+      float plain = 0.0f;
+      for (int64_t k = 0; k < K; ++k) plain += x[size_t(t * K + k)] * w[size_t(n * K + k)];
+      EXPECT_EQ(y[size_t(t * N + n)], plain);
       EXPECT_NEAR(yb[size_t(t * N + n)], acc + b[size_t(n)], 1e-5);
     }
   }
@@ -117,6 +121,8 @@ TEST(Basic, ActivationsMatchTorchDefinitions) {
   Vec y(3);
   ref::swiglu(g.data(), u.data(), y.data(), 3);
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(y[i], g[i] / (1 + std::exp(-double(g[i]))) * u[i], 1e-6);
+  ref::mul_sigmoid(u.data(), g.data(), y.data(), 3);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(y[i], u[i] / (1 + std::exp(-double(g[i]))), 1e-6);
 }
 
 TEST(Basic, SoftmaxMatchesFp64AndHandlesMaskedRows) {

@@ -63,4 +63,10 @@ void swiglu(const float* gate,  // f32 [n]
             float* y,           // f32 [n]
             int64_t n);
 
+// Sigmoid output gate (Gated DSA/MLA, Qwen gated attention G1): y = x * sigmoid(gate), elementwise.
+void mul_sigmoid(const float* x,     // f32 [n]
+                 const float* gate,  // f32 [n]
+                 float* y,           // f32 [n]
+                 int64_t n);
+
 }  // namespace moxi::kernels::ref
