@@ -1,0 +1,119 @@
+// `moxi sandbox run [limits] -- CMD...`: runs one command in the sandbox for people; prints the command's
+// stdout/stderr, a one-line summary on stderr, and exits with the command's exit status.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "moxi/base/error.h"
+#include "moxi/cli/command.h"
+#include "moxi/sandbox/sandbox.h"
+
+namespace moxi::cli {
+namespace {
+
+struct sandbox_options {
+  sandbox::run_spec spec;
+  double memory_mb = 512, file_size_mb = 64, tmp_mb = 64;
+  std::vector<std::string> env, ro_binds;
+  std::string stdin_file;
+  bool quiet = false;
+};
+
+void write_all(FILE* f, const std::string& s) {
+  std::fwrite(s.data(), 1, s.size(), f);
+  std::fflush(f);
+}
+
+std::string human_bytes(uint64_t b) {
+  char buf[32];
+  if (b >= (1ull << 20))
+    std::snprintf(buf, sizeof buf, "%.1fMiB", b / 1048576.0);
+  else if (b >= 1024)
+    std::snprintf(buf, sizeof buf, "%.1fKiB", b / 1024.0);
+  else
+    std::snprintf(buf, sizeof buf, "%lluB", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+[[noreturn]] void run_command(sandbox_options& o) {
+  auto& spec = o.spec;
+  spec.limits.memory_bytes = static_cast<uint64_t>(o.memory_mb * 1048576.0);
+  spec.limits.file_size_bytes = static_cast<uint64_t>(o.file_size_mb * 1048576.0);
+  spec.limits.tmp_bytes = static_cast<uint64_t>(o.tmp_mb * 1048576.0);
+  for (const auto& kv : o.env) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) throw error("--env '" + kv + "': expected KEY=VALUE");
+    spec.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& b : o.ro_binds) {
+    auto colon = b.find(':');
+    std::string host = b.substr(0, colon), inside = colon == std::string::npos ? host : b.substr(colon + 1);
+    if (host.empty() || host[0] != '/' || inside.empty() || inside[0] != '/')
+      throw error("--ro-bind '" + b + "': expected /HOST[:/INSIDE]");
+    spec.policy.ro_binds.emplace_back(host, inside);
+  }
+  if (!o.stdin_file.empty()) {
+    std::ifstream in(o.stdin_file, std::ios::binary);
+    if (!in) throw error("--stdin-file '" + o.stdin_file + "': cannot be read");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    spec.stdin_data = ss.str();
+  }
+  sandbox::run_result r = sandbox::run(spec);
+  if (!r.started) throw error(r.error);
+  write_all(stdout, r.out.data);
+  write_all(stderr, r.err.data);
+  if (!o.quiet) {
+    std::string hit;
+    for (auto k : r.hit) hit += std::string(hit.empty() ? "" : ",") + sandbox::to_string(k);
+    std::fprintf(stderr,
+                 "moxi sandbox: exit=%d signal=%d limit=%s hit=%s duration=%.3fs cpu=%.3fs peak_mem=%s "
+                 "stdout=%s%s stderr=%s%s memory=%s pids=%s cpu_limit=%s workspace=%s\n",
+                 r.exit_code, r.signal, sandbox::to_string(r.fired), hit.empty() ? "none" : hit.c_str(),
+                 r.duration_s, r.cpu_s, human_bytes(r.peak_memory_bytes).c_str(), human_bytes(r.out.bytes).c_str(),
+                 r.out.truncated ? "(truncated)" : "", human_bytes(r.err.bytes).c_str(),
+                 r.err.truncated ? "(truncated)" : "", r.mechanisms.memory.c_str(), r.mechanisms.pids.c_str(),
+                 r.mechanisms.cpu.c_str(), r.workspace.c_str());
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::exit(r.exit_code);
+}
+
+void setup(CLI::App& root) {
+  auto* sb = root.add_subcommand("sandbox", "Run untrusted commands in moxi's sandbox (docs/sandbox.md)");
+  sb->require_subcommand(1);
+  auto opts = std::make_shared<sandbox_options>();
+  auto* run = sb->add_subcommand("run", "Run CMD in a fresh sandbox and exit with its status");
+  auto& s = opts->spec;
+  run->add_option("--workspace", s.workspace, "Host directory mounted writable at /workspace (default: a temporary one)");
+  run->add_flag("--keep-workspace", s.keep_workspace, "Keep the temporary workspace after the run");
+  run->add_option("--timeout", s.limits.timeout_s, "Wall-clock limit in seconds (kills the whole tree)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  run->add_option("--cpu", s.limits.cpu_s, "CPU-time limit in seconds (0 = none)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--memory", opts->memory_mb, "Memory limit in MiB (0 = none)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--pids", s.limits.pids, "Process/thread limit (0 = none)")->capture_default_str();
+  run->add_option("--file-size", opts->file_size_mb, "Largest file the command may write, MiB (0 = none)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  run->add_option("--output-limit", s.limits.output_bytes, "Captured bytes per stream; the rest is discarded")
+      ->capture_default_str();
+  run->add_option("--tmp-size", opts->tmp_mb, "Size of the private /tmp in MiB")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--audit-log", s.audit_log, "Append one JSON line describing the run to this file");
+  run->add_option("--id", s.id, "Episode id recorded in the audit log");
+  run->add_option("--env", opts->env, "KEY=VALUE added to the clean environment (repeatable)");
+  run->add_option("--ro-bind", opts->ro_binds, "/HOST[:/INSIDE] extra read-only bind (repeatable)");
+  run->add_flag("--allow-inet", s.policy.allow_inet, "Allow AF_INET/AF_INET6 sockets (own loopback only)");
+  run->add_option("--stdin-file", opts->stdin_file, "Feed this file to the command's stdin");
+  run->add_flag("-q,--quiet", opts->quiet, "No summary line on stderr");
+  run->add_option("command", s.argv, "The command and its arguments (after --)")->required();
+  run->callback([opts] { run_command(*opts); });
+}
+
+MOXI_COMMAND("sandbox", setup);
+
+}  // namespace
+}  // namespace moxi::cli

@@ -1,2 +1,0 @@
-// placeholder so the sandbox library has a source until the launcher lands.
-namespace moxi::sandbox {}

@@ -1,0 +1,96 @@
+// Isolated execution of untrusted, model-written commands: the library API used by the RL loop and the
+// eval harness (run one episode, or many through sandbox::pool) and by `moxi sandbox run`.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace moxi::sandbox {
+
+// Resource limits of one execution. A zero means "no limit" (except output, where zero captures nothing).
+struct limits {
+  double timeout_s = 10;                  // wall clock; on expiry the whole process tree is SIGKILLed
+  double cpu_s = 0;                       // CPU seconds of the whole tree (cgroup) or per process (rlimit)
+  uint64_t memory_bytes = 512ull << 20;   // resident memory of the tree (cgroup) or address space (rlimit)
+  uint32_t pids = 64;                     // live processes + threads in the tree (cgroup) or per uid (rlimit)
+  uint64_t file_size_bytes = 64ull << 20; // largest file a process may write (RLIMIT_FSIZE)
+  uint64_t output_bytes = 1ull << 20;     // captured bytes per stream; the rest is drained and counted
+  uint32_t open_files = 1024;             // RLIMIT_NOFILE
+  uint64_t tmp_bytes = 64ull << 20;       // size of the private /tmp tmpfs
+};
+
+// What the sandboxed process may see and do beyond the fixed policy (docs/sandbox.md).
+struct policy {
+  // Allows AF_INET/AF_INET6 sockets. The process still has its own network namespace, so only its own
+  // loopback is reachable; off by default because the issue asks for AF_UNIX only.
+  bool allow_inet = false;
+  // Extra read-only binds {host path, sandbox path}, e.g. a toolchain or a task's fixture directory.
+  std::vector<std::pair<std::string, std::string>> ro_binds;
+  // Where the workspace appears inside; also HOME and the working directory.
+  std::string workspace_mount = "/workspace";
+  // Host uid/gid the sandbox runs as when the caller is root, so that root-owned host files stay
+  // protected by ordinary permissions even inside the user namespace. Ignored for non-root callers.
+  uid_t uid = 65534;
+  gid_t gid = 65534;
+};
+
+struct run_spec {
+  std::vector<std::string> argv;              // argv[0] is resolved on the sandbox's PATH
+  std::string workspace;                      // host directory; empty = a fresh temporary one
+  bool keep_workspace = false;                // keep a temporary workspace after the run
+  std::map<std::string, std::string> env;     // added to the clean environment
+  std::string stdin_data;                     // fed to stdin (then EOF); stdin is empty by default
+  struct limits limits;
+  struct policy policy;
+  std::string audit_log;                      // append one JSON line here; empty = no log
+  std::string id;                             // episode id recorded in the audit log
+};
+
+// Which limit ended or constrained a run.
+enum class limit_kind { none, timeout, cpu, memory, pids, file_size, output };
+const char* to_string(limit_kind k);
+
+// How each resource limit was enforced on this machine: "cgroup-v2", "cgroup-v1", "rlimit" or "none".
+struct mechanisms {
+  std::string memory, pids, cpu;
+};
+
+struct captured_stream {
+  std::string data;       // at most limits.output_bytes
+  uint64_t bytes = 0;     // everything the child wrote
+  bool truncated = false;
+  uint64_t xxh3 = 0;      // XXH3-64 of everything the child wrote (not only the captured part)
+};
+
+struct run_result {
+  bool started = false;          // false: the sandbox could not be set up (see error)
+  std::string error;             // setup failure, empty otherwise
+  int exit_code = -1;            // exit status of the command; 128+N when killed by signal N
+  int signal = 0;                // the signal that killed the command, 0 if it exited
+  double duration_s = 0;
+  double cpu_s = 0;              // user+system CPU of the tree
+  uint64_t peak_memory_bytes = 0;
+  captured_stream out, err;
+  limit_kind fired = limit_kind::none;  // the limit that killed the run (timeout, cpu, memory, file_size)
+  std::vector<limit_kind> hit;          // every limit reached, including ones that only constrained it
+  struct mechanisms mechanisms;
+  std::string workspace;         // the host workspace used
+  std::string cgroup;            // the per-run cgroup (empty when rlimits only)
+
+  bool hit_limit(limit_kind k) const;
+  bool ok() const { return started && exit_code == 0 && fired == limit_kind::none; }
+};
+
+// Runs one command to completion under the policy and limits; thread-safe, never throws for anything
+// the command does. Throws moxi::error for a bad spec (empty argv, unusable workspace).
+run_result run(const run_spec& spec);
+
+// The path of the bwrap binary (MOXI_BWRAP overrides, else /usr/bin/bwrap); throws if absent.
+std::string bwrap_path();
+
+}  // namespace moxi::sandbox
