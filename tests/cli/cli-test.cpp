@@ -1,0 +1,122 @@
+// The `moxi` binary end to end: the commands the README runs, their JSON contracts, exit codes and error
+// messages for bad input. Figures are checked against shared/MODEL.md §1, not against moxi's own output.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <sys/wait.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct result {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+result run(const std::string& args) {
+  const std::string cmd = std::string(MOXI_BINARY_DIR) + "/moxi " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return {-1, ""};
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+std::string cfg(const char* name) { return std::string(MOXI_SOURCE_DIR) + "/configs/" + name; }
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/moxi-cli-test-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(Cli, PlanOnTheSeedConfigReproducesModelMdWithinOnePercent) {
+  const auto r = run("plan --config " + cfg("seed-2.8t.json") + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(j.at("total_params").get<double>(), 2.780e12, 0.01 * 2.780e12);
+  EXPECT_NEAR(j.at("active_params").get<double>(), 104.2e9, 0.01 * 104.2e9);
+  EXPECT_NEAR(j.at("disk_bytes").get<double>(), 1.560e12, 0.01 * 1.560e12);
+  EXPECT_EQ(j.at("num_shards").get<int>(), 96);
+}
+
+TEST_F(Cli, PlanRejectsImpossibleLayoutsWithAMessage) {
+  auto r = run("plan --config " + cfg("seed-2.8t.json") + " --tp 3 --nodes 1 --gpus-per-node 8");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("must divide"), std::string::npos) << r.out;
+  r = run("plan --config " + cfg("seed-2.8t.json") + " --tp 8 --ep 5");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--ep"), std::string::npos) << r.out;
+  r = run("plan --config " + cfg("seed-2.8t.json") + " --tp 8 --ep 8 --nodes 8 --device-memory 80 --context 1048576");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("does NOT fit"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, InitInspectQuantizeRoundTrip) {
+  auto r = run("init --config " + cfg("tiny-kimi-linear.json") + " --out " + dir_ + "/bf16 --shards 2 --seed 9");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run("inspect " + dir_ + "/bf16 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("shards").size(), 2u);
+  EXPECT_TRUE(j.at("config_check").at("ok").get<bool>());
+  EXPECT_EQ(j.at("bytes_by_dtype").count("U8"), 0u);
+  r = run("quantize " + dir_ + "/bf16 " + dir_ + "/q");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run("inspect " + dir_ + "/q --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j.at("bytes_by_dtype").at("U8").get<int64_t>(), 0);
+  EXPECT_TRUE(j.at("config_check").at("ok").get<bool>());
+  r = run("quantize " + dir_ + "/q " + dir_ + "/q2");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("already quantized"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir_ + "/q2"));
+}
+
+TEST_F(Cli, BadConfigsAndFilesAreErrorsNotCrashes) {
+  {
+    nlohmann::json doc = nlohmann::json::parse(std::ifstream(cfg("tiny-kimi-linear.json")));
+    doc["hiden_size"] = 3;  // a typo must not be silently ignored
+    std::ofstream(dir_ + "/bad.json") << doc.dump();
+  }
+  auto r = run("plan --config " + dir_ + "/bad.json");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("hiden_size"), std::string::npos) << r.out;
+  {
+    std::ofstream f(dir_ + "/garbage.safetensors", std::ios::binary);
+    f << "\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":{\"dtype\":1}}";
+  }
+  r = run("inspect " + dir_ + "/garbage.safetensors");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("garbage.safetensors"), std::string::npos) << r.out;
+  r = run("inspect " + dir_ + "/does-not-exist");
+  EXPECT_EQ(r.code, 1) << r.out;
+  r = run("plan --config " + dir_ + "/missing.json");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("missing.json"), std::string::npos) << r.out;
+  r = run("init --config " + cfg("tiny-seed.json"));  // --out missing: usage error
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--out"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, HelpListsTheSubcommands) {
+  const auto r = run("--help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* c : {"plan", "init", "inspect", "quantize"}) EXPECT_NE(r.out.find(c), std::string::npos) << c;
+}
+
+}  // namespace
