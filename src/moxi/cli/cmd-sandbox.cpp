@@ -104,8 +104,10 @@ void setup(CLI::App& root) {
       ->check(CLI::NonNegativeNumber);
   run->add_option("--audit-log", s.audit_log, "Append one JSON line describing the run to this file");
   run->add_option("--id", s.id, "Episode id recorded in the audit log");
-  run->add_option("--env", opts->env, "KEY=VALUE added to the clean environment (repeatable)");
-  run->add_option("--ro-bind", opts->ro_binds, "/HOST[:/INSIDE] extra read-only bind (repeatable)");
+  run->add_option("--env", opts->env, "KEY=VALUE added to the clean environment (repeatable)")
+      ->allow_extra_args(false);
+  run->add_option("--ro-bind", opts->ro_binds, "/HOST[:/INSIDE] extra read-only bind (repeatable)")
+      ->allow_extra_args(false);
   run->add_flag("--allow-inet", s.policy.allow_inet, "Allow AF_INET/AF_INET6 sockets (own loopback only)");
   run->add_option("--stdin-file", opts->stdin_file, "Feed this file to the command's stdin");
   run->add_flag("-q,--quiet", opts->quiet, "No summary line on stderr");

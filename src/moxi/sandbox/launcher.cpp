@@ -168,6 +168,10 @@ void prepare_workspace(const run_spec& spec, bool drop, workspace& ws) {
     ws.keep = spec.keep_workspace;
   } else {
     std::error_code ec;
+    // Checked before anything is created, through any symlinks in the part that exists already.
+    std::string planned = std::filesystem::weakly_canonical(std::filesystem::absolute(spec.workspace), ec).string();
+    if (ec || is_system_path(planned))
+      throw error("sandbox: refusing workspace '" + spec.workspace + "': it is a system directory");
     std::filesystem::create_directories(spec.workspace, ec);
     if (!std::filesystem::is_directory(spec.workspace))
       throw error("sandbox: workspace '" + spec.workspace + "' is not a directory and cannot be created");

@@ -187,7 +187,7 @@ int cmd_tiocsti() {
 }
 
 int cmd_id() {
-  std::printf("uid=%d euid=%d gid=%d egid=%d\n", ::getuid(), ::geteuid(), ::getgid(), ::getegid());
+  std::printf("uid=%d\neuid=%d\ngid=%d\negid=%d\n", ::getuid(), ::geteuid(), ::getgid(), ::getegid());
   FILE* f = std::fopen("/proc/self/status", "r");
   char line[256];
   while (f && std::fgets(line, sizeof line, f)) {

@@ -1,0 +1,27 @@
+// `moxi bench <name>`: the benchmarks in bench/. Each benchmark adds its own subcommand through an
+// `add_*_bench(CLI::App&)` function; adding one is an include and one line in kBenches.
+#include "bench/sandbox-bench.h"
+#include "moxi/cli/command.h"
+
+namespace moxi::cli {
+namespace {
+
+struct bench_entry {
+  const char* name;
+  void (*add)(CLI::App& bench);
+};
+
+constexpr bench_entry kBenches[] = {
+    {"sandbox", bench::add_sandbox_bench},
+};
+
+void setup(CLI::App& root) {
+  auto* bench = root.add_subcommand("bench", "Benchmarks; every figure is a ratio measured in the same run");
+  bench->require_subcommand(1);
+  for (const auto& b : kBenches) b.add(*bench);
+}
+
+MOXI_COMMAND("bench", setup);
+
+}  // namespace
+}  // namespace moxi::cli

@@ -1,0 +1,183 @@
+// Fault suite: runaway commands (fork bomb, memory bomb, infinite loop, SIGTERM-immune, huge output,
+// huge files, leftover background processes) are stopped by the intended limit, the result names that
+// limit and the mechanism that enforced it, and the host is left as it was.
+#include <signal.h>
+#include <xxhash.h>
+
+#include <gtest/gtest.h>
+
+#include "test-util.h"
+
+namespace moxi::sandbox::test {
+namespace {
+
+void expect_clean(const run_result& r, const std::string& needle) {
+  EXPECT_EQ(live_children(), 0);
+  if (!needle.empty()) {
+    EXPECT_EQ(processes_with(needle), 0) << "processes survived the episode";
+  }
+  if (!r.cgroup.empty()) {
+    EXPECT_FALSE(path_exists(r.cgroup)) << "per-run cgroup not removed";
+  }
+}
+
+TEST(SandboxLimits, MechanismsMatchWhatThisMachineOffers) {
+  workspace_dir ws;
+  run_spec s = probe_spec(ws, {"id"});
+  s.limits.cpu_s = 5;
+  auto r = run(s);
+  ASSERT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(r.mechanisms.memory, expected_mechanism("memory"));
+  EXPECT_EQ(r.mechanisms.pids, expected_mechanism("pids"));
+  EXPECT_EQ(r.mechanisms.cpu, expected_mechanism(path_exists("/sys/fs/cgroup/cgroup.controllers") ? "cpu" : "cpuacct"));
+  EXPECT_GT(r.peak_memory_bytes, 0u);
+  EXPECT_GT(r.duration_s, 0);
+}
+
+TEST(SandboxLimits, WallClockTimeoutKillsASleeper) {
+  workspace_dir ws;
+  run_spec s = probe_spec(ws, {});
+  std::string m = "13.5" + std::to_string(::getpid());  // unique sleep length as the marker
+  s.argv = {"sleep", m};
+  s.limits.timeout_s = 0.4;
+  auto r = run(s);
+  EXPECT_EQ(r.fired, limit_kind::timeout);
+  EXPECT_EQ(r.signal, SIGKILL);
+  EXPECT_LT(r.duration_s, 2.0);
+  EXPECT_GE(r.duration_s, 0.4);
+  expect_clean(r, "sleep " + m);
+}
+
+TEST(SandboxLimits, ProcessIgnoringSigtermIsStillKilled) {
+  workspace_dir ws;
+  std::string m = marker();
+  run_spec s = probe_spec(ws, {"ignore-term", m});
+  s.limits.timeout_s = 0.5;
+  auto r = run(s);
+  EXPECT_EQ(r.out.data, "ignoring\n");
+  EXPECT_EQ(r.fired, limit_kind::timeout);
+  EXPECT_EQ(r.signal, SIGKILL);
+  EXPECT_LT(r.duration_s, 2.0);
+  expect_clean(r, m);
+}
+
+TEST(SandboxLimits, InfiniteLoopHitsTheCpuLimit) {
+  workspace_dir ws;
+  std::string m = marker();
+  run_spec s = probe_spec(ws, {"spin", m});
+  s.limits.cpu_s = 0.5;
+  s.limits.timeout_s = 10;
+  auto r = run(s);
+  EXPECT_EQ(r.fired, limit_kind::cpu) << to_string(r.fired);
+  EXPECT_NE(r.signal, 0);
+  EXPECT_GE(r.cpu_s, 0.45);
+  EXPECT_LT(r.duration_s, 5.0);
+  expect_clean(r, m);
+}
+
+TEST(SandboxLimits, ForkBombIsContained) {
+  workspace_dir ws;
+  std::string m = marker();
+  run_spec s = probe_spec(ws, {"forkbomb", m});
+  s.limits.pids = 16;
+  s.limits.timeout_s = 1.5;
+  auto r = run(s);
+  EXPECT_EQ(r.fired, limit_kind::timeout);
+  if (r.mechanisms.pids != "rlimit") {
+    EXPECT_TRUE(r.hit_limit(limit_kind::pids)) << "pids.max was never reached";
+  }
+  EXPECT_LT(r.duration_s, 4.0);
+  expect_clean(r, m);
+}
+
+TEST(SandboxLimits, MemoryBombIsStopped) {
+  workspace_dir ws;
+  std::string m = marker();
+  run_spec s = probe_spec(ws, {"membomb", "1024", m});
+  s.limits.memory_bytes = 64ull << 20;
+  auto r = run(s);
+  ASSERT_TRUE(r.started) << r.error;
+  if (r.mechanisms.memory == "rlimit") {
+    // Address-space limit: allocation fails inside the program instead of an OOM kill.
+    EXPECT_EQ(r.exit_code, 4);
+    EXPECT_NE(r.out.data.find("malloc_failed_at_mb="), std::string::npos);
+  } else {
+    EXPECT_EQ(r.fired, limit_kind::memory) << to_string(r.fired);
+    EXPECT_EQ(r.signal, SIGKILL);
+    EXPECT_LE(r.peak_memory_bytes, (64ull << 20) + (1ull << 20));
+    EXPECT_EQ(r.out.data.find("allocated_mb"), std::string::npos);
+  }
+  expect_clean(r, m);
+}
+
+TEST(SandboxLimits, FileSizeLimitStopsAHugeFile) {
+  workspace_dir ws;
+  run_spec s = probe_spec(ws, {"fsize", "big", "5000000"});
+  s.limits.file_size_bytes = 1 << 20;
+  auto r = run(s);
+  EXPECT_EQ(r.fired, limit_kind::file_size);
+  EXPECT_EQ(r.signal, SIGXFSZ);
+  EXPECT_EQ(std::filesystem::file_size(ws.path + "/big"), 1u << 20);
+  expect_clean(r, "");
+}
+
+TEST(SandboxLimits, HugeOutputIsTruncatedWithoutBlockingTheChild) {
+  workspace_dir ws;
+  const uint64_t total = 50'000'000;
+  run_spec s = probe_spec(ws, {"output", std::to_string(total)});
+  s.limits.output_bytes = 65536;
+  auto r = run(s);
+  EXPECT_EQ(r.exit_code, 0);  // the child wrote everything and exited by itself
+  EXPECT_EQ(r.fired, limit_kind::none);
+  EXPECT_TRUE(r.hit_limit(limit_kind::output));
+  EXPECT_EQ(r.out.data.size(), 65536u);
+  EXPECT_EQ(r.out.bytes, total);
+  EXPECT_TRUE(r.out.truncated);
+  // The hash covers the whole stream, not only the captured part.
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  std::string chunk(1 << 16, 'o');
+  for (uint64_t left = total; left > 0;) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(left, chunk.size()));
+    XXH3_64bits_update(st, chunk.data(), n);
+    left -= n;
+  }
+  EXPECT_EQ(r.out.xxh3, XXH3_64bits_digest(st));
+  XXH3_freeState(st);
+  expect_clean(r, "");
+}
+
+TEST(SandboxLimits, EndlessOutputEndsAtTheTimeout) {
+  workspace_dir ws;
+  run_spec s = probe_spec(ws, {});
+  s.argv = {"yes", marker()};
+  s.limits.timeout_s = 0.5;
+  s.limits.output_bytes = 4096;
+  auto r = run(s);
+  EXPECT_EQ(r.fired, limit_kind::timeout);
+  EXPECT_TRUE(r.out.truncated);
+  EXPECT_EQ(r.out.data.size(), 4096u);
+  EXPECT_GT(r.out.bytes, 4096u);
+  expect_clean(r, s.argv[1]);
+}
+
+TEST(SandboxLimits, BackgroundProcessesDoNotSurviveTheEpisode) {
+  workspace_dir ws;
+  std::string seconds = "29.7" + std::to_string(::getpid());
+  auto r = run(probe_spec(ws, {"daemon", seconds}));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out.data, "daemonized\n");
+  EXPECT_LT(r.duration_s, 2.0);  // we did not wait for the daemon
+  expect_clean(r, "sleep " + seconds);
+  // Also with a shell job that keeps stdout open.
+  run_spec s = probe_spec(ws, {});
+  std::string seconds2 = "28.7" + std::to_string(::getpid());
+  s.argv = {"sh", "-c", "sleep " + seconds2 + " & echo started"};
+  r = run(s);
+  EXPECT_EQ(r.out.data, "started\n");
+  EXPECT_LT(r.duration_s, 2.0);
+  expect_clean(r, "sleep " + seconds2);
+}
+
+}  // namespace
+}  // namespace moxi::sandbox::test
