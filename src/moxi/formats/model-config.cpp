@@ -171,7 +171,9 @@ rope_config parse_rope(field_reader& r) {
 }
 
 std::optional<dsa_config> parse_dsa(field_reader& r) {
-  const bool any = r.present("index_topk") || r.present("index_n_heads") || r.present("index_head_dim");
+  // Null counts as absent (HF writes unset optional fields as null); all null or absent: no indexer.
+  const bool any = r.has("index_topk") || r.has("index_n_heads") || r.has("index_head_dim");
+  r.ignore({"index_topk", "index_n_heads", "index_head_dim"});
   if (!any) return std::nullopt;
   dsa_config d;
   d.index_n_heads = r.get_int("index_n_heads");
