@@ -14,7 +14,7 @@
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/convert.h"
 #include "moxi/formats/model-config.h"
-#include "moxi/formats/mx.h"
+#include "moxi/base/mx.h"
 #include "moxi/model/init.h"
 #include "moxi/model/inspect.h"
 #include "moxi/model/manifest.h"

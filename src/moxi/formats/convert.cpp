@@ -6,7 +6,7 @@
 
 #include "moxi/base/error.h"
 #include "moxi/base/half.h"
-#include "moxi/formats/mx.h"
+#include "moxi/base/mx.h"
 
 namespace moxi::formats {
 

@@ -9,7 +9,7 @@
 #include "moxi/base/progress.h"
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/convert.h"
-#include "moxi/formats/mx.h"
+#include "moxi/base/mx.h"
 #include "moxi/model/manifest.h"
 
 namespace moxi::model {

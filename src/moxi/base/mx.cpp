@@ -1,6 +1,6 @@
 // MX block encoders: exact FLOOR-rule scale selection from the float's exponent bits and RNE element
 // rounding done in fp32 where every step is exact (see mx.h for the rules and special cases).
-#include "moxi/formats/mx.h"
+#include "moxi/base/mx.h"
 
 #include <algorithm>
 #include <bit>

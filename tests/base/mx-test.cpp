@@ -1,7 +1,7 @@
 // MX codecs against references written here, never against the codec's own output: the spec's FP4 value
 // table typed out, the OFP8 bit-field formulas and E8M0 evaluated in fp64, and a slow fp64 block encoder
 // (spec scale formula, nearest-value scan of the element table with ties to the even code).
-#include "moxi/formats/mx.h"
+#include "moxi/base/mx.h"
 
 #include <gtest/gtest.h>
 
