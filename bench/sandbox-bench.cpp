@@ -30,7 +30,8 @@ double plain_rate(int n) {
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < n; ++i) {
     pid_t pid;
-    if (posix_spawn(&pid, arg0, nullptr, nullptr, argv, environ) != 0) throw error("bench: cannot spawn /bin/true");
+    if (posix_spawn(&pid, arg0, nullptr, nullptr, argv, environ) != 0)
+      throw error("bench: cannot spawn /bin/true");
     int status;
     waitpid(pid, &status, 0);
   }
@@ -42,7 +43,8 @@ double plain_rate(int n) {
 sandbox_bench_result run_sandbox_bench(int n) {
   if (n < 1) throw error("bench sandbox: --n must be >= 1");
   // One workspace per worker, reused: the figure is the launcher's cost, not mkdtemp's.
-  std::string base = std::filesystem::temp_directory_path() / ("moxi-bench-sandbox-" + std::to_string(getpid()));
+  std::string base =
+      std::filesystem::temp_directory_path() / ("moxi-bench-sandbox-" + std::to_string(getpid()));
   struct cleanup {
     std::string dir;
     ~cleanup() {
@@ -92,16 +94,21 @@ void add_sandbox_bench(CLI::App& bench) {
     bool json = false;
   };
   auto o = std::make_shared<options>();
-  auto* cmd = bench.add_subcommand("sandbox", "Sandboxed executions/s of `true` at concurrency 1 and 2 vs plain fork+exec");
+  auto* cmd = bench.add_subcommand(
+      "sandbox", "Sandboxed executions/s of `true` at concurrency 1 and 2 vs plain fork+exec");
   cmd->add_option("--n", o->n, "Executions per measurement")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
   cmd->callback([o] {
     auto r = run_sandbox_bench(o->n);
     if (o->json) {
-      nlohmann::json j = {{"bench", "sandbox"},           {"n", r.n},
-                          {"plain_per_s", r.plain_per_s}, {"sandbox_c1_per_s", r.c1_per_s},
-                          {"sandbox_c2_per_s", r.c2_per_s}, {"overhead_ratio", r.overhead_ratio},
-                          {"overhead_ms", r.overhead_ms}, {"scaling_c2", r.scaling_c2},
+      nlohmann::json j = {{"bench", "sandbox"},
+                          {"n", r.n},
+                          {"plain_per_s", r.plain_per_s},
+                          {"sandbox_c1_per_s", r.c1_per_s},
+                          {"sandbox_c2_per_s", r.c2_per_s},
+                          {"overhead_ratio", r.overhead_ratio},
+                          {"overhead_ms", r.overhead_ms},
+                          {"scaling_c2", r.scaling_c2},
                           {"mechanisms", r.mechanisms}};
       std::printf("%s\n", j.dump().c_str());
       return;
@@ -110,7 +117,8 @@ void add_sandbox_bench(CLI::App& bench) {
     std::printf("  unsandboxed fork+exec : %8.1f exec/s\n", r.plain_per_s);
     std::printf("  sandboxed, 1 at a time: %8.1f exec/s  (%.1fx slower, +%.2f ms per exec)\n", r.c1_per_s,
                 r.overhead_ratio, r.overhead_ms);
-    std::printf("  sandboxed, 2 workers  : %8.1f exec/s  (%.2fx the 1-worker rate)\n", r.c2_per_s, r.scaling_c2);
+    std::printf("  sandboxed, 2 workers  : %8.1f exec/s  (%.2fx the 1-worker rate)\n", r.c2_per_s,
+                r.scaling_c2);
   });
 }
 

@@ -8,14 +8,14 @@
 namespace moxi::bench {
 
 struct sandbox_bench_result {
-  int n = 0;                 // executions per measurement
-  double plain_per_s = 0;    // unsandboxed fork+exec+wait of the same command
-  double c1_per_s = 0;       // sandbox::run, one at a time
-  double c2_per_s = 0;       // sandbox::pool with 2 workers
-  double overhead_ratio = 0; // plain_per_s / c1_per_s: how many times slower one sandboxed run is
-  double overhead_ms = 0;    // added latency per execution at concurrency 1
-  double scaling_c2 = 0;     // c2_per_s / c1_per_s
-  std::string mechanisms;    // how memory/pids/cpu limits were enforced
+  int n = 0;                  // executions per measurement
+  double plain_per_s = 0;     // unsandboxed fork+exec+wait of the same command
+  double c1_per_s = 0;        // sandbox::run, one at a time
+  double c2_per_s = 0;        // sandbox::pool with 2 workers
+  double overhead_ratio = 0;  // plain_per_s / c1_per_s: how many times slower one sandboxed run is
+  double overhead_ms = 0;     // added latency per execution at concurrency 1
+  double scaling_c2 = 0;      // c2_per_s / c1_per_s
+  std::string mechanisms;     // how memory/pids/cpu limits were enforced
 };
 
 sandbox_bench_result run_sandbox_bench(int n);

@@ -3,6 +3,7 @@
 // no trace of it afterwards.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pty.h>
@@ -13,8 +14,6 @@
 
 #include <fstream>
 #include <set>
-
-#include <gtest/gtest.h>
 
 #include "test-util.h"
 
@@ -66,8 +65,10 @@ TEST(SandboxEscape, HostPathsThatAreNotExposedCannotBeRead) {
   EXPECT_EQ(r.out.data.find("top secret"), std::string::npos);
   std::filesystem::remove(secret);
   // The source tree and the build tree are not mounted.
-  EXPECT_EQ(kv(run_probe(ws, {"read", std::string(MOXI_SOURCE_DIR) + "/CMakeLists.txt"}).out.data)["read"], "ENOENT");
-  EXPECT_EQ(kv(run_probe(ws, {"read", std::string(MOXI_BINARY_DIR) + "/CMakeCache.txt"}).out.data)["read"], "ENOENT");
+  EXPECT_EQ(kv(run_probe(ws, {"read", std::string(MOXI_SOURCE_DIR) + "/CMakeLists.txt"}).out.data)["read"],
+            "ENOENT");
+  EXPECT_EQ(kv(run_probe(ws, {"read", std::string(MOXI_BINARY_DIR) + "/CMakeCache.txt"}).out.data)["read"],
+            "ENOENT");
   // /etc is visible, but root-only files in it stay closed: the sandbox runs as an unprivileged host uid.
   if (::geteuid() == 0 && path_exists("/etc/shadow")) {
     EXPECT_EQ(kv(run_probe(ws, {"read", "/etc/shadow"}).out.data)["read"], "EACCES");
@@ -144,9 +145,9 @@ TEST(SandboxEscape, OnlyUnixSocketsCanBeCreated) {
 TEST(SandboxEscape, DangerousSyscallsAreDenied) {
   workspace_dir ws;
   auto m = kv(run_probe(ws, {"syscalls"}).out.data);
-  for (const char* k : {"ptrace_traceme", "mount", "umount", "unshare_user", "unshare_ns", "clone_newuser", "bpf",
-                        "perf_event_open", "keyctl", "add_key", "userfaultfd", "kexec_load", "init_module",
-                        "io_uring_setup", "setns", "chroot"})
+  for (const char* k : {"ptrace_traceme", "mount", "umount", "unshare_user", "unshare_ns", "clone_newuser",
+                        "bpf", "perf_event_open", "keyctl", "add_key", "userfaultfd", "kexec_load",
+                        "init_module", "io_uring_setup", "setns", "chroot"})
     EXPECT_EQ(m[k], "EPERM") << k;
   EXPECT_EQ(m["clone3"], "ENOSYS");  // so that libc falls back to the filtered clone
   EXPECT_EQ(m["fork"], "OK");
@@ -190,7 +191,7 @@ TEST(SandboxEscape, CallerCannotBeTracedOrSignalled) {
   auto m = kv(run_probe(ws, {"ptrace", std::to_string(::getpid())}).out.data);
   EXPECT_EQ(m["ptrace_attach"], "EPERM");
   EXPECT_EQ(m["process_vm_readv"], "EPERM");
-  EXPECT_EQ(m["kill0"], "ESRCH");      // not in the sandbox's PID namespace
+  EXPECT_EQ(m["kill0"], "ESRCH");  // not in the sandbox's PID namespace
   EXPECT_EQ(m["proc_entry"], "ENOENT");
   EXPECT_EQ(m["ptrace_pid1"], "EPERM");
 }
@@ -218,10 +219,14 @@ TEST(SandboxEscape, TiocstiCannotInjectIntoTheCallersTerminal) {
     ::fcntl(slave, F_SETFL, O_NONBLOCK);
     char buf[64];
     ssize_t control_read = control ? ::read(slave, buf, sizeof buf) : 0;
-    workspace_dir ws;
-    auto r = run(probe_spec(ws, {"tiocsti"}));
+    run_result r;
+    {
+      workspace_dir ws;  // destroyed before _exit, which skips destructors
+      r = run(probe_spec(ws, {"tiocsti"}));
+    }
     ssize_t injected = ::read(slave, buf, sizeof buf);
-    std::string out = r.out.data + "control=" + (control ? (control_read == 1 ? "seen" : "lost") : "unsupported") +
+    std::string out = r.out.data +
+                      "control=" + (control ? (control_read == 1 ? "seen" : "lost") : "unsupported") +
                       "\ninjected=" + std::to_string(injected > 0 ? injected : 0) + "\n";
     ::write(report[1], out.data(), out.size());
     _exit(0);

@@ -1,10 +1,9 @@
 // Fault suite: runaway commands (fork bomb, memory bomb, infinite loop, SIGTERM-immune, huge output,
 // huge files, leftover background processes) are stopped by the intended limit, the result names that
 // limit and the mechanism that enforced it, and the host is left as it was.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <xxhash.h>
-
-#include <gtest/gtest.h>
 
 #include "test-util.h"
 
@@ -29,7 +28,8 @@ TEST(SandboxLimits, MechanismsMatchWhatThisMachineOffers) {
   ASSERT_TRUE(r.ok()) << r.error;
   EXPECT_EQ(r.mechanisms.memory, expected_mechanism("memory"));
   EXPECT_EQ(r.mechanisms.pids, expected_mechanism("pids"));
-  EXPECT_EQ(r.mechanisms.cpu, expected_mechanism(path_exists("/sys/fs/cgroup/cgroup.controllers") ? "cpu" : "cpuacct"));
+  EXPECT_EQ(r.mechanisms.cpu,
+            expected_mechanism(path_exists("/sys/fs/cgroup/cgroup.controllers") ? "cpu" : "cpuacct"));
   EXPECT_GT(r.peak_memory_bytes, 0u);
   EXPECT_GT(r.duration_s, 0);
 }
@@ -177,6 +177,50 @@ TEST(SandboxLimits, BackgroundProcessesDoNotSurviveTheEpisode) {
   EXPECT_EQ(r.out.data, "started\n");
   EXPECT_LT(r.duration_s, 2.0);
   expect_clean(r, "sleep " + seconds2);
+}
+
+// The rlimit fallback, forced here so that it is exercised even on machines where cgroups work.
+TEST(SandboxLimitsFallback, MemoryBombFailsAgainstTheAddressSpaceLimit) {
+  workspace_dir ws;
+  run_spec s = probe_spec(ws, {"membomb", "1024"});
+  s.limits.memory_bytes = 64ull << 20;
+  s.limits.use_cgroup = false;
+  auto r = run(s);
+  ASSERT_TRUE(r.started) << r.error;
+  EXPECT_EQ(r.mechanisms.memory, "rlimit");
+  EXPECT_TRUE(r.cgroup.empty());
+  EXPECT_EQ(r.exit_code, 4);
+  EXPECT_NE(r.out.data.find("malloc_failed_at_mb="), std::string::npos) << r.out.data;
+  expect_clean(r, "");
+}
+
+TEST(SandboxLimitsFallback, ForkBombIsContainedWithoutACgroup) {
+  workspace_dir ws;
+  std::string m = marker();
+  run_spec s = probe_spec(ws, {"forkbomb", m});
+  s.limits.pids = 16;
+  s.limits.timeout_s = 1.0;
+  s.limits.use_cgroup = false;
+  auto r = run(s);
+  EXPECT_EQ(r.mechanisms.pids, ::geteuid() == 0 ? "rlimit" : "none");
+  EXPECT_EQ(r.fired, limit_kind::timeout);
+  EXPECT_LT(r.duration_s, 3.0);
+  // Without a cgroup the tree dies with the PID namespace when bwrap is killed.
+  expect_clean(r, m);
+}
+
+TEST(SandboxLimitsFallback, InfiniteLoopGetsSigxcpu) {
+  workspace_dir ws;
+  run_spec s = probe_spec(ws, {"spin"});
+  s.limits.cpu_s = 0.5;  // rounded up to whole seconds by RLIMIT_CPU
+  s.limits.use_cgroup = false;
+  auto r = run(s);
+  EXPECT_EQ(r.mechanisms.cpu, "rlimit");
+  EXPECT_EQ(r.fired, limit_kind::cpu);
+  EXPECT_EQ(r.signal, SIGXCPU);
+  EXPECT_GE(r.duration_s,
+            0.9);  // the loop ran until the rounded-up limit (cpu_s is not known without a cgroup)
+  expect_clean(r, "");
 }
 
 }  // namespace

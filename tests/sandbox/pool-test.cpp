@@ -1,14 +1,15 @@
 // The sandbox pool: episodes run concurrently, each in its own workspace, results come back in order,
 // failures stay per episode, and the shared audit log gets exactly one intact line per episode.
+#include "moxi/sandbox/pool.h"
+
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include <gtest/gtest.h>
-
 #include "moxi/base/error.h"
-#include "moxi/sandbox/pool.h"
 #include "test-util.h"
 
 namespace moxi::sandbox::test {
@@ -40,7 +41,8 @@ TEST(SandboxPool, EpisodesHaveIndependentWorkspacesAndOneAuditLineEach) {
   EXPECT_EQ(workspaces.size(), 6u);
   std::ifstream in(log);
   std::set<std::string> ids;
-  for (std::string line; std::getline(in, line);) ids.insert(nlohmann::json::parse(line)["id"].get<std::string>());
+  for (std::string line; std::getline(in, line);)
+    ids.insert(nlohmann::json::parse(line)["id"].get<std::string>());
   std::filesystem::remove(log);
   EXPECT_EQ(ids, (std::set<std::string>{"ep0", "ep1", "ep2", "ep3", "ep4", "ep5"}));
   EXPECT_EQ(live_children(), 0);

@@ -1,12 +1,11 @@
 // Basic behaviour of the sandbox API and CLI: exit status, streams, stdin, workspaces, errors for bad
 // specs, the audit log record, and `moxi sandbox run` / `moxi bench sandbox` end to end.
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <xxhash.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
-
-#include <gtest/gtest.h>
 
 #include "moxi/base/error.h"
 #include "moxi/sandbox/audit-log.h"
@@ -191,7 +190,8 @@ TEST(SandboxCli, BenchReportsRatesMeasuredInOneRun) {
   ASSERT_EQ(r.status, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["n"], 4);
-  for (const char* k : {"plain_per_s", "sandbox_c1_per_s", "sandbox_c2_per_s", "overhead_ratio", "scaling_c2"})
+  for (const char* k :
+       {"plain_per_s", "sandbox_c1_per_s", "sandbox_c2_per_s", "overhead_ratio", "scaling_c2"})
     EXPECT_GT(j[k].get<double>(), 0) << k;
   // A sandboxed run does strictly more work than a bare fork+exec.
   EXPECT_GT(j["overhead_ratio"].get<double>(), 1.0);

@@ -18,7 +18,9 @@
 
 namespace moxi::sandbox::test {
 
-inline std::string probe_binary() { return std::string(MOXI_BINARY_DIR) + "/moxi-sandbox-probe"; }
+inline std::string probe_binary() {
+  return std::string(MOXI_BINARY_DIR) + "/moxi-sandbox-probe";
+}
 
 // A unique token for this test process, used in file names and argv so that leak checks never see
 // another test's leftovers.

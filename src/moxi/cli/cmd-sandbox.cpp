@@ -18,6 +18,7 @@ struct sandbox_options {
   std::vector<std::string> env, ro_binds;
   std::string stdin_file;
   bool quiet = false;
+  bool no_cgroup = false;
 };
 
 void write_all(FILE* f, const std::string& s) {
@@ -41,6 +42,7 @@ std::string human_bytes(uint64_t b) {
   spec.limits.memory_bytes = static_cast<uint64_t>(o.memory_mb * 1048576.0);
   spec.limits.file_size_bytes = static_cast<uint64_t>(o.file_size_mb * 1048576.0);
   spec.limits.tmp_bytes = static_cast<uint64_t>(o.tmp_mb * 1048576.0);
+  spec.limits.use_cgroup = !o.no_cgroup;
   for (const auto& kv : o.env) {
     auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) throw error("--env '" + kv + "': expected KEY=VALUE");
@@ -71,10 +73,11 @@ std::string human_bytes(uint64_t b) {
                  "moxi sandbox: exit=%d signal=%d limit=%s hit=%s duration=%.3fs cpu=%.3fs peak_mem=%s "
                  "stdout=%s%s stderr=%s%s memory=%s pids=%s cpu_limit=%s workspace=%s\n",
                  r.exit_code, r.signal, sandbox::to_string(r.fired), hit.empty() ? "none" : hit.c_str(),
-                 r.duration_s, r.cpu_s, human_bytes(r.peak_memory_bytes).c_str(), human_bytes(r.out.bytes).c_str(),
-                 r.out.truncated ? "(truncated)" : "", human_bytes(r.err.bytes).c_str(),
-                 r.err.truncated ? "(truncated)" : "", r.mechanisms.memory.c_str(), r.mechanisms.pids.c_str(),
-                 r.mechanisms.cpu.c_str(), r.workspace.c_str());
+                 r.duration_s, r.cpu_s, human_bytes(r.peak_memory_bytes).c_str(),
+                 human_bytes(r.out.bytes).c_str(), r.out.truncated ? "(truncated)" : "",
+                 human_bytes(r.err.bytes).c_str(), r.err.truncated ? "(truncated)" : "",
+                 r.mechanisms.memory.c_str(), r.mechanisms.pids.c_str(), r.mechanisms.cpu.c_str(),
+                 r.workspace.c_str());
   }
   std::fflush(stdout);
   std::fflush(stderr);
@@ -87,20 +90,26 @@ void setup(CLI::App& root) {
   auto opts = std::make_shared<sandbox_options>();
   auto* run = sb->add_subcommand("run", "Run CMD in a fresh sandbox and exit with its status");
   auto& s = opts->spec;
-  run->add_option("--workspace", s.workspace, "Host directory mounted writable at /workspace (default: a temporary one)");
+  run->add_option("--workspace", s.workspace,
+                  "Host directory mounted writable at /workspace (default: a temporary one)");
   run->add_flag("--keep-workspace", s.keep_workspace, "Keep the temporary workspace after the run");
   run->add_option("--timeout", s.limits.timeout_s, "Wall-clock limit in seconds (kills the whole tree)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  run->add_option("--cpu", s.limits.cpu_s, "CPU-time limit in seconds (0 = none)")->capture_default_str()
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  run->add_option("--cpu", s.limits.cpu_s, "CPU-time limit in seconds (0 = none)")
+      ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  run->add_option("--memory", opts->memory_mb, "Memory limit in MiB (0 = none)")->capture_default_str()
+  run->add_option("--memory", opts->memory_mb, "Memory limit in MiB (0 = none)")
+      ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   run->add_option("--pids", s.limits.pids, "Process/thread limit (0 = none)")->capture_default_str();
   run->add_option("--file-size", opts->file_size_mb, "Largest file the command may write, MiB (0 = none)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   run->add_option("--output-limit", s.limits.output_bytes, "Captured bytes per stream; the rest is discarded")
       ->capture_default_str();
-  run->add_option("--tmp-size", opts->tmp_mb, "Size of the private /tmp in MiB")->capture_default_str()
+  run->add_option("--tmp-size", opts->tmp_mb, "Size of the private /tmp in MiB")
+      ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   run->add_option("--audit-log", s.audit_log, "Append one JSON line describing the run to this file");
   run->add_option("--id", s.id, "Episode id recorded in the audit log");
@@ -108,6 +117,8 @@ void setup(CLI::App& root) {
       ->allow_extra_args(false);
   run->add_option("--ro-bind", opts->ro_binds, "/HOST[:/INSIDE] extra read-only bind (repeatable)")
       ->allow_extra_args(false);
+  bool* use_cgroup_off = &opts->no_cgroup;
+  run->add_flag("--no-cgroup", *use_cgroup_off, "Enforce memory/pids/CPU with rlimits only");
   run->add_flag("--allow-inet", s.policy.allow_inet, "Allow AF_INET/AF_INET6 sockets (own loopback only)");
   run->add_option("--stdin-file", opts->stdin_file, "Feed this file to the command's stdin");
   run->add_flag("-q,--quiet", opts->quiet, "No summary line on stderr");

@@ -112,7 +112,8 @@ run_cgroup::run_cgroup(uint64_t memory_bytes, uint32_t pids_max) {
     std::string parent = kRoot + self.unified;
     std::string available = read_file(parent + "/cgroup.controllers");
     for (const char* c : {"memory", "pids", "cpu"})
-      if (available.find(c) != std::string::npos) write_file(parent + "/cgroup.subtree_control", std::string("+") + c);
+      if (available.find(c) != std::string::npos)
+        write_file(parent + "/cgroup.subtree_control", std::string("+") + c);
     std::string dir = make(parent);
     if (dir.empty()) return;
     if (exists(dir + "/memory.max") &&
@@ -160,7 +161,9 @@ run_cgroup::~run_cgroup() {
   for (const auto& d : dirs_) ::rmdir(d.c_str());
 }
 
-std::string run_cgroup::path() const { return dirs_.empty() ? std::string() : dirs_.front(); }
+std::string run_cgroup::path() const {
+  return dirs_.empty() ? std::string() : dirs_.front();
+}
 
 std::vector<pid_t> run_cgroup::members() const {
   std::vector<pid_t> out;

@@ -17,6 +17,7 @@ class run_cgroup {
   // Creates moxi-sb-<pid>-<n> under the caller's own cgroup for each usable controller and writes the
   // limits (0 = no limit). Never throws: what could not be set up is simply absent.
   run_cgroup(uint64_t memory_bytes, uint32_t pids_max);
+  run_cgroup() = default;  // no cgroup at all: every query answers "not in use"
   ~run_cgroup();
   run_cgroup(const run_cgroup&) = delete;
   run_cgroup& operator=(const run_cgroup&) = delete;
@@ -37,7 +38,7 @@ class run_cgroup {
   bool wait_empty(int max_wait_ms) const;
 
   uint64_t peak_memory_bytes() const;
-  bool memory_oom_killed() const;   // the kernel OOM-killed a member because of the limit
+  bool memory_oom_killed() const;  // the kernel OOM-killed a member because of the limit
   bool memory_limit_reached() const;
   bool pids_limit_reached() const;  // a fork/clone was refused because of pids.max
   double cpu_seconds() const;       // user+system CPU of all members, dead or alive

@@ -42,18 +42,27 @@ namespace moxi::sandbox {
 
 const char* to_string(limit_kind k) {
   switch (k) {
-    case limit_kind::none: return "none";
-    case limit_kind::timeout: return "timeout";
-    case limit_kind::cpu: return "cpu";
-    case limit_kind::memory: return "memory";
-    case limit_kind::pids: return "pids";
-    case limit_kind::file_size: return "file_size";
-    case limit_kind::output: return "output";
+    case limit_kind::none:
+      return "none";
+    case limit_kind::timeout:
+      return "timeout";
+    case limit_kind::cpu:
+      return "cpu";
+    case limit_kind::memory:
+      return "memory";
+    case limit_kind::pids:
+      return "pids";
+    case limit_kind::file_size:
+      return "file_size";
+    case limit_kind::output:
+      return "output";
   }
   return "?";
 }
 
-bool run_result::hit_limit(limit_kind k) const { return std::find(hit.begin(), hit.end(), k) != hit.end(); }
+bool run_result::hit_limit(limit_kind k) const {
+  return std::find(hit.begin(), hit.end(), k) != hit.end();
+}
 
 std::string bwrap_path() {
   const char* env = std::getenv("MOXI_BWRAP");
@@ -169,7 +178,8 @@ void prepare_workspace(const run_spec& spec, bool drop, workspace& ws) {
   } else {
     std::error_code ec;
     // Checked before anything is created, through any symlinks in the part that exists already.
-    std::string planned = std::filesystem::weakly_canonical(std::filesystem::absolute(spec.workspace), ec).string();
+    std::string planned =
+        std::filesystem::weakly_canonical(std::filesystem::absolute(spec.workspace), ec).string();
     if (ec || is_system_path(planned))
       throw error("sandbox: refusing workspace '" + spec.workspace + "': it is a system directory");
     std::filesystem::create_directories(spec.workspace, ec);
@@ -315,10 +325,20 @@ struct stream_reader {
 
 std::vector<std::string> bwrap_arguments(const run_spec& spec, const std::string& ws) {
   const auto& pol = spec.policy;
-  std::vector<std::string> a = {"bwrap",           "--unshare-user",  "--unshare-pid", "--unshare-net",
-                                "--unshare-ipc",   "--unshare-uts",   "--unshare-cgroup-try",
-                                "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop",
-                                "ALL",             "--hostname",      "moxi-sandbox"};
+  std::vector<std::string> a = {"bwrap",
+                                "--unshare-user",
+                                "--unshare-pid",
+                                "--unshare-net",
+                                "--unshare-ipc",
+                                "--unshare-uts",
+                                "--unshare-cgroup-try",
+                                "--disable-userns",
+                                "--die-with-parent",
+                                "--new-session",
+                                "--cap-drop",
+                                "ALL",
+                                "--hostname",
+                                "moxi-sandbox"};
   for (const auto& e : system_view()) {
     if (e.link_target.empty())
       a.insert(a.end(), {"--ro-bind", e.path, e.path});
@@ -362,10 +382,13 @@ run_result run(const run_spec& spec) {
   prepare_workspace(spec, drop, ws);
   r.workspace = ws.path;
 
-  auto cg = std::make_unique<run_cgroup>(lim.memory_bytes, lim.pids ? lim.pids + kBwrapProcesses : 0);
+  auto cg = lim.use_cgroup
+                ? std::make_unique<run_cgroup>(lim.memory_bytes, lim.pids ? lim.pids + kBwrapProcesses : 0)
+                : std::make_unique<run_cgroup>();
   r.cgroup = cg->path();
   r.mechanisms.memory = cg->memory() ? cg->mechanism() : (lim.memory_bytes ? "rlimit" : "none");
-  r.mechanisms.pids = cg->pids() ? cg->mechanism() : (lim.pids ? "rlimit" : "none");
+  // RLIMIT_NPROC is per uid: meaningful only for the dedicated sandbox uid, i.e. when we drop to it.
+  r.mechanisms.pids = cg->pids() ? cg->mechanism() : (lim.pids && drop ? "rlimit" : "none");
   r.mechanisms.cpu = cg->cpu() && lim.cpu_s > 0 ? cg->mechanism() : (lim.cpu_s > 0 ? "rlimit" : "none");
 
   // stdin: a memfd holding the data (a regular file never blocks either side), else /dev/null.
@@ -374,9 +397,8 @@ run_result run(const run_spec& spec) {
     in_fd.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   } else {
     in_fd.reset(::memfd_create("moxi-stdin", MFD_CLOEXEC));
-    if (in_fd.get() >= 0 &&
-        ::pwrite(in_fd.get(), spec.stdin_data.data(), spec.stdin_data.size(), 0) !=
-            static_cast<ssize_t>(spec.stdin_data.size()))
+    if (in_fd.get() >= 0 && ::pwrite(in_fd.get(), spec.stdin_data.data(), spec.stdin_data.size(), 0) !=
+                                static_cast<ssize_t>(spec.stdin_data.size()))
       throw io_error("write", "sandbox stdin", errno);
   }
   if (in_fd.get() < 0) throw io_error("open", "sandbox stdin", errno);
@@ -420,7 +442,9 @@ run_result run(const run_spec& spec) {
   ca.seccomp_fd = seccomp_fd.get();
   ca.procs_files = procs.data();
   ca.n_procs_files = procs.size();
-  auto add_rlimit = [&](int res, rlim_t soft, rlim_t hard) { ca.rlimits[ca.n_rlimits++] = {res, soft, hard}; };
+  auto add_rlimit = [&](int res, rlim_t soft, rlim_t hard) {
+    ca.rlimits[ca.n_rlimits++] = {res, soft, hard};
+  };
   add_rlimit(RLIMIT_CORE, 0, 0);
   add_rlimit(RLIMIT_NOFILE, lim.open_files, lim.open_files);
   if (lim.file_size_bytes) add_rlimit(RLIMIT_FSIZE, lim.file_size_bytes, lim.file_size_bytes);
@@ -431,13 +455,15 @@ run_result run(const run_spec& spec) {
   }
   if (lim.memory_bytes && !cg->memory()) add_rlimit(RLIMIT_AS, lim.memory_bytes, lim.memory_bytes);
   // RLIMIT_NPROC counts every process of the uid, so it is only a fallback and only for the sandbox uid.
-  if (lim.pids && !cg->pids() && drop) add_rlimit(RLIMIT_NPROC, lim.pids + kBwrapProcesses, lim.pids + kBwrapProcesses);
+  if (lim.pids && !cg->pids() && drop)
+    add_rlimit(RLIMIT_NPROC, lim.pids + kBwrapProcesses, lim.pids + kBwrapProcesses);
   ca.drop = drop;
   ca.uid = spec.policy.uid;
   ca.gid = spec.policy.gid;
 
   constexpr size_t kStack = 256 * 1024;
-  void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  void* stack =
+      ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
   if (stack == MAP_FAILED) throw io_error("mmap", "launcher stack", errno);
   sigset_t all, old;
   ::sigfillset(&all);
@@ -458,14 +484,16 @@ run_result run(const run_spec& spec) {
   struct rusage ru = {};
   if (ca.failed_step) {
     ::wait4(pid, &status, 0, &ru);
-    r.error = std::string("sandbox launch failed at ") + ca.failed_step + ": " + std::strerror(ca.failed_errno);
+    r.error =
+        std::string("sandbox launch failed at ") + ca.failed_step + ": " + std::strerror(ca.failed_errno);
     r.duration_s = seconds_since(t0);
     if (!spec.audit_log.empty()) append_audit(spec.audit_log, audit_record(spec, r));
     return r;
   }
 
   fd_guard pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  const auto deadline = t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(lim.timeout_s));
+  const auto deadline =
+      t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(lim.timeout_s));
   const bool cpu_by_cgroup = lim.cpu_s > 0 && cg->cpu();
   bool exited = false;
   clock_type::time_point exited_at;
@@ -526,7 +554,8 @@ run_result run(const run_spec& spec) {
     // bwrap reports a command killed by signal N as exit status 128+N.
     if (r.exit_code > 128 && r.exit_code < 128 + NSIG) r.signal = r.exit_code - 128;
   }
-  double rusage_cpu = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+  double rusage_cpu =
+      ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
   r.cpu_s = cg->cpu() ? cg->cpu_seconds() : rusage_cpu;
   r.peak_memory_bytes = cg->memory() ? cg->peak_memory_bytes() : static_cast<uint64_t>(ru.ru_maxrss) * 1024;
 
@@ -541,7 +570,8 @@ run_result run(const run_spec& spec) {
     r.fired = limit_kind::memory;
   } else if (r.signal == SIGXFSZ) {
     r.fired = limit_kind::file_size;
-  } else if (lim.cpu_s > 0 && (r.signal == SIGXCPU || (r.signal == SIGKILL && r.cpu_s >= std::ceil(lim.cpu_s)))) {
+  } else if (lim.cpu_s > 0 &&
+             (r.signal == SIGXCPU || (r.signal == SIGKILL && r.cpu_s >= std::ceil(lim.cpu_s)))) {
     r.fired = limit_kind::cpu;
   }
   if (r.fired != limit_kind::none) r.hit.push_back(r.fired);

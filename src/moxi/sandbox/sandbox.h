@@ -14,14 +14,17 @@ namespace moxi::sandbox {
 
 // Resource limits of one execution. A zero means "no limit" (except output, where zero captures nothing).
 struct limits {
-  double timeout_s = 10;                  // wall clock; on expiry the whole process tree is SIGKILLed
-  double cpu_s = 0;                       // CPU seconds of the whole tree (cgroup) or per process (rlimit)
-  uint64_t memory_bytes = 512ull << 20;   // resident memory of the tree (cgroup) or address space (rlimit)
-  uint32_t pids = 64;                     // live processes + threads in the tree (cgroup) or per uid (rlimit)
-  uint64_t file_size_bytes = 64ull << 20; // largest file a process may write (RLIMIT_FSIZE)
-  uint64_t output_bytes = 1ull << 20;     // captured bytes per stream; the rest is drained and counted
-  uint32_t open_files = 1024;             // RLIMIT_NOFILE
-  uint64_t tmp_bytes = 64ull << 20;       // size of the private /tmp tmpfs
+  double timeout_s = 10;                 // wall clock; on expiry the whole process tree is SIGKILLed
+  double cpu_s = 0;                      // CPU seconds of the whole tree (cgroup) or per process (rlimit)
+  uint64_t memory_bytes = 512ull << 20;  // resident memory of the tree (cgroup) or address space (rlimit)
+  uint32_t pids = 64;                    // live processes + threads in the tree (cgroup) or per uid (rlimit)
+  uint64_t file_size_bytes = 64ull << 20;  // largest file a process may write (RLIMIT_FSIZE)
+  uint64_t output_bytes = 1ull << 20;      // captured bytes per stream; the rest is drained and counted
+  uint32_t open_files = 1024;              // RLIMIT_NOFILE
+  uint64_t tmp_bytes = 64ull << 20;        // size of the private /tmp tmpfs
+  // Use a per-run cgroup where the machine allows; false forces the rlimit fallback (tests, or hosts
+  // where another manager owns the hierarchy).
+  bool use_cgroup = true;
 };
 
 // What the sandboxed process may see and do beyond the fixed policy (docs/sandbox.md).
@@ -40,15 +43,15 @@ struct policy {
 };
 
 struct run_spec {
-  std::vector<std::string> argv;              // argv[0] is resolved on the sandbox's PATH
-  std::string workspace;                      // host directory; empty = a fresh temporary one
-  bool keep_workspace = false;                // keep a temporary workspace after the run
-  std::map<std::string, std::string> env;     // added to the clean environment
-  std::string stdin_data;                     // fed to stdin (then EOF); stdin is empty by default
+  std::vector<std::string> argv;           // argv[0] is resolved on the sandbox's PATH
+  std::string workspace;                   // host directory; empty = a fresh temporary one
+  bool keep_workspace = false;             // keep a temporary workspace after the run
+  std::map<std::string, std::string> env;  // added to the clean environment
+  std::string stdin_data;                  // fed to stdin (then EOF); stdin is empty by default
   struct limits limits;
   struct policy policy;
-  std::string audit_log;                      // append one JSON line here; empty = no log
-  std::string id;                             // episode id recorded in the audit log
+  std::string audit_log;  // append one JSON line here; empty = no log
+  std::string id;         // episode id recorded in the audit log
 };
 
 // Which limit ended or constrained a run.
@@ -61,26 +64,26 @@ struct mechanisms {
 };
 
 struct captured_stream {
-  std::string data;       // at most limits.output_bytes
-  uint64_t bytes = 0;     // everything the child wrote
+  std::string data;    // at most limits.output_bytes
+  uint64_t bytes = 0;  // everything the child wrote
   bool truncated = false;
-  uint64_t xxh3 = 0;      // XXH3-64 of everything the child wrote (not only the captured part)
+  uint64_t xxh3 = 0;  // XXH3-64 of everything the child wrote (not only the captured part)
 };
 
 struct run_result {
-  bool started = false;          // false: the sandbox could not be set up (see error)
-  std::string error;             // setup failure, empty otherwise
-  int exit_code = -1;            // exit status of the command; 128+N when killed by signal N
-  int signal = 0;                // the signal that killed the command, 0 if it exited
+  bool started = false;  // false: the sandbox could not be set up (see error)
+  std::string error;     // setup failure, empty otherwise
+  int exit_code = -1;    // exit status of the command; 128+N when killed by signal N
+  int signal = 0;        // the signal that killed the command, 0 if it exited
   double duration_s = 0;
-  double cpu_s = 0;              // user+system CPU of the tree
+  double cpu_s = 0;  // user+system CPU of the tree
   uint64_t peak_memory_bytes = 0;
   captured_stream out, err;
   limit_kind fired = limit_kind::none;  // the limit that killed the run (timeout, cpu, memory, file_size)
   std::vector<limit_kind> hit;          // every limit reached, including ones that only constrained it
   struct mechanisms mechanisms;
-  std::string workspace;         // the host workspace used
-  std::string cgroup;            // the per-run cgroup (empty when rlimits only)
+  std::string workspace;  // the host workspace used
+  std::string cgroup;     // the per-run cgroup (empty when rlimits only)
 
   bool hit_limit(limit_kind k) const;
   bool ok() const { return started && exit_code == 0 && fired == limit_kind::none; }

@@ -32,10 +32,9 @@ constexpr const char* kDenied[] = {
     // new namespaces: a fresh user namespace would hand back capabilities inside the sandbox
     "unshare", "setns",
     // the kernel itself
-    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "bpf",
-    "perf_event_open", "iopl", "ioperm", "swapon", "swapoff", "reboot", "acct", "syslog", "quotactl",
-    "lookup_dcookie", "uselib", "vhangup", "fanotify_init", "settimeofday", "clock_settime", "clock_adjtime",
-    "adjtimex",
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "bpf", "perf_event_open",
+    "iopl", "ioperm", "swapon", "swapoff", "reboot", "acct", "syslog", "quotactl", "lookup_dcookie", "uselib",
+    "vhangup", "fanotify_init", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
     // keyrings are shared with the host user
     "keyctl", "add_key", "request_key",
     // classic race amplifiers for kernel exploits; io_uring bypasses the per-syscall filter entirely

@@ -31,27 +31,48 @@ namespace {
 
 const char* errno_name(int e) {
   switch (e) {
-    case 0: return "OK";
-    case EPERM: return "EPERM";
-    case ENOENT: return "ENOENT";
-    case ESRCH: return "ESRCH";
-    case EACCES: return "EACCES";
-    case EROFS: return "EROFS";
-    case EAFNOSUPPORT: return "EAFNOSUPPORT";
-    case ECONNREFUSED: return "ECONNREFUSED";
-    case ENETUNREACH: return "ENETUNREACH";
-    case ENOSYS: return "ENOSYS";
-    case ENXIO: return "ENXIO";
-    case EIO: return "EIO";
-    case EINVAL: return "EINVAL";
-    case EBADF: return "EBADF";
-    case ENOTTY: return "ENOTTY";
-    case EFBIG: return "EFBIG";
-    case EAGAIN: return "EAGAIN";
-    case ENOMEM: return "ENOMEM";
-    case EEXIST: return "EEXIST";
-    case ENOTDIR: return "ENOTDIR";
-    default: return "OTHER";
+    case 0:
+      return "OK";
+    case EPERM:
+      return "EPERM";
+    case ENOENT:
+      return "ENOENT";
+    case ESRCH:
+      return "ESRCH";
+    case EACCES:
+      return "EACCES";
+    case EROFS:
+      return "EROFS";
+    case EAFNOSUPPORT:
+      return "EAFNOSUPPORT";
+    case ECONNREFUSED:
+      return "ECONNREFUSED";
+    case ENETUNREACH:
+      return "ENETUNREACH";
+    case ENOSYS:
+      return "ENOSYS";
+    case ENXIO:
+      return "ENXIO";
+    case EIO:
+      return "EIO";
+    case EINVAL:
+      return "EINVAL";
+    case EBADF:
+      return "EBADF";
+    case ENOTTY:
+      return "ENOTTY";
+    case EFBIG:
+      return "EFBIG";
+    case EAGAIN:
+      return "EAGAIN";
+    case ENOMEM:
+      return "ENOMEM";
+    case EEXIST:
+      return "EEXIST";
+    case ENOTDIR:
+      return "ENOTDIR";
+    default:
+      return "OTHER";
   }
 }
 
@@ -94,9 +115,9 @@ int cmd_sockets() {
   struct {
     const char* name;
     int family, type;
-  } cases[] = {{"unix", AF_UNIX, SOCK_STREAM},   {"inet", AF_INET, SOCK_STREAM},
-               {"inet6", AF_INET6, SOCK_DGRAM},  {"netlink", AF_NETLINK, SOCK_RAW},
-               {"packet", AF_PACKET, SOCK_RAW},  {"vsock", AF_VSOCK, SOCK_STREAM}};
+  } cases[] = {{"unix", AF_UNIX, SOCK_STREAM},  {"inet", AF_INET, SOCK_STREAM},
+               {"inet6", AF_INET6, SOCK_DGRAM}, {"netlink", AF_NETLINK, SOCK_RAW},
+               {"packet", AF_PACKET, SOCK_RAW}, {"vsock", AF_VSOCK, SOCK_STREAM}};
   for (auto& c : cases) report(c.name, ::socket(c.family, c.type, 0));
   // The upper 32 bits of the family register must not matter to the filter (the kernel ignores them).
   report("inet_high_bits", ::syscall(SYS_socket, (1L << 32) | AF_INET, SOCK_STREAM, 0));
@@ -327,10 +348,11 @@ int cmd_env() {
 }
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: moxi-sandbox-probe id|fds|procs|env|syscalls|sockets|tiocsti|spin|ignore-term|forkbomb\n"
-               "       | write PATH | read PATH | connect IP PORT | dns NAME | ptrace PID | membomb MB\n"
-               "       | daemon SECONDS | output BYTES | fsize PATH BYTES\n");
+  std::fprintf(
+      stderr,
+      "usage: moxi-sandbox-probe id|fds|procs|env|syscalls|sockets|tiocsti|spin|ignore-term|forkbomb\n"
+      "       | write PATH | read PATH | connect IP PORT | dns NAME | ptrace PID | membomb MB\n"
+      "       | daemon SECONDS | output BYTES | fsize PATH BYTES\n");
   return 2;
 }
 
