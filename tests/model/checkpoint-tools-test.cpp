@@ -14,6 +14,7 @@
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/convert.h"
 #include "moxi/formats/model-config.h"
+#include "moxi/formats/tokenizer.h"
 #include "moxi/base/mx.h"
 #include "moxi/model/init.h"
 #include "moxi/model/inspect.h"
@@ -163,6 +164,21 @@ TEST(Init, PlannerBytesEqualTheWrittenCheckpoint) {
     EXPECT_TRUE(rep.config_ok()) << cfg;
     EXPECT_TRUE(rep.unexpected.empty()) << cfg;
   }
+}
+
+TEST(Init, WritesAByteLevelTokenizerThatRoundTripsText) {
+  tmp_dir t;
+  const auto c = formats::load_model_config(config_path("tiny-seed.json"));  // pad 0, bos 1, eos 2
+  model::init_checkpoint(c, t / "ck", quiet(1, 1));
+  const auto tok = moxi::tokenizer::from_hf_json_file(t / "ck/tokenizer.json");
+  // Specials keep their config ids; byte b takes the b-th free id, i.e. b + 3 here.
+  EXPECT_EQ(tok.find("<|eos|>"), std::optional<moxi::token_id>(2));
+  const std::string text = "Hi, w\xc3\xb6rld \xe4\xb8\x96\xe7\x95\x8c\n";
+  const auto ids = tok.encode(text);
+  ASSERT_EQ(ids.size(), text.size());
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], int(static_cast<unsigned char>(text[i])) + 3) << i;
+  EXPECT_EQ(tok.decode(ids), text);
+  EXPECT_EQ(tok.encode("<|bos|>a"), (std::vector<moxi::token_id>{1, 'a' + 3}));
 }
 
 TEST(Init, RefusesAnExistingDirectoryAndLeavesNoTemp) {

@@ -7,10 +7,12 @@
 #include "moxi/model/init.h"
 
 #include <cmath>
+#include <map>
 #include <vector>
 
 #include "moxi/base/error.h"
 #include "moxi/base/progress.h"
+#include "moxi/formats/byte-tokenizer.h"
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/convert.h"
 #include "moxi/base/mx.h"
@@ -109,6 +111,13 @@ void init_checkpoint(const formats::model_config& c, const std::string& out_dir,
   }
   formats::checkpoint_writer writer(out_dir, specs, o.num_shards, {{"format", "pt"}, {"producer", "moxi init"}});
   writer.add_file("config.json", c.json.dump(2) + "\n");
+  // A byte-level tokenizer makes the random checkpoint promptable with text (no merges: one token per byte).
+  std::map<int64_t, std::string> specials;
+  if (c.pad_token_id) specials[*c.pad_token_id] = "<|pad|>";
+  if (c.bos_token_id) specials[*c.bos_token_id] = "<|bos|>";
+  if (c.eos_token_id) specials[*c.eos_token_id] = "<|eos|>";
+  if (c.vocab_size >= 256 + int64_t(specials.size()))
+    writer.add_file("tokenizer.json", formats::byte_level_tokenizer_json(c.vocab_size, specials));
 
   progress bar("init", total, /*bytes=*/true);
   std::vector<float> values;
