@@ -93,7 +93,7 @@ std::string read_text(const std::filesystem::path& p) {
 // ---------------------------------------------------------------------------------------------------------
 // BPE on small tokenizers
 
-TEST(Tokenizer, MergesApplyByRankNotByPosition) {
+TEST(tokenizer, MergesApplyByRankNotByPosition) {
   // "abc": rank 0 is "b c", so a + bc, although "a b" comes first in the text.
   auto tok = load(tiny_json({"ab", "bc", "abc"}, {"b c", "a b", "ab c"}, byte_level_only()));
   EXPECT_EQ(tok.encode("abc"), (ids{'a', 257}));
@@ -103,21 +103,21 @@ TEST(Tokenizer, MergesApplyByRankNotByPosition) {
   EXPECT_EQ(tok2.encode("abcab"), (ids{258, 256}));
 }
 
-TEST(Tokenizer, ArrayAndStringMergesAreTheSame) {
+TEST(tokenizer, ArrayAndStringMergesAreTheSame) {
   auto a = load(tiny_json({"ab", "bc", "abc"}, {"b c", "a b", "ab c"}, byte_level_only()));
   auto b = load(
       tiny_json({"ab", "bc", "abc"}, json::array({{"b", "c"}, {"a", "b"}, {"ab", "c"}}), byte_level_only()));
   for (std::string s : {"abc", "aabbcc", "cab", "abcabcab", ""}) EXPECT_EQ(a.encode(s), b.encode(s)) << s;
 }
 
-TEST(Tokenizer, EqualRanksMergeLeftmostFirst) {
+TEST(tokenizer, EqualRanksMergeLeftmostFirst) {
   // "aaa": both pairs are (a, a); the left one merges, leaving aa + a.
   auto tok = load(tiny_json({"aa"}, {"a a"}, byte_level_only()));
   EXPECT_EQ(tok.encode("aaa"), (ids{256, 'a'}));
   EXPECT_EQ(tok.encode("aaaa"), (ids{256, 256}));
 }
 
-TEST(Tokenizer, ByteLevelCharsForSpaceAndHighBytes) {
+TEST(tokenizer, ByteLevelCharsForSpaceAndHighBytes) {
   // Space is byte-level "Ġ" (U+0120); é is bytes C3 A9 -> "Ã©".
   auto tok = load(tiny_json({"Ġh", "Ã©"}, {"Ġ h", "Ã ©"}, byte_level_only()));
   EXPECT_EQ(tok.encode(" h\xC3\xA9"), (ids{256, 257}));
@@ -125,7 +125,7 @@ TEST(Tokenizer, ByteLevelCharsForSpaceAndHighBytes) {
   EXPECT_EQ(tok.token_bytes(256), " h");
 }
 
-TEST(Tokenizer, ByteLevelRegexSplitsBeforeMerging) {
+TEST(tokenizer, ByteLevelRegexSplitsBeforeMerging) {
   // GPT-2's regex keeps " b" apart from "a", so the "a Ġ" merge cannot fire across it.
   json pre = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
   auto tok = load(tiny_json({"aĠ", "Ġb"}, {"a Ġ", "Ġ b"}, pre));
@@ -134,14 +134,14 @@ TEST(Tokenizer, ByteLevelRegexSplitsBeforeMerging) {
   EXPECT_EQ(no_regex.encode("a b"), (ids{256, 'b'}));
 }
 
-TEST(Tokenizer, AddPrefixSpace) {
+TEST(tokenizer, AddPrefixSpace) {
   json pre = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", false}};
   auto tok = load(tiny_json({"Ġh"}, {"Ġ h"}, pre));
   EXPECT_EQ(tok.encode("h"), (ids{256}));
   EXPECT_EQ(tok.encode(" h"), (ids{256}));
 }
 
-TEST(Tokenizer, IgnoreMergesTakesWholeWords) {
+TEST(tokenizer, IgnoreMergesTakesWholeWords) {
   // The merges cannot build "abc" (no "ab c"), but ignore_merges looks the word up first.
   auto j = tiny_json({"ab", "abc"}, {"a b"}, byte_level_only());
   EXPECT_EQ(load(j).encode("abc"), (ids{256, 'c'}));
@@ -158,7 +158,7 @@ ids split_ids(const std::string& behavior, bool invert, const std::string& text)
   return load(tiny_json({"a-", "-b", "--"}, {"a -", "- b", "- -"}, pre)).encode(text);
 }
 
-TEST(Tokenizer, SplitBehaviors) {
+TEST(tokenizer, SplitBehaviors) {
   const token_id a = 'a', b = 'b', dash = '-', a_dash = 256, dash_b = 257, dash_dash = 258;
   EXPECT_EQ(split_ids("Isolated", false, "a-b"), (ids{a, dash, b}));
   EXPECT_EQ(split_ids("Removed", false, "a-b"), (ids{a, b}));
@@ -172,7 +172,7 @@ TEST(Tokenizer, SplitBehaviors) {
   EXPECT_EQ(split_ids("MergedWithPrevious", true, "a-b"), (ids{a, dash_b}));
 }
 
-TEST(Tokenizer, RegexSplitWithUnicodeClasses) {
+TEST(tokenizer, RegexSplitWithUnicodeClasses) {
   json split = {{"type", "Split"},
                 {"pattern", {{"Regex", "\\p{N}{1,3}"}}},
                 {"behavior", "Isolated"},
@@ -191,7 +191,7 @@ json with_added(json j, const json& added) {
   return j;
 }
 
-TEST(Tokenizer, AddedTokensLongestMatchAndSpecialFlag) {
+TEST(tokenizer, AddedTokensLongestMatchAndSpecialFlag) {
   auto j = with_added(tiny_json({}, json::array(), byte_level_only()),
                       {{{"id", 300}, {"content", "<s>"}, {"special", true}},
                        {{"id", 301}, {"content", "<s>x"}, {"special", true}},
@@ -211,7 +211,7 @@ TEST(Tokenizer, AddedTokensLongestMatchAndSpecialFlag) {
   EXPECT_EQ(tok.find("zz"), std::nullopt);
 }
 
-TEST(Tokenizer, AddedTokenStripAndSingleWord) {
+TEST(tokenizer, AddedTokenStripAndSingleWord) {
   auto j =
       with_added(tiny_json({}, json::array(), byte_level_only()),
                  {{{"id", 300}, {"content", "<m>"}, {"special", true}, {"lstrip", true}, {"rstrip", true}},
@@ -222,7 +222,7 @@ TEST(Tokenizer, AddedTokenStripAndSingleWord) {
   EXPECT_EQ(tok.encode("concat"), (ids{'c', 'o', 'n', 'c', 'a', 't'}));
 }
 
-TEST(Tokenizer, NonNormalizedAddedTokensMatchFirst) {
+TEST(tokenizer, NonNormalizedAddedTokensMatchFirst) {
   // HF extracts normalized=false tokens in a first pass, so "<x>" wins over the overlapping "a<x".
   auto j = with_added(tiny_json({}, json::array(), byte_level_only()),
                       {{{"id", 300}, {"content", "a<x"}, {"special", false}, {"normalized", true}},
@@ -233,7 +233,7 @@ TEST(Tokenizer, NonNormalizedAddedTokensMatchFirst) {
 // ---------------------------------------------------------------------------------------------------------
 // Hostile and unsupported inputs
 
-TEST(Tokenizer, ErrorsNameTheField) {
+TEST(tokenizer, ErrorsNameTheField) {
   auto base = tiny_json({"ab"}, {"a b"}, byte_level_only());
   expect_error([] { tokenizer::from_hf_json("{not json", "bad.json"); }, {"bad.json", "invalid JSON"});
   expect_error([] { tokenizer::from_hf_json("[1,2]", "bad.json"); }, {"bad.json", "expected a JSON object"});
@@ -339,7 +339,7 @@ TEST(Tokenizer, ErrorsNameTheField) {
                {"/nonexistent/tokenizer.json"});
 }
 
-TEST(Tokenizer, EncodeAndDecodeErrors) {
+TEST(tokenizer, EncodeAndDecodeErrors) {
   auto tok = load(tiny_json({}, json::array(), byte_level_only()));
   expect_error([&] { tok.encode("ok\xFFnot"); }, {"UTF-8"});
   expect_error([&] { tok.encode("\xC3"); }, {"UTF-8"});
@@ -351,7 +351,7 @@ TEST(Tokenizer, EncodeAndDecodeErrors) {
 }
 
 // Mutated files never crash the loader: each either loads or throws moxi::error.
-TEST(Tokenizer, FuzzedTokenizerJsonNeverCrashes) {
+TEST(tokenizer, FuzzedTokenizerJsonNeverCrashes) {
   auto j = with_added(
       tiny_json({"ab", "bc", "abc"}, {"a b", "b c", "ab c"},
                 {{"type", "Sequence"},
@@ -421,7 +421,7 @@ std::string tiny_tiktoken(const std::vector<std::string>& extra) {
   return file;
 }
 
-TEST(Tiktoken, MergesByRankOfTheConcatenation) {
+TEST(tokenizerTiktoken, MergesByRankOfTheConcatenation) {
   moxi::tiktoken_options opt;
   opt.pattern = "\\S+|\\s+";
   opt.special_tokens = {{"<|end|>", 1000}};
@@ -438,7 +438,7 @@ TEST(Tiktoken, MergesByRankOfTheConcatenation) {
   EXPECT_EQ(tok.decode(ids{'a', 256, 1000}, true), "abc");
 }
 
-TEST(Tiktoken, ErrorsNameFileAndLine) {
+TEST(tokenizerTiktoken, ErrorsNameFileAndLine) {
   moxi::tiktoken_options opt;
   expect_error([&] { tokenizer::from_tiktoken("YQ== 0\nYg 1\n", "t.model", opt); },
                {"t.model", "line 2", "base64"});
@@ -456,7 +456,7 @@ TEST(Tiktoken, ErrorsNameFileAndLine) {
   expect_error([] { tokenizer::from_tiktoken_file("/nonexistent/tiktoken.model", {}); }, {"/nonexistent"});
 }
 
-TEST(Tiktoken, KimiPatternCompilesAndKeepsHanApart) {
+TEST(tokenizerTiktoken, KimiPatternCompilesAndKeepsHanApart) {
   moxi::tiktoken_options opt;  // default pattern: Kimi's
   auto tok = tokenizer::from_tiktoken(tiny_tiktoken({}), "bytes.tiktoken", opt);
   // Every byte is a token and there are no merges, so ids are the bytes: checks the split is lossless.
@@ -476,7 +476,7 @@ std::vector<std::string> pieces(const std::string& pattern, const std::string& t
   return out;
 }
 
-TEST(TokenizerRegex, ClassIntersection) {
+TEST(tokenizerRegex, ClassIntersection) {
   EXPECT_EQ(moxi::tok::translate_class_intersections("[\\p{L}&&[^\\p{Han}]]+", "t"),
             "(?:(?![\\p{Han}])[\\p{L}])+");
   EXPECT_EQ(pieces("[\\p{L}&&[^\\p{Han}]]+|[\\p{Han}]+", "abc中文def"),
@@ -488,7 +488,7 @@ TEST(TokenizerRegex, ClassIntersection) {
   EXPECT_THROW(moxi::tok::translate_class_intersections("[a&&b]", "t"), moxi::error);
 }
 
-TEST(TokenizerRegex, BareScriptNamesMeanScriptNotExtensions) {
+TEST(tokenizerRegex, BareScriptNamesMeanScriptNotExtensions) {
   // U+3001 "、" has Script=Common with Han among its script extensions: Oniguruma and Rust's regex do not
   // count it as \p{Han}, PCRE2 10.42 would.
   EXPECT_EQ(pieces("\\p{Han}+", "中、文"), (std::vector<std::string>{"中", "文"}));
@@ -498,7 +498,7 @@ TEST(TokenizerRegex, BareScriptNamesMeanScriptNotExtensions) {
             "\\p{L}\\p{Lu}\\p{sc:Han}\\p{^sc:Latin}\\\\p{x}");
 }
 
-TEST(TokenizerRegex, LongRunsDoNotExhaustTheMatcher) {
+TEST(tokenizerRegex, LongRunsDoNotExhaustTheMatcher) {
   moxi::tok::regex re("\\s+(?!\\S)|\\s+|\\p{L}+", "test");
   const std::string text = std::string(1 << 20, ' ') + "x" + std::string(1 << 20, 'y');
   auto m = re.find_all(text);
@@ -509,7 +509,7 @@ TEST(TokenizerRegex, LongRunsDoNotExhaustTheMatcher) {
 // ---------------------------------------------------------------------------------------------------------
 // UTF-8 and streaming
 
-TEST(Utf8, CompletePrefixHoldsBackOnlyPossibleSequences) {
+TEST(tokenizerUtf8, CompletePrefixHoldsBackOnlyPossibleSequences) {
   using moxi::utf8_complete_prefix;
   EXPECT_EQ(utf8_complete_prefix(""), 0u);
   EXPECT_EQ(utf8_complete_prefix("abc"), 3u);
@@ -530,7 +530,7 @@ TEST(Utf8, CompletePrefixHoldsBackOnlyPossibleSequences) {
   EXPECT_FALSE(moxi::utf8_valid("\xF8\x88\x80\x80\x80"));
 }
 
-TEST(StreamDecoder, SplitsCharactersAcrossTokens) {
+TEST(tokenizerStream, SplitsCharactersAcrossTokens) {
   // Byte tokens only: each byte of "中😀" arrives alone.
   auto tok = load(tiny_json({}, json::array(), byte_level_only()));
   const std::string text = "a中😀b";
@@ -587,7 +587,7 @@ void check_cases(const tokenizer& tok, const std::vector<ref_case>& cases, bool 
   }
 }
 
-TEST(TokenizerReference, DeepSeekV3MatchesHuggingFaceTokenizersJs) {
+TEST(tokenizerReference, DeepSeekV3MatchesHuggingFaceTokenizersJs) {
   auto cases = load_cases("deepseek_v3.expected.json");
   if (cases.empty()) return;
   auto tok = tokenizer::from_hf_json_file((kRefDir / "deepseek_v3.tokenizer.json").string());
@@ -603,7 +603,7 @@ TEST(TokenizerReference, DeepSeekV3MatchesHuggingFaceTokenizersJs) {
   EXPECT_TRUE(tok.is_special(0));
 }
 
-TEST(TokenizerReference, O200kMatchesJsTiktoken) {
+TEST(tokenizerReference, O200kMatchesJsTiktoken) {
   json whole;
   auto cases = load_cases("o200k_base.expected.json", &whole);
   if (cases.empty()) return;
@@ -618,7 +618,7 @@ TEST(TokenizerReference, O200kMatchesJsTiktoken) {
   check_cases(tok, cases);
 }
 
-TEST(TokenizerReference, KimiPatternMatchesV8SetOperations) {
+TEST(tokenizerReference, KimiPatternMatchesV8SetOperations) {
   auto cases = load_cases("kimi_pattern.expected.json");
   if (cases.empty()) return;
   moxi::tiktoken_options opt;  // Kimi's pat_str, translated for PCRE2 by the library
