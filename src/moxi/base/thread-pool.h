@@ -1,0 +1,63 @@
+// A small static thread pool for the kernels (ARCHITECTURE.md §1, issue 5): a fixed set of workers that
+// all run the same job with their thread index, so kernels partition work statically (no task queue, no
+// allocation per job, no work stealing) and results do not depend on scheduling.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace moxi {
+
+class thread_pool {
+ public:
+  // n_threads >= 1 counts the calling thread: n_threads - 1 workers are started.
+  explicit thread_pool(int n_threads);
+  ~thread_pool();
+  thread_pool(const thread_pool&) = delete;
+  thread_pool& operator=(const thread_pool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Runs fn(tid, n) for tid = 0 .. n-1 (tid 0 on the calling thread) and returns when all have finished.
+  // fn must not throw. Calls from several threads are serialized; a call from inside a job runs the whole
+  // job inline on that thread (tid 0 of 1), so nested parallel kernels stay correct.
+  template <class F>
+  void run(F&& fn) {
+    run_impl(&invoke<std::remove_reference_t<F>>, const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
+  // The process-wide pool used by the kernels: MOXI_THREADS if set (>= 1), else the number of CPUs this
+  // process may run on. Created on first use.
+  static thread_pool& global();
+
+ private:
+  using job_fn = void (*)(void*, int, int);
+  template <class F>
+  static void invoke(void* f, int tid, int n) {
+    (*static_cast<F*>(f))(tid, n);
+  }
+  void run_impl(job_fn fn, void* ctx);
+  void worker(int tid);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex run_mutex_;  // one job at a time
+  job_fn job_ = nullptr;  // written before generation_ is bumped (release), read after (acquire)
+  void* ctx_ = nullptr;
+  std::atomic<uint32_t> generation_{0};  // bumped once per job; workers wait on it
+  std::atomic<int> pending_{0};          // workers still running the current job
+  std::atomic<bool> stop_{false};
+};
+
+// Static partition of [0, n) into `parts` contiguous ranges whose starts are multiples of `align`
+// (except the end); part i gets [begin, end). Sizes differ by at most `align`.
+struct range {
+  int64_t begin, end;
+};
+range split_range(int64_t n, int part, int parts, int64_t align = 1);
+
+}  // namespace moxi
