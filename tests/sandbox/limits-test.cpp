@@ -43,7 +43,7 @@ TEST(SandboxLimits, WallClockTimeoutKillsASleeper) {
   auto r = run(s);
   EXPECT_EQ(r.fired, limit_kind::timeout);
   EXPECT_EQ(r.signal, SIGKILL);
-  EXPECT_LT(r.duration_s, 2.0);
+  EXPECT_LT(r.duration_s, 3.0);
   EXPECT_GE(r.duration_s, 0.4);
   expect_clean(r, "sleep " + m);
 }
@@ -57,7 +57,7 @@ TEST(SandboxLimits, ProcessIgnoringSigtermIsStillKilled) {
   EXPECT_EQ(r.out.data, "ignoring\n");
   EXPECT_EQ(r.fired, limit_kind::timeout);
   EXPECT_EQ(r.signal, SIGKILL);
-  EXPECT_LT(r.duration_s, 2.0);
+  EXPECT_LT(r.duration_s, 3.0);
   expect_clean(r, m);
 }
 
@@ -71,7 +71,7 @@ TEST(SandboxLimits, InfiniteLoopHitsTheCpuLimit) {
   EXPECT_EQ(r.fired, limit_kind::cpu) << to_string(r.fired);
   EXPECT_NE(r.signal, 0);
   EXPECT_GE(r.cpu_s, 0.45);
-  EXPECT_LT(r.duration_s, 5.0);
+  EXPECT_LT(r.duration_s, 6.0);
   expect_clean(r, m);
 }
 
@@ -82,11 +82,11 @@ TEST(SandboxLimits, ForkBombIsContained) {
   s.limits.pids = 16;
   s.limits.timeout_s = 1.5;
   auto r = run(s);
-  EXPECT_EQ(r.fired, limit_kind::timeout);
+  EXPECT_EQ(r.fired, limit_kind::timeout) << to_string(r.fired) << " exit=" << r.exit_code << " " << r.err.data;
   if (r.mechanisms.pids != "rlimit") {
     EXPECT_TRUE(r.hit_limit(limit_kind::pids)) << "pids.max was never reached";
   }
-  EXPECT_LT(r.duration_s, 4.0);
+  EXPECT_LT(r.duration_s, 6.0);
   expect_clean(r, m);
 }
 
@@ -167,7 +167,7 @@ TEST(SandboxLimits, BackgroundProcessesDoNotSurviveTheEpisode) {
   auto r = run(probe_spec(ws, {"daemon", seconds}));
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out.data, "daemonized\n");
-  EXPECT_LT(r.duration_s, 2.0);  // we did not wait for the daemon
+  EXPECT_LT(r.duration_s, 10.0);  // we did not wait for the 29 s daemon
   expect_clean(r, "sleep " + seconds);
   // Also with a shell job that keeps stdout open.
   run_spec s = probe_spec(ws, {});
@@ -175,7 +175,7 @@ TEST(SandboxLimits, BackgroundProcessesDoNotSurviveTheEpisode) {
   s.argv = {"sh", "-c", "sleep " + seconds2 + " & echo started"};
   r = run(s);
   EXPECT_EQ(r.out.data, "started\n");
-  EXPECT_LT(r.duration_s, 2.0);
+  EXPECT_LT(r.duration_s, 10.0);
   expect_clean(r, "sleep " + seconds2);
 }
 
@@ -204,7 +204,7 @@ TEST(SandboxLimitsFallback, ForkBombIsContainedWithoutACgroup) {
   auto r = run(s);
   EXPECT_EQ(r.mechanisms.pids, ::geteuid() == 0 ? "rlimit" : "none");
   EXPECT_EQ(r.fired, limit_kind::timeout);
-  EXPECT_LT(r.duration_s, 3.0);
+  EXPECT_LT(r.duration_s, 6.0);
   // Without a cgroup the tree dies with the PID namespace when bwrap is killed.
   expect_clean(r, m);
 }
