@@ -1,0 +1,170 @@
+// MXFP4 dispatch: variant choice (once), packing into the panel-16 layout, activation quantization and
+// bf16 conversion into grow-only per-thread scratch, and static partitioning of weight panels over the
+// global thread pool (each thread writes disjoint rows of y, so results do not depend on the schedule).
+#include "moxi/kernels/mxfp4-dispatch.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "moxi/base/error.h"
+#include "moxi/base/mx.h"
+#include "moxi/base/thread-pool.h"
+#include "moxi/kernels/x86/cpu.h"
+#include "moxi/kernels/x86/mxfp4-x86.h"
+
+namespace moxi::kernels {
+
+struct mxfp4_access {
+  static x86::mxfp4_panels panels(const packed_mxfp4& w) { return {w.qs_.data(), w.sc_.data(), w.n_, w.k_}; }
+  static const uint8_t* qs(const packed_mxfp4& w) { return w.qs_.data(); }
+  static const uint8_t* sc(const packed_mxfp4& w) { return w.sc_.data(); }
+};
+
+namespace {
+
+mxfp4_variant choose_variant() {
+  mxfp4_variant cap = mxfp4_variant::AVX512_BF16;
+  if (const char* env = std::getenv("MOXI_KERNELS")) {
+    const std::string s = env;
+    if (s == "ref") cap = mxfp4_variant::REF;
+    if (s == "avx512") cap = mxfp4_variant::AVX512;
+  }
+  for (mxfp4_variant v : {mxfp4_variant::AVX512_BF16, mxfp4_variant::AVX512})
+    if (uint8_t(v) <= uint8_t(cap) && mxfp4_supported(v)) return v;
+  return mxfp4_variant::REF;
+}
+
+// Grow-only scratch per thread: steady-state calls allocate nothing.
+template <class T>
+T* scratch(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+mx::elem_format act_format(act_quant act) {
+  return act == act_quant::MXFP8_E4M3 ? mx::elem_format::FP8_E4M3 : mx::elem_format::FP8_E5M2;
+}
+
+}  // namespace
+
+const char* to_string(mxfp4_variant v) {
+  switch (v) {
+    case mxfp4_variant::REF:
+      return "ref";
+    case mxfp4_variant::AVX512:
+      return "avx512";
+    case mxfp4_variant::AVX512_BF16:
+      return "avx512_bf16";
+  }
+  return "?";
+}
+
+bool mxfp4_supported(mxfp4_variant v) {
+  switch (v) {
+    case mxfp4_variant::REF:
+      return true;
+    case mxfp4_variant::AVX512:
+      return x86::cpu().avx512;
+    case mxfp4_variant::AVX512_BF16:
+      return x86::cpu().avx512 && x86::cpu().avx512_bf16;
+  }
+  return false;
+}
+
+mxfp4_variant mxfp4_best_variant() {
+  static const mxfp4_variant v = choose_variant();
+  return v;
+}
+
+packed_mxfp4 pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t N, int64_t K,
+                        mxfp4_variant variant) {
+  MOXI_ASSERT(K % mx::kBlock == 0 && N >= 0 && K >= 0);
+  if (!mxfp4_supported(variant))
+    throw error(std::string("MXFP4 kernel variant ") + to_string(variant) +
+                " is not supported on this CPU (" + x86::cpu_features_string() + ")");
+  packed_mxfp4 p;
+  p.n_ = N;
+  p.k_ = K;
+  p.variant_ = variant;
+  const int64_t half = K / 2, nb = K / mx::kBlock;
+  if (variant == mxfp4_variant::REF) {
+    p.qs_.assign(blocks, blocks + N * half);
+    p.sc_.assign(scales, scales + N * nb);
+    return p;
+  }
+  const int64_t panels = (N + x86::kPanel - 1) / x86::kPanel;
+  p.qs_.assign(size_t(panels * half * 16), 0);  // padded rows are zero codes with scale 2^-127: they add 0
+  p.sc_.assign(size_t(panels * nb * 16), 0);
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t P = n / 16, r = n % 16;
+    const uint8_t* src = blocks + n * half;
+    uint8_t* dst = p.qs_.data() + P * half * 16 + r;
+    for (int64_t j = 0; j < half; ++j) dst[j * 16] = src[j];
+    const uint8_t* ss = scales + n * nb;
+    uint8_t* sd = p.sc_.data() + P * nb * 16 + r;
+    for (int64_t b = 0; b < nb; ++b) sd[b * 16] = ss[b];
+  }
+  return p;
+}
+
+void matmul_mxfp4(const float* x, const packed_mxfp4& w, float* y, int64_t T, act_quant act,
+                  const mxfp4_options& opt) {
+  const int64_t N = w.rows(), K = w.cols();
+  MOXI_ASSERT(T >= 0);
+  if (T == 0 || N == 0) return;
+  if (w.variant() == mxfp4_variant::REF) {
+    ref::matmul_mxfp4(x, mxfp4_access::qs(w), mxfp4_access::sc(w), y, T, N, K, act);
+    return;
+  }
+  thread_pool& pool = thread_pool::global();
+  // Activation quantization: the same mx::fake_quantize as the reference, split over threads by 32-blocks.
+  thread_local std::vector<float> xq_buf;
+  if (act != act_quant::NONE) {
+    float* xq = scratch(xq_buf, size_t(T * K));
+    const mx::elem_format f = act_format(act);
+    pool.run([&](int tid, int nt) {
+      const range r = split_range(T * K, tid, nt, mx::kBlock);
+      if (r.begin < r.end) mx::fake_quantize(f, x + r.begin, size_t(r.end - r.begin), xq + r.begin);
+    });
+    x = xq;
+  }
+  const x86::mxfp4_panels pw = mxfp4_access::panels(w);
+  const bool gemm = w.variant() == mxfp4_variant::AVX512_BF16 && T > opt.gemv_max_tokens;
+  if (!gemm) {
+    pool.run([&](int tid, int nt) {
+      const range r = split_range(pw.panels(), tid, nt);
+      if (r.begin == r.end) return;
+      for (int64_t t0 = 0; t0 < T; t0 += x86::kGemvMaxTokens) {
+        const int64_t tn = T - t0 < x86::kGemvMaxTokens ? T - t0 : x86::kGemvMaxTokens;
+        x86::mxfp4_gemv_avx512(x + t0 * K, tn, pw, r.begin, r.end, y + t0 * N);
+      }
+    });
+    return;
+  }
+  thread_local std::vector<uint16_t> xb_buf;
+  uint16_t* xb = scratch(xb_buf, size_t(T * K));
+  const int64_t pairs = (pw.panels() + 1) / 2;
+  pool.run([&](int tid, int nt) {
+    const range rx = split_range(T * K, tid, nt, 16);
+    if (rx.begin < rx.end) x86::f32_to_bf16_avx512bf16(x + rx.begin, xb + rx.begin, rx.end - rx.begin);
+  });
+  pool.run([&](int tid, int nt) {
+    thread_local std::vector<uint32_t> wbuf;
+    uint32_t* s = scratch(wbuf, size_t(x86::mxfp4_gemm_scratch_u32()));
+    const range r = split_range(pairs, tid, nt);
+    if (r.begin < r.end) x86::mxfp4_gemm_avx512bf16(xb, T, pw, r.begin, r.end, y, s);
+  });
+}
+
+void matmul_mxfp4(const float* x, const uint8_t* blocks, const uint8_t* scales, float* y, int64_t T,
+                  int64_t N, int64_t K, act_quant act) {
+  const mxfp4_variant v = mxfp4_best_variant();
+  if (v == mxfp4_variant::REF) {
+    ref::matmul_mxfp4(x, blocks, scales, y, T, N, K, act);
+    return;
+  }
+  matmul_mxfp4(x, pack_mxfp4(blocks, scales, N, K, v), y, T, act);
+}
+
+}  // namespace moxi::kernels

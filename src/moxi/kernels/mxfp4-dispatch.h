@@ -1,0 +1,76 @@
+// MXFP4-weight matmul for the engine: weights packed once at load (`pack_mxfp4`), then `matmul_mxfp4`
+// runs the best kernel this CPU has (chosen once by CPUID; MOXI_KERNELS=ref forces the scalar reference)
+// on the global thread pool. Decode (few tokens) takes the memory-bound GEMV, prefill the BF16 GEMM.
+//
+// Variants and numerics against ref::matmul_mxfp4 (see docs/kernels.md, "MXFP4 fast kernels"):
+//   REF          the scalar reference itself (bit-identical).
+//   AVX512       fp32 GEMV for every T (in groups of 4 tokens): exact weights, exact products, exact block
+//                scales; only the fp32 summation order differs.
+//   AVX512_BF16  the AVX512 GEMV for T <= gemv_max_tokens, else the BF16 GEMM: weights exact in bf16, x
+//                rounded to bf16 (RNE), fp32 accumulation. With MXFP8 activations x is already exact in bf16,
+//                so only the summation order differs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "moxi/kernels/ref/mxfp4.h"
+
+namespace moxi::kernels {
+
+using ref::act_quant;
+
+enum class mxfp4_variant : uint8_t { REF, AVX512, AVX512_BF16 };
+
+const char* to_string(mxfp4_variant v);
+
+// Whether this CPU (and OS) can run the variant. REF always can.
+bool mxfp4_supported(mxfp4_variant v);
+
+// The variant matmul_mxfp4 uses by default: the best supported one, chosen once per process. MOXI_KERNELS
+// = ref | avx512 | avx512_bf16 caps it (an unsupported request falls back to the best supported below it).
+mxfp4_variant mxfp4_best_variant();
+
+// Weights in the layout of one variant, built once at load; opaque to callers. Movable, not copyable.
+class packed_mxfp4 {
+ public:
+  packed_mxfp4() = default;
+  packed_mxfp4(packed_mxfp4&&) = default;
+  packed_mxfp4& operator=(packed_mxfp4&&) = default;
+
+  int64_t rows() const { return n_; }  // N
+  int64_t cols() const { return k_; }  // K
+  mxfp4_variant variant() const { return variant_; }
+  size_t bytes() const { return qs_.size() + sc_.size(); }
+
+ private:
+  friend packed_mxfp4 pack_mxfp4(const uint8_t*, const uint8_t*, int64_t, int64_t, mxfp4_variant);
+  friend struct mxfp4_access;
+  int64_t n_ = 0, k_ = 0;
+  mxfp4_variant variant_ = mxfp4_variant::REF;
+  std::vector<uint8_t> qs_, sc_;  // REF: the gpt-oss blocks/scales as given; x86: the panel-16 layout
+};
+
+// blocks u8 [N, K/32, 16], scales u8 [N, K/32] as in ref::matmul_mxfp4; K % 32 == 0. Throws moxi::error
+// for an unsupported variant.
+packed_mxfp4 pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t N, int64_t K,
+                        mxfp4_variant variant = mxfp4_best_variant());
+
+struct mxfp4_options {
+  int64_t gemv_max_tokens =
+      4;  // AVX512_BF16: T up to this takes the GEMV, above it the GEMM (0: always GEMM)
+};
+
+// y[T, N] = x[T, K] . W^T with the activation quantization of ref::matmul_mxfp4. x and y must not alias.
+void matmul_mxfp4(const float* x,  // f32 [T, K]
+                  const packed_mxfp4& w,
+                  float* y,  // f32 [T, N]
+                  int64_t T, act_quant act, const mxfp4_options& opt = {});
+
+// Convenience for callers holding only the checkpoint layout (tests, one-off calls): the REF variant runs
+// directly, others pack per call, an extra pass over W. Hot paths pack once with pack_mxfp4.
+void matmul_mxfp4(const float* x, const uint8_t* blocks, const uint8_t* scales, float* y, int64_t T,
+                  int64_t N, int64_t K, act_quant act);
+
+}  // namespace moxi::kernels

@@ -1,0 +1,144 @@
+// MXFP4 prefill GEMM on AVX-512 BF16 (VDPBF16PS) over the panel-16 layout. Per panel pair (32 rows) and
+// K-chunk the weights are decoded once, scale folded in, into bf16 pairs (the decode is exact: an E2M1
+// value times a power of two has <= 2 significant bits), then a 12-token x 32-row register tile of
+// 24 accumulators consumes them, each VDPBF16PS taking one broadcast x pair. Activations arrive as bf16.
+//
+// Blocking (per thread, which owns a range of panel pairs): token blocks of kTb, K-chunks of kKc; the
+// x chunk (kTb x kKc bf16, 384 KiB) and the decoded weights (32 x kKc bf16, 64 KiB) stay in L2 while y
+// tiles accumulate across chunks.
+//
+// Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16; same single-header rule as the GEMV.
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include "moxi/kernels/x86/mxfp4-x86.h"
+
+namespace moxi::kernels::x86 {
+namespace {
+
+constexpr int64_t kKc = 1024;  // K-chunk (multiple of 32)
+constexpr int kTm = 12;        // tokens per register tile: 24 accumulators + 2 weight registers
+constexpr int64_t kTb = 16 * kTm;
+
+inline __m512 fp4_table() {
+  return _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f,
+                        -3.0f, -4.0f, -6.0f);
+}
+
+inline __m512 e8m0_x16(const uint8_t* s) {
+  const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+  __m512i f = _mm512_slli_epi32(v, 23);
+  f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()),
+                            _mm512_set1_epi32(0x00400000));
+  f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(v, _mm512_set1_epi32(255)),
+                            _mm512_set1_epi32(0x7fc00000));
+  return _mm512_castsi512_ps(f);
+}
+
+inline __mmask16 row_mask(int64_t N, int64_t row0) {
+  const int64_t n = N - row0;
+  return n <= 0 ? __mmask16(0) : n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
+}
+
+// Decodes pairs [kc/2, (kc+kn)/2) of panel P into out[pair][16] u32 words, each (bf16 of element 2p) |
+// (bf16 of element 2p+1) << 16: the operand order VDPBF16PS pairs. bf16 = the fp32's upper half, exact
+// here (the value has <= 2 significant bits), NaN stays NaN; fp32-subnormal products (scale bytes < 3)
+// become bf16 subnormals that VDPBF16PS reads as zero, the documented deviation.
+void decode_panel(const mxfp4_panels& w, int64_t P, int64_t kc, int64_t kn, uint32_t* out, int64_t stride) {
+  const __m512 table = fp4_table();
+  const __m512i hi_mask = _mm512_set1_epi32(int(0xFFFF0000u));
+  const int64_t nb = w.K / 32;
+  const uint8_t* q = w.qs + (P * (w.K / 2) + kc / 2) * 16;
+  for (int64_t b = kc / 32; b < (kc + kn) / 32; ++b) {
+    const __m512 s = e8m0_x16(w.sc + (P * nb + b) * 16);
+    for (int j = 0; j < 16; ++j) {
+      const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+      q += 16;
+      const __m512 we = _mm512_mul_ps(_mm512_permutexvar_ps(v, table), s);
+      const __m512 wo = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), s);
+      // (wo & 0xFFFF0000) | (we >> 16): ternary-logic truth table (A & B) | C = 0xEA.
+      const __m512i d = _mm512_ternarylogic_epi32(_mm512_castps_si512(wo), hi_mask,
+                                                  _mm512_srli_epi32(_mm512_castps_si512(we), 16), 0xEA);
+      _mm512_storeu_si512(out, d);
+      out += stride;
+    }
+  }
+}
+
+inline __m512bh as_bh(__m512i v) {
+  return reinterpret_cast<__m512bh&>(v);
+}
+
+// acc[t][h] (+)= sum over npairs of x[t] pair . w pair for the 32 rows of a panel pair; y tile masked.
+template <int TM>
+void micro(const uint16_t* xb, int64_t K, const uint32_t* wd, int64_t npairs, float* y, int64_t N,
+           int64_t row0, bool accumulate, __mmask16 ma, __mmask16 mb) {
+  __m512 acc[TM][2];
+  for (int t = 0; t < TM; ++t) {
+    acc[t][0] = accumulate ? _mm512_maskz_loadu_ps(ma, y + t * N + row0) : _mm512_setzero_ps();
+    acc[t][1] = accumulate ? _mm512_maskz_loadu_ps(mb, y + t * N + row0 + 16) : _mm512_setzero_ps();
+  }
+  const int32_t* xp = reinterpret_cast<const int32_t*>(xb);  // bf16 pairs; xb rows are 4-byte aligned
+  const int64_t ld = K / 2;
+  for (int64_t p = 0; p < npairs; ++p) {
+    const __m512bh wa = as_bh(_mm512_loadu_si512(wd + p * 32));
+    const __m512bh wb = as_bh(_mm512_loadu_si512(wd + p * 32 + 16));
+    for (int t = 0; t < TM; ++t) {
+      const __m512bh xv = as_bh(_mm512_set1_epi32(xp[t * ld + p]));
+      acc[t][0] = _mm512_dpbf16_ps(acc[t][0], wa, xv);
+      acc[t][1] = _mm512_dpbf16_ps(acc[t][1], wb, xv);
+    }
+  }
+  for (int t = 0; t < TM; ++t) {
+    _mm512_mask_storeu_ps(y + t * N + row0, ma, acc[t][0]);
+    _mm512_mask_storeu_ps(y + t * N + row0 + 16, mb, acc[t][1]);
+  }
+}
+
+using micro_fn = void (*)(const uint16_t*, int64_t, const uint32_t*, int64_t, float*, int64_t, int64_t, bool,
+                          __mmask16, __mmask16);
+constexpr micro_fn kMicro[kTm + 1] = {nullptr,  micro<1>, micro<2>, micro<3>,  micro<4>,  micro<5>, micro<6>,
+                                      micro<7>, micro<8>, micro<9>, micro<10>, micro<11>, micro<12>};
+
+}  // namespace
+
+void f32_to_bf16_avx512bf16(const float* x, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), reinterpret_cast<const __m256i&>(v));
+  }
+}
+
+int64_t mxfp4_gemm_scratch_u32() {
+  return (kKc / 2) * 32;
+}
+
+void mxfp4_gemm_avx512bf16(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0, int64_t pp1,
+                           float* y, uint32_t* scratch) {
+  const int64_t K = w.K, N = w.N, panels = w.panels();
+  for (int64_t tb = 0; tb < T; tb += kTb) {
+    const int64_t tn = T - tb < kTb ? T - tb : kTb;
+    for (int64_t kc = 0; kc < K; kc += kKc) {
+      const int64_t kn = K - kc < kKc ? K - kc : kKc;
+      for (int64_t pp = pp0; pp < pp1; ++pp) {
+        const int64_t P = 2 * pp;
+        decode_panel(w, P, kc, kn, scratch, 32);
+        if (P + 1 < panels) {
+          decode_panel(w, P + 1, kc, kn, scratch + 16, 32);
+        } else {
+          for (int64_t p = 0; p < kn / 2; ++p)
+            _mm512_storeu_si512(scratch + p * 32 + 16, _mm512_setzero_si512());
+        }
+        const int64_t row0 = P * kPanel;
+        const __mmask16 ma = row_mask(N, row0), mb = row_mask(N, row0 + 16);
+        for (int64_t t0 = tb; t0 < tb + tn; t0 += kTm) {
+          const int64_t tm = tb + tn - t0 < kTm ? tb + tn - t0 : kTm;
+          kMicro[tm](xb + t0 * K + kc, K, scratch, kn / 2, y + t0 * N, N, row0, kc > 0, ma, mb);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace moxi::kernels::x86
+#endif  // __x86_64__

@@ -1,0 +1,112 @@
+// MXFP4 decode GEMV (T <= 4 tokens) on AVX-512 F/BW/VL/DQ over the panel-16 layout: one 16-byte load
+// widens to 16 rows x one K-pair, two VPERMPS against an in-register 16-entry table give the exact fp32
+// weights, FMAs accumulate one 32-block, and one FMA applies the block's exact E8M0 factor per row.
+// Memory-bound at T = 1: every weight byte is read exactly once, contiguously per panel.
+//
+// Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq (kernels/CMakeLists.txt). Only intrinsics and the
+// plain header are included, so no inline function of a shared header gets an AVX-512 body that the linker
+// could pick for callers on other CPUs.
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include "moxi/kernels/x86/mxfp4-x86.h"
+
+namespace moxi::kernels::x86 {
+namespace {
+
+inline __m512 fp4_table() {
+  return _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f,
+                        -3.0f, -4.0f, -6.0f);
+}
+
+// 16 E8M0 bytes -> their exact fp32 values (mx::kE8m0): byte << 23 is 2^(s-127) for 1..254; 0 is 2^-127
+// (an fp32 subnormal, not 0) and 255 is NaN, patched with two masked moves.
+inline __m512 e8m0_x16(const uint8_t* s) {
+  const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+  __m512i f = _mm512_slli_epi32(v, 23);
+  f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()),
+                            _mm512_set1_epi32(0x00400000));
+  f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(v, _mm512_set1_epi32(255)),
+                            _mm512_set1_epi32(0x7fc00000));
+  return _mm512_castsi512_ps(f);
+}
+
+inline __mmask16 row_mask(int64_t N, int64_t row0) {
+  const int64_t n = N - row0;
+  return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
+}
+
+// PP panels side by side (PP x TT independent FMA chains hide the FMA latency), TT tokens per decode.
+template <int PP, int TT>
+void gemv_panels(const float* x, const mxfp4_panels& w, int64_t P0, float* y) {
+  const int64_t K = w.K, half = K / 2, nb = K / 32;
+  const __m512 table = fp4_table();
+  const uint8_t* q[PP];
+  for (int i = 0; i < PP; ++i) q[i] = w.qs + (P0 + i) * half * 16;
+  __m512 acc[PP][TT];
+  for (int i = 0; i < PP; ++i)
+    for (int t = 0; t < TT; ++t) acc[i][t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512 bacc[PP][TT];
+    for (int i = 0; i < PP; ++i)
+      for (int t = 0; t < TT; ++t) bacc[i][t] = _mm512_setzero_ps();
+    const int64_t k0 = b * 32;
+    for (int j = 0; j < 16; ++j) {
+      __m512 xe[TT], xo[TT];
+      for (int t = 0; t < TT; ++t) {
+        xe[t] = _mm512_set1_ps(x[t * K + k0 + 2 * j]);
+        xo[t] = _mm512_set1_ps(x[t * K + k0 + 2 * j + 1]);
+      }
+      for (int i = 0; i < PP; ++i) {
+        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[i])));
+        q[i] += 16;
+        const __m512 we = _mm512_permutexvar_ps(v, table);  // VPERMPS reads only index bits 0-3: low nibble
+        const __m512 wo = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+        for (int t = 0; t < TT; ++t) {
+          bacc[i][t] = _mm512_fmadd_ps(we, xe[t], bacc[i][t]);
+          bacc[i][t] = _mm512_fmadd_ps(wo, xo[t], bacc[i][t]);
+        }
+      }
+    }
+    for (int i = 0; i < PP; ++i) {
+      const __m512 s = e8m0_x16(w.sc + ((P0 + i) * nb + b) * 16);
+      for (int t = 0; t < TT; ++t) acc[i][t] = _mm512_fmadd_ps(bacc[i][t], s, acc[i][t]);
+    }
+  }
+  for (int i = 0; i < PP; ++i) {
+    const int64_t row0 = (P0 + i) * kPanel;
+    const __mmask16 m = row_mask(w.N, row0);
+    for (int t = 0; t < TT; ++t) _mm512_mask_storeu_ps(y + t * w.N + row0, m, acc[i][t]);
+  }
+}
+
+template <int PP, int TT>
+void gemv_range(const float* x, const mxfp4_panels& w, int64_t p0, int64_t p1, float* y) {
+  int64_t P = p0;
+  for (; P + PP <= p1; P += PP) gemv_panels<PP, TT>(x, w, P, y);
+  for (; P < p1; ++P) gemv_panels<1, TT>(x, w, P, y);
+}
+
+}  // namespace
+
+void mxfp4_gemv_avx512(const float* x, int64_t T, const mxfp4_panels& w, int64_t p0, int64_t p1, float* y) {
+  switch (T) {
+    case 1:
+      gemv_range<8, 1>(x, w, p0, p1, y);
+      break;
+    case 2:
+      gemv_range<4, 2>(x, w, p0, p1, y);
+      break;
+    case 3:
+      gemv_range<2, 3>(x, w, p0, p1, y);
+      break;
+    case 4:
+      gemv_range<2, 4>(x, w, p0, p1, y);
+      break;
+    default:
+      break;  // the dispatcher never passes T outside 1..kGemvMaxTokens
+  }
+}
+
+}  // namespace moxi::kernels::x86
+#endif  // __x86_64__

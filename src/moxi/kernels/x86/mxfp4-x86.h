@@ -1,0 +1,44 @@
+// The packed MXFP4 weight layout shared by the x86 kernels, and their entry points. Plain C++ (no
+// intrinsics) so the dispatcher can include it; the kernels themselves live in translation units built with
+// their own -m flags and are only called after kernels::x86::cpu() says the CPU has those features.
+//
+// Packed layout ("panel-16"), built once at load by kernels::pack_mxfp4: rows are grouped in panels of 16
+// (the last panel zero-padded). For panel P, K-pair p (elements 2p, 2p+1) and row r of the panel:
+//   qs[(P * K/2 + p) * 16 + r] = gpt-oss byte p of row 16P + r   (low nibble element 2p, high 2p+1)
+//   sc[(P * K/32 + b) * 16 + r] = E8M0 scale of block b of row 16P + r
+// so 16 bytes hold one K-pair of 16 rows: a zmm of 16 rows widens from one 16-byte load, and a panel's
+// weights stream contiguously. The bytes are the checkpoint's, only transposed: 4.25 bits per weight.
+#pragma once
+
+#include <cstdint>
+
+namespace moxi::kernels::x86 {
+
+inline constexpr int64_t kPanel = 16;
+
+struct mxfp4_panels {
+  const uint8_t* qs;  // u8 [panels, K/2, 16]
+  const uint8_t* sc;  // u8 [panels, K/32, 16]
+  int64_t N, K;       // logical rows and columns (K % 32 == 0)
+  int64_t panels() const { return (N + kPanel - 1) / kPanel; }
+};
+
+// ---- AVX-512 F/BW/VL/DQ (mxfp4-gemv-avx512.cpp) ----
+// y[t, rows of panels [p0, p1)] = x[t] . W^T for t < T <= 4 (x f32 [T, K], y f32 [T, N], row strides K
+// and N). Weights decode to exact fp32 (vpermps LUT), products are exact, block sums are scaled by the
+// exact E8M0 factor: only the fp32 summation order differs from the reference.
+inline constexpr int64_t kGemvMaxTokens = 4;
+void mxfp4_gemv_avx512(const float* x, int64_t T, const mxfp4_panels& w, int64_t p0, int64_t p1, float* y);
+
+// ---- AVX-512 BF16 (mxfp4-gemm-avx512bf16.cpp) ----
+// x f32 [n] -> bf16 [n] (round to nearest even), n % 16 == 0.
+void f32_to_bf16_avx512bf16(const float* x, uint16_t* out, int64_t n);
+// Scratch the GEMM needs per thread, in uint32 units.
+int64_t mxfp4_gemm_scratch_u32();
+// y[T, rows of panel pairs [pp0, pp1)] = xb . W^T with xb bf16 [T, K] (from f32_to_bf16_avx512bf16); panel
+// pair pp holds panels 2pp and 2pp+1. Weights decode (scale folded in, exact) into bf16 pairs in scratch,
+// VDPBF16PS accumulates in fp32. Any T >= 1.
+void mxfp4_gemm_avx512bf16(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0, int64_t pp1,
+                           float* y, uint32_t* scratch);
+
+}  // namespace moxi::kernels::x86

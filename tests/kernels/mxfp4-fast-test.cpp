@@ -1,0 +1,230 @@
+// Ops tests of the fast MXFP4 kernels: every variant this CPU supports (GEMV and GEMM paths forced
+// separately) against ref::matmul_mxfp4 over many shapes (odd N, K across the GEMM's K-chunk, T = 1..200
+// across the token tiles), all activation modes, special scales; and the MOXI_KERNELS=ref switch.
+//
+// Tolerances (per output, relative to mag = sum_k |x_k w_k| in fp64, which bounds every rounding error):
+//   exact-product paths (AVX512 GEMV; BF16 GEMM with MXFP8 activations, which bf16 holds exactly): both
+//     sides are fp32 sums of the same exact products in different orders: |err| <= 2 (K+2) 2^-24 mag.
+//   BF16 GEMM with fp32 activations: x is rounded to bf16 (relative error <= 2^-8 per element, bf16 keeps 8
+//   significant bits) on top:
+//     |err| <= (2^-8 + 2 (K+2) 2^-24) mag, and the normalized RMSE stays below 4e-3 (observed ~1e-3).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "moxi/base/mx.h"
+#include "moxi/kernels/mxfp4-dispatch.h"
+#include "moxi/kernels/ref/mxfp4.h"
+
+namespace {
+
+namespace k = moxi::kernels;
+namespace mx = moxi::mx;
+using k::act_quant;
+using k::mxfp4_variant;
+
+struct weights {
+  std::vector<uint8_t> blocks, scales;
+};
+
+weights random_weights(int64_t N, int64_t K, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  weights w;
+  w.blocks.resize(size_t(N * K / 2));
+  w.scales.resize(size_t(N * K / 32));
+  for (auto& b : w.blocks) b = uint8_t(gen());
+  std::uniform_int_distribution<int> s(127 - 14, 127 + 3);
+  for (auto& v : w.scales) v = uint8_t(s(gen));
+  return w;
+}
+
+std::vector<float> activations(size_t n, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(gen) * (gen() % 16 == 0 ? 30.0f : 1.0f);
+  return v;
+}
+
+// sum_k |xq_k w_k| per output in fp64, xq the activations as the kernels see them.
+std::vector<double> magnitudes(const std::vector<float>& x, const weights& w, int64_t T, int64_t N, int64_t K,
+                               act_quant act) {
+  std::vector<float> wf(size_t(N * K)), xq = x;
+  mx::dequantize_mxfp4(w.blocks.data(), w.scales.data(), size_t(N * K), wf.data());
+  if (act != act_quant::NONE) {
+    const auto f = act == act_quant::MXFP8_E4M3 ? mx::elem_format::FP8_E4M3 : mx::elem_format::FP8_E5M2;
+    for (int64_t t = 0; t < T; ++t) mx::fake_quantize(f, x.data() + t * K, size_t(K), xq.data() + t * K);
+  }
+  std::vector<double> m(size_t(T * N));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0;
+      for (int64_t i = 0; i < K; ++i)
+        s += std::fabs(double(xq[size_t(t * K + i)]) * double(wf[size_t(n * K + i)]));
+      m[size_t(t * N + n)] = s;
+    }
+  return m;
+}
+
+struct path {
+  mxfp4_variant variant;
+  int64_t gemv_max_tokens;  // 4: dispatcher default; 0: GEMM for every T
+  const char* name;
+  bool rounds_x;  // x rounded to bf16 when act == NONE
+};
+
+std::vector<path> available_paths() {
+  std::vector<path> p;
+  if (k::mxfp4_supported(mxfp4_variant::AVX512))
+    p.push_back({mxfp4_variant::AVX512, 4, "avx512-gemv", false});
+  if (k::mxfp4_supported(mxfp4_variant::AVX512_BF16)) {
+    p.push_back({mxfp4_variant::AVX512_BF16, 4, "avx512_bf16-default", true});
+    p.push_back({mxfp4_variant::AVX512_BF16, 0, "avx512_bf16-gemm", true});
+  }
+  return p;
+}
+
+struct stats {
+  double worst_ratio = 0;  // max |err| / allowed
+  double nrmse = 0;
+  int nan_mismatch = 0;
+};
+
+stats compare(const std::vector<float>& got, const std::vector<float>& want, const std::vector<double>& mag,
+              int64_t K, bool rounds_x) {
+  stats s;
+  double num = 0, den = 0;
+  const double order = 2.0 * double(K + 2) * 0x1p-24;
+  const double allowed_rel = rounds_x ? 0x1p-8 + order : order;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i]) || std::isnan(got[i])) {
+      s.nan_mismatch += std::isnan(want[i]) != std::isnan(got[i]);
+      continue;
+    }
+    const double e = std::fabs(double(got[i]) - double(want[i]));
+    const double allowed = allowed_rel * mag[i] + 1e-37;
+    if (e / allowed > s.worst_ratio) s.worst_ratio = e / allowed;
+    num += e * e;
+    den += double(want[i]) * double(want[i]);
+  }
+  s.nrmse = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return s;
+}
+
+TEST(Mxfp4Fast, EveryAvailableVariantMatchesRefOverManyShapes) {
+  const auto paths = available_paths();
+  if (paths.empty()) GTEST_SKIP() << "no fast MXFP4 variant on this CPU";
+  struct shape {
+    int64_t T, N, K;
+  };
+  const shape shapes[] = {{1, 1, 32},     {1, 17, 64},   {2, 16, 96},    {3, 33, 160},   {4, 31, 1056},
+                          {5, 40, 64},    {7, 15, 2080}, {12, 48, 256},  {13, 50, 128},  {16, 257, 512},
+                          {25, 33, 1088}, {31, 100, 96}, {64, 64, 2048}, {1, 300, 4096}, {200, 40, 320},
+                          {64, 17, 32},   {9, 1, 1024},  {2, 129, 3072}};
+  // Observed worst figures per path and x rounding, printed for docs/kernels.md.
+  std::vector<stats> seen(paths.size() * 2);
+  for (const shape sh : shapes) {
+    const weights w = random_weights(sh.N, sh.K, uint64_t(sh.T * 1000 + sh.N * 7 + sh.K));
+    const std::vector<float> x = activations(size_t(sh.T * sh.K), uint64_t(sh.N + sh.K));
+    for (const act_quant act : {act_quant::NONE, act_quant::MXFP8_E4M3, act_quant::MXFP8_E5M2}) {
+      std::vector<float> want(size_t(sh.T * sh.N));
+      k::ref::matmul_mxfp4(x.data(), w.blocks.data(), w.scales.data(), want.data(), sh.T, sh.N, sh.K, act);
+      const std::vector<double> mag = magnitudes(x, w, sh.T, sh.N, sh.K, act);
+      for (const path& p : paths) {
+        const k::packed_mxfp4 pw = k::pack_mxfp4(w.blocks.data(), w.scales.data(), sh.N, sh.K, p.variant);
+        std::vector<float> got(size_t(sh.T * sh.N), std::nanf(""));
+        k::matmul_mxfp4(x.data(), pw, got.data(), sh.T, act, {p.gemv_max_tokens});
+        const bool rounds = p.rounds_x && act == act_quant::NONE && sh.T > p.gemv_max_tokens;
+        const stats s = compare(got, want, mag, sh.K, rounds);
+        const std::string where = std::string(p.name) + " T=" + std::to_string(sh.T) +
+                                  " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K) +
+                                  " act=" + std::to_string(int(act));
+        stats& o = seen[size_t(&p - paths.data()) * 2 + rounds];
+        o.worst_ratio = std::max(o.worst_ratio, s.worst_ratio);
+        o.nrmse = std::max(o.nrmse, s.nrmse);
+        EXPECT_EQ(s.nan_mismatch, 0) << where;
+        EXPECT_LE(s.worst_ratio, 1.0) << where;
+        EXPECT_LE(s.nrmse, rounds ? 4e-3 : 1e-5) << where;
+      }
+    }
+  }
+  for (size_t i = 0; i < seen.size(); ++i)
+    if (seen[i].nrmse > 0)
+      std::printf("%-22s x %s: worst |err|/bound %.3f, worst nRMSE %.2e\n", paths[i / 2].name,
+                  i % 2 ? "rounded to bf16" : "exact          ", seen[i].worst_ratio, seen[i].nrmse);
+}
+
+TEST(Mxfp4Fast, SpecialScalesNanZeroAndExtremesMatchRef) {
+  const auto paths = available_paths();
+  if (paths.empty()) GTEST_SKIP() << "no fast MXFP4 variant on this CPU";
+  const int64_t N = 20, K = 128, nb = K / 32;
+  for (const int64_t T : {1, 6}) {
+    weights w = random_weights(N, K, 3);
+    w.scales[size_t(2 * nb + 1)] = 0xFF;  // row 2: NaN block -> NaN output
+    for (int64_t j = 0; j < 16; ++j) w.blocks[size_t((5 * nb + 2) * 16 + j)] = 0;  // row 5: zero block ...
+    w.scales[size_t(5 * nb + 2)] = 0x00;                                           // ... with scale 2^-127
+    for (int64_t b = 0; b < nb; ++b) w.scales[size_t(7 * nb + b)] = uint8_t(127 + 100);  // row 7: huge scales
+    for (int64_t b = 0; b < nb; ++b) w.scales[size_t(8 * nb + b)] = uint8_t(127 - 100);  // row 8: tiny scales
+    const std::vector<float> x = activations(size_t(T * K), 5);
+    std::vector<float> want(size_t(T * N));
+    k::ref::matmul_mxfp4(x.data(), w.blocks.data(), w.scales.data(), want.data(), T, N, K, act_quant::NONE);
+    const std::vector<double> mag = magnitudes(x, w, T, N, K, act_quant::NONE);
+    for (const path& p : paths) {
+      const k::packed_mxfp4 pw = k::pack_mxfp4(w.blocks.data(), w.scales.data(), N, K, p.variant);
+      std::vector<float> got(size_t(T * N));
+      k::matmul_mxfp4(x.data(), pw, got.data(), T, act_quant::NONE, {p.gemv_max_tokens});
+      for (int64_t t = 0; t < T; ++t) EXPECT_TRUE(std::isnan(got[size_t(t * N + 2)])) << p.name;
+      const stats s = compare(got, want, mag, K, p.rounds_x && T > p.gemv_max_tokens);
+      EXPECT_EQ(s.nan_mismatch, 0) << p.name << " T=" << T;
+      EXPECT_LE(s.worst_ratio, 1.0) << p.name << " T=" << T;
+    }
+  }
+}
+
+TEST(Mxfp4Fast, UnpackedConvenienceEqualsPackedBestVariant) {
+  const int64_t T = 3, N = 37, K = 192;
+  const weights w = random_weights(N, K, 8);
+  const std::vector<float> x = activations(size_t(T * K), 9);
+  std::vector<float> a(size_t(T * N)), b(size_t(T * N));
+  k::matmul_mxfp4(x.data(), w.blocks.data(), w.scales.data(), a.data(), T, N, K, act_quant::MXFP8_E4M3);
+  const k::packed_mxfp4 pw = k::pack_mxfp4(w.blocks.data(), w.scales.data(), N, K);
+  EXPECT_EQ(pw.variant(), k::mxfp4_best_variant());
+  k::matmul_mxfp4(x.data(), pw, b.data(), T, act_quant::MXFP8_E4M3);
+  EXPECT_EQ(a, b);
+}
+
+// Run in a child with MOXI_KERNELS=ref (the variant is chosen once per process, so the parent cannot
+// switch): there the default variant must be REF and its result bit-identical to ref::matmul_mxfp4.
+TEST(Mxfp4Fast, MoxiKernelsRefForcesTheScalarPath) {
+  const char* env = std::getenv("MOXI_KERNELS");
+  if (env != nullptr && std::string(env) == "ref") {
+    EXPECT_EQ(k::mxfp4_best_variant(), mxfp4_variant::REF);
+    const int64_t T = 9, N = 21, K = 96;
+    const weights w = random_weights(N, K, 4);
+    const std::vector<float> x = activations(size_t(T * K), 6);
+    std::vector<float> a(size_t(T * N)), b(size_t(T * N));
+    k::ref::matmul_mxfp4(x.data(), w.blocks.data(), w.scales.data(), a.data(), T, N, K, act_quant::NONE);
+    k::matmul_mxfp4(x.data(), k::pack_mxfp4(w.blocks.data(), w.scales.data(), N, K), b.data(), T,
+                    act_quant::NONE);
+    EXPECT_EQ(a, b);
+    k::matmul_mxfp4(x.data(), w.blocks.data(), w.scales.data(), b.data(), T, N, K, act_quant::NONE);
+    EXPECT_EQ(a, b);
+    return;
+  }
+  char exe[4096];
+  const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  ASSERT_GT(len, 0);
+  exe[len] = '\0';
+  const std::string cmd = std::string("MOXI_KERNELS=ref '") + exe +
+                          "' --gtest_filter=Mxfp4Fast.MoxiKernelsRefForcesTheScalarPath > /dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+}
+
+}  // namespace
