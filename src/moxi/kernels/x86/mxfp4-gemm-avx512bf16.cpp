@@ -51,6 +51,7 @@ void decode_panel(const mxfp4_panels& w, int64_t P, int64_t kc, int64_t kn, uint
   const uint8_t* q = w.qs + (P * (w.K / 2) + kc / 2) * 16;
   for (int64_t b = kc / 32; b < (kc + kn) / 32; ++b) {
     const __m512 s = e8m0_x16(w.sc + (P * nb + b) * 16);
+    #pragma GCC unroll 32
     for (int j = 0; j < 16; ++j) {
       const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
       q += 16;
@@ -74,6 +75,7 @@ template <int TM>
 void micro(const uint16_t* xb, int64_t K, const uint32_t* wd, int64_t npairs, float* y, int64_t N,
            int64_t row0, bool accumulate, __mmask16 ma, __mmask16 mb) {
   __m512 acc[TM][2];
+  #pragma GCC unroll 32
   for (int t = 0; t < TM; ++t) {
     acc[t][0] = accumulate ? _mm512_maskz_loadu_ps(ma, y + t * N + row0) : _mm512_setzero_ps();
     acc[t][1] = accumulate ? _mm512_maskz_loadu_ps(mb, y + t * N + row0 + 16) : _mm512_setzero_ps();
@@ -83,12 +85,14 @@ void micro(const uint16_t* xb, int64_t K, const uint32_t* wd, int64_t npairs, fl
   for (int64_t p = 0; p < npairs; ++p) {
     const __m512bh wa = as_bh(_mm512_loadu_si512(wd + p * 32));
     const __m512bh wb = as_bh(_mm512_loadu_si512(wd + p * 32 + 16));
+    #pragma GCC unroll 32
     for (int t = 0; t < TM; ++t) {
       const __m512bh xv = as_bh(_mm512_set1_epi32(xp[t * ld + p]));
       acc[t][0] = _mm512_dpbf16_ps(acc[t][0], wa, xv);
       acc[t][1] = _mm512_dpbf16_ps(acc[t][1], wb, xv);
     }
   }
+  #pragma GCC unroll 32
   for (int t = 0; t < TM; ++t) {
     _mm512_mask_storeu_ps(y + t * N + row0, ma, acc[t][0]);
     _mm512_mask_storeu_ps(y + t * N + row0 + 16, mb, acc[t][1]);
@@ -107,6 +111,28 @@ void f32_to_bf16_avx512bf16(const float* x, uint16_t* out, int64_t n) {
     const __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), reinterpret_cast<const __m256i&>(v));
   }
+}
+
+double avx512bf16_peak_loop(int64_t iters) {
+  // 24 independent accumulators (more than latency x throughput on current cores), operands in registers:
+  // the VDPBF16PS issue rate, the ceiling the GEMM's inner loop is measured against.
+  __m512 acc[24];
+  #pragma GCC unroll 32
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(float(i));
+  const __m512bh a = as_bh(_mm512_set1_epi32(0x3f803f80)), b = as_bh(_mm512_set1_epi32(0x00010001));
+  for (int64_t it = 0; it < iters; ++it) {
+    #pragma GCC unroll 32
+    for (int i = 0; i < 24; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+    __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]));  // keep the loop
+  }
+  __m512 s = acc[0];
+  #pragma GCC unroll 32
+  for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, acc[i]);
+  float lanes[16];
+  _mm512_storeu_ps(lanes, s);
+  double sum = 0;
+  for (float v : lanes) sum += double(v);
+  return sum;
 }
 
 int64_t mxfp4_gemm_scratch_u32() {

@@ -33,6 +33,9 @@ void mxfp4_gemv_avx512(const float* x, int64_t T, const mxfp4_panels& w, int64_t
 // ---- AVX-512 BF16 (mxfp4-gemm-avx512bf16.cpp) ----
 // x f32 [n] -> bf16 [n] (round to nearest even), n % 16 == 0.
 void f32_to_bf16_avx512bf16(const float* x, uint16_t* out, int64_t n);
+// Register-resident VDPBF16PS loop for the benchmark's compute ceiling: iters x 24 instructions of
+// 16 x 2 multiply-adds (1536 flop per iteration); returns a value that depends on every result.
+double avx512bf16_peak_loop(int64_t iters);
 // Scratch the GEMM needs per thread, in uint32 units.
 int64_t mxfp4_gemm_scratch_u32();
 // y[T, rows of panel pairs [pp0, pp1)] = xb . W^T with xb bf16 [T, K] (from f32_to_bf16_avx512bf16); panel
