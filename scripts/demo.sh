@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MOXI=${MOXI_BUILD_DIR:-build}/moxi
 OUT=${MOXI_DEMO_DIR:-${TMPDIR:-/tmp}/moxi-demo}
-"$MOXI" plan --config configs/seed-2.8t.json --tp 8 --ep 8 --pp 1 --nodes 8 --device-memory 141 \
+"$MOXI" plan --config configs/seed-2.8t.json --tp 8 --ep 64 --pp 1 --nodes 8 --device-memory 141 \
   --context 1048576 --batch 1
 rm -rf "$OUT"
 "$MOXI" init --config configs/tiny-seed.json --out "$OUT/tiny" --seed 1 --shards 2

@@ -181,6 +181,13 @@ TEST(Init, WritesAByteLevelTokenizerThatRoundTripsText) {
   EXPECT_EQ(tok.encode("<|bos|>a"), (std::vector<moxi::token_id>{1, 'a' + 3}));
 }
 
+TEST(Init, CreatesMissingParentDirectories) {
+  tmp_dir t;
+  const auto c = formats::load_model_config(config_path("tiny-kimi-linear.json"));
+  model::init_checkpoint(c, t / "a/b/ck", quiet(1, 1));
+  EXPECT_TRUE(fs::exists(t / "a/b/ck/model.safetensors.index.json"));
+}
+
 TEST(Init, RefusesAnExistingDirectoryAndLeavesNoTemp) {
   tmp_dir t;
   const auto c = formats::load_model_config(config_path("tiny-kimi-linear.json"));

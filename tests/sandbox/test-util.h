@@ -3,6 +3,7 @@
 #pragma once
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -69,6 +70,19 @@ inline std::map<std::string, std::string> kv(const std::string& text) {
   return m;
 }
 
+// Reads a /proc file of a process that may exit at any moment: reading a vanished process fails with
+// ESRCH, which std::ifstream turns into an exception; here it just yields what was read so far.
+inline std::string read_proc_file(const std::string& path) {
+  std::string out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, size_t(n));
+  ::close(fd);
+  return out;
+}
+
 // Live processes whose command line contains `needle` (zombies have an empty one and are not counted).
 inline int processes_with(const std::string& needle) {
   int n = 0;
@@ -76,8 +90,7 @@ inline int processes_with(const std::string& needle) {
   while (dirent* e = ::readdir(d)) {
     if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
     if (std::atoi(e->d_name) == ::getpid()) continue;
-    std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::string cmd = read_proc_file(std::string("/proc/") + e->d_name + "/cmdline");
     if (cmd.find(needle) != std::string::npos) ++n;
   }
   ::closedir(d);
@@ -90,8 +103,7 @@ inline int live_children() {
   DIR* d = ::opendir("/proc");
   while (dirent* e = ::readdir(d)) {
     if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-    std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
-    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::string stat = read_proc_file(std::string("/proc/") + e->d_name + "/stat");
     auto rp = stat.rfind(')');
     if (rp == std::string::npos) continue;
     std::istringstream rest(stat.substr(rp + 2));

@@ -149,6 +149,11 @@ checkpoint_writer::checkpoint_writer(std::string out_dir, std::vector<tensor_spe
   }
 
   temp_dir_ = out_dir_ + ".tmp-" + std::to_string(::getpid());
+  // Like `mkdir -p` for the parent: users name a new output path and expect it to appear.
+  const auto parent = std::filesystem::path(out_dir_).parent_path();
+  std::error_code mkdir_error;
+  if (!parent.empty()) std::filesystem::create_directories(parent, mkdir_error);
+  if (mkdir_error) throw io_error("create directory", parent.string(), mkdir_error.value());
   if (::mkdir(temp_dir_.c_str(), 0755) != 0) {
     if (errno == EEXIST)
       throw error(what + ": temp directory '" + temp_dir_ +
