@@ -46,4 +46,16 @@ std::vector<tensor_decl> kimi_linear_manifest(const formats::model_config& c) {
   return b.take();
 }
 
+// The same structure as the manifest above, for the loader.
+model_layout kimi_linear_layout(const formats::model_config& c) {
+  model_layout l;
+  l.ffn = {"block_sparse_moe", "w1", "w3", "w2"};
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    l.layers.push_back({"model.layers." + std::to_string(i), c.layer_attn[size_t(i)], c.is_moe(i)});
+  for (int64_t k = 0; k < c.num_mtp_layers; ++k)
+    l.mtp_layers.push_back({"model.layers." + std::to_string(c.num_layers + k),
+                            c.mla ? formats::attn_kind::MLA : formats::attn_kind::KDA, c.moe.num_experts > 0});
+  return l;
+}
+
 }  // namespace moxi::model::arch

@@ -1,0 +1,122 @@
+// `moxi logits --model DIR --tokens 1,2,3 --out FILE.safetensors [--dump NAME,...] [--chunk N]`: runs the
+// reference forward pass and writes the logits (F32 [T, vocab]) plus requested named intermediates, for
+// golden tests against other implementations.
+#include <fnmatch.h>
+
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "moxi/base/error.h"
+#include "moxi/cli/command.h"
+#include "moxi/formats/checkpoint.h"
+#include "moxi/model/model.h"
+
+namespace moxi::cli {
+namespace {
+
+std::vector<token_id> parse_tokens(const std::string& s) {
+  std::vector<token_id> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < INT32_MIN || v > INT32_MAX)
+      throw error("--tokens: '" + item + "' is not a token id");
+    out.push_back(token_id(v));
+  }
+  if (out.empty()) throw error("--tokens: no token ids given");
+  return out;
+}
+
+std::vector<std::string> split_names(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+void setup_logits(CLI::App& root) {
+  auto* cmd = root.add_subcommand("logits", "Run the reference forward pass and write logits (+ intermediates)");
+  struct args {
+    std::string model, tokens, out, dump;
+    int64_t chunk = 0;
+  };
+  auto a = std::make_shared<args>();
+  cmd->add_option("--model", a->model, "checkpoint directory (config.json + safetensors)")->required();
+  cmd->add_option("--tokens", a->tokens, "comma-separated token ids")->required();
+  cmd->add_option("--out", a->out, "output .safetensors file")->required();
+  cmd->add_option("--dump", a->dump,
+                  "comma-separated intermediate names or shell patterns (e.g. layers.3.attn_out,layers.*.out); "
+                  "see docs/model.md");
+  cmd->add_option("--chunk", a->chunk, "feed the tokens in chunks of N through the cache (0: one call)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->callback([a] {
+    const auto tokens = parse_tokens(a->tokens);
+    const auto patterns = split_names(a->dump);
+    const auto m = model::model::load(a->model);
+    auto cache = m.new_cache();
+
+    // Dumps of several chunks are concatenated along the first (token) dimension.
+    std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> dumps;
+    model::dump_sink sink;
+    sink.wants = [&](std::string_view name) {
+      const std::string n(name);
+      for (const auto& p : patterns)
+        if (fnmatch(p.c_str(), n.c_str(), 0) == 0) return true;
+      return false;
+    };
+    sink.put = [&](const std::string& name, const std::vector<int64_t>& shape, const float* data) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      auto& [s, v] = dumps[name];
+      if (s.empty()) {
+        s = shape;
+      } else {
+        s[0] += shape[0];
+      }
+      v.insert(v.end(), data, data + n);
+    };
+    model::forward_options fo;
+    if (!patterns.empty()) fo.dump = &sink;
+
+    const int64_t T = int64_t(tokens.size()), V = m.config().vocab_size;
+    const int64_t step = a->chunk > 0 ? a->chunk : T;
+    std::vector<float> logits;
+    logits.reserve(size_t(T * V));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < T; i += step) {
+      const int64_t n = std::min(step, T - i);
+      const auto part = m.forward(std::span(tokens).subspan(size_t(i), size_t(n)), *cache, fo);
+      logits.insert(logits.end(), part.begin(), part.end());
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    std::vector<std::pair<formats::tensor_spec, const void*>> out;
+    out.push_back({{"logits", dtype::F32, {T, V}}, logits.data()});
+    for (const auto& [name, sv] : dumps)
+      if (name != "logits") out.push_back({{name, dtype::F32, sv.first}, sv.second.data()});
+    for (const auto& p : patterns) {
+      bool hit = false;
+      for (const auto& [name, sv] : dumps) hit = hit || fnmatch(p.c_str(), name.c_str(), 0) == 0;
+      if (!hit && p != "logits") throw error("--dump: no intermediate is named '" + p + "' (see docs/model.md)");
+    }
+    formats::write_safetensors(a->out, out);
+    std::cerr << "logits: " << T << " tokens in " << secs << " s (" << double(T) / secs << " tokens/s), wrote "
+              << out.size() << " tensor(s) to " << a->out << "\n";
+  });
+}
+
+MOXI_COMMAND("logits", setup_logits);
+
+}  // namespace
+}  // namespace moxi::cli

@@ -1,0 +1,87 @@
+// Per-sequence caches (MODEL.md §3.1, §3.2): KDA layers keep a constant-size state (three conv states and
+// the fp32 recurrent state), MLA / Gated DSA layers keep a growing latent cache and the indexer keys.
+// One interface (sequence_cache) so a paged implementation (memory/, with serving) can replace the
+// contiguous one here without touching the layers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "moxi/formats/model-config.h"
+
+namespace moxi::model {
+
+// The decode state of one KDA layer, in the layouts of kernels/ref/kda.h.
+struct kda_state_ref {
+  float* conv_q = nullptr;     // f32 [W-1, P], oldest input first
+  float* conv_k = nullptr;     // f32 [W-1, P]
+  float* conv_v = nullptr;     // f32 [W-1, P]
+  float* recurrent = nullptr;  // f32 [H, K, V], K-major
+};
+
+// Rows just reserved at the end of an MLA layer's cache, to be filled by the layer.
+struct mla_append_ref {
+  float* latent = nullptr;      // f32 [T, L+Dr]: [c_kv after kv_a_layernorm | k_pe after RoPE]
+  float* index_keys = nullptr;  // f32 [T, D_I], nullptr without the DSA indexer
+};
+
+// Everything an MLA layer has cached, including rows appended in the current call.
+struct mla_view {
+  const float* latent = nullptr;      // f32 [S, L+Dr]
+  const float* index_keys = nullptr;  // f32 [S, D_I], or nullptr
+  int64_t length = 0;                 // S
+};
+
+class sequence_cache {
+ public:
+  virtual ~sequence_cache() = default;
+
+  // Tokens the main model has processed: the position of the next token.
+  virtual int64_t length() const = 0;
+  // Tokens the MTP layers have processed (their own positions; MODEL.md §3.4).
+  virtual int64_t mtp_length() const = 0;
+  // Called by the model once all layers have consumed n new tokens.
+  virtual void advance(int64_t n) = 0;
+  virtual void advance_mtp(int64_t n) = 0;
+
+  // Layer slots are decoder layer indices; MTP layer k is slot num_layers + k.
+  virtual kda_state_ref kda(int64_t layer) = 0;
+  // Reserves T rows; they are part of mla(layer) from now on.
+  virtual mla_append_ref mla_append(int64_t layer, int64_t T) = 0;
+  // Contiguous view of the whole cache of the layer (a paged implementation gathers here).
+  virtual mla_view mla(int64_t layer) = 0;
+
+  // Bytes held, for reporting.
+  virtual size_t bytes() const = 0;
+};
+
+// Contiguous, growing per-layer buffers: what the scalar engine and the tests use.
+class contiguous_cache final : public sequence_cache {
+ public:
+  explicit contiguous_cache(const formats::model_config& config);
+
+  int64_t length() const override { return length_; }
+  int64_t mtp_length() const override { return mtp_length_; }
+  void advance(int64_t n) override { length_ += n; }
+  void advance_mtp(int64_t n) override { mtp_length_ += n; }
+  kda_state_ref kda(int64_t layer) override;
+  mla_append_ref mla_append(int64_t layer, int64_t T) override;
+  mla_view mla(int64_t layer) override;
+  size_t bytes() const override;
+
+ private:
+  struct slot {
+    formats::attn_kind kind = formats::attn_kind::KDA;
+    std::vector<float> conv_q, conv_k, conv_v, recurrent;  // KDA
+    std::vector<float> latent, index_keys;                 // MLA, grown by mla_append
+    int64_t rows = 0;
+  };
+  slot& at(int64_t layer, formats::attn_kind kind);
+
+  int64_t latent_width_ = 0, index_width_ = 0;
+  std::vector<slot> slots_;
+  int64_t length_ = 0, mtp_length_ = 0;
+};
+
+}  // namespace moxi::model

@@ -1,0 +1,47 @@
+// FFN layers (MODEL.md §3.3): the dense SwiGLU MLP of the first layers and the MoE layer (fp32 sigmoid
+// router with correction bias for selection only, routed SwiGLU experts, optional latent MoE, unscaled
+// shared experts).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moxi/formats/model-config.h"
+#include "moxi/kernels/ref/moe.h"
+#include "moxi/model/arch/blocks.h"
+#include "moxi/model/layers/weights.h"
+
+namespace moxi::model {
+
+// w2(SiLU(w1 x) * w3 x) with f32 weights: the dense MLP and the shared experts.
+struct swiglu_mlp {
+  linear gate, up, down;  // [F, hidden], [F, hidden], [hidden, F]
+  void apply(const float* x, float* y, int64_t T) const;  // x, y f32 [T, hidden]
+};
+
+struct routed_expert {
+  expert_matrix gate, up, down;  // [F, W], [F, W], [W, F] with W the expert width (latent or hidden)
+};
+
+struct moe_weights {
+  std::vector<float> router;       // f32 [E, hidden]
+  std::vector<float> router_bias;  // f32 [E] e_score_correction_bias
+  kernels::ref::RouterConfig route;
+  linear latent_down;               // [W, hidden] (latent MoE), or empty
+  std::vector<float> latent_norm;   // f32 [W], or empty
+  linear latent_up;                 // [hidden, W]
+  std::vector<routed_expert> experts;
+  std::optional<swiglu_mlp> shared;  // num_shared_experts fused into one MLP of width F * n_shared
+  act_quant expert_act = act_quant::NONE;
+};
+
+swiglu_mlp load_dense_mlp(weight_loader& ld, const std::string& prefix);  // prefix + ".mlp"
+// prefix: "model.layers.{i}.block_sparse_moe" (Kimi) / "model.layers.{i}.mlp" (DeepSeek).
+moe_weights load_moe(weight_loader& ld, const std::string& prefix, const arch::ffn_names& names);
+
+// x f32 [T, hidden] (after post_attention_layernorm) -> out f32 [T, hidden].
+void moe_forward(const moe_weights& w, const formats::model_config& c, const float* x, int64_t T, float* out,
+                 const dump_sink* dump, const std::string& name);
+
+}  // namespace moxi::model

@@ -1,0 +1,100 @@
+// KDA forward: projections, short convs with state, L2 norm, decay gate (softplus or lower-bound form),
+// beta, chunked or recurrent core, sigmoid-gated per-head RMSNorm, o_proj. Matches HF modeling_kimi.py /
+// vLLM kda.py as summarized in reference/kda.md §1.2.
+#include "moxi/model/layers/kda.h"
+
+#include <cmath>
+
+#include "moxi/kernels/ref/basic.h"
+#include "moxi/kernels/ref/kda.h"
+
+namespace moxi::model {
+
+namespace ref = kernels::ref;
+
+kda_weights load_kda(weight_loader& ld, const std::string& p) {
+  const auto& c = ld.config();
+  const auto& k = *c.kda;
+  const int64_t h = c.hidden_size, P = k.proj_dim(), D = k.head_dim, H = k.num_heads, W = k.conv_kernel;
+  kda_weights w;
+  w.q_proj = ld.lin(p + ".q_proj", P, h);
+  w.k_proj = ld.lin(p + ".k_proj", P, h);
+  w.v_proj = ld.lin(p + ".v_proj", P, h);
+  w.q_conv = ld.f32(p + ".q_conv1d.weight", {P, 1, W});
+  w.k_conv = ld.f32(p + ".k_conv1d.weight", {P, 1, W});
+  w.v_conv = ld.f32(p + ".v_conv1d.weight", {P, 1, W});
+  w.f_a = ld.lin(p + ".f_a_proj", D, h);
+  w.f_b = ld.lin(p + ".f_b_proj", P, D);
+  w.b_proj = ld.lin(p + ".b_proj", H, h);
+  w.A_log = ld.f32(p + ".A_log", {1, 1, H, 1});
+  w.dt_bias = ld.f32(p + ".dt_bias", {P});
+  if (k.full_rank_output_gate) {
+    w.g_proj = ld.lin(p + ".g_proj", P, h);
+  } else {
+    w.g_a = ld.lin(p + ".g_a_proj", D, h);
+    w.g_b = ld.lin(p + ".g_b_proj", P, D);
+  }
+  w.o_norm = ld.f32(p + ".o_norm.weight", {D});
+  w.o_proj = ld.lin(p + ".o_proj", h, P);
+  return w;
+}
+
+void kda_forward(const kda_weights& w, const formats::model_config& c, const float* x, int64_t T,
+                 const kda_state_ref& state, float* out, const dump_sink* dump_to, const std::string& name) {
+  const auto& k = *c.kda;
+  const int64_t P = k.proj_dim(), D = k.head_dim, H = k.num_heads, W = k.conv_kernel;
+  std::vector<float> proj(size_t(T * P));                      // f32 [T, P] before the conv
+  std::vector<float> q(size_t(T * P)), kk(size_t(T * P)), v(size_t(T * P));  // f32 [T, H, D]
+  auto conv = [&](const linear& l, const std::vector<float>& cw, float* st, std::vector<float>& y) {
+    l.apply(x, proj.data(), T);
+    ref::causal_conv1d_silu(proj.data(), cw.data(), st, y.data(), T, P, W);
+  };
+  conv(w.q_proj, w.q_conv, state.conv_q, q);
+  conv(w.k_proj, w.k_conv, state.conv_k, kk);
+  conv(w.v_proj, w.v_conv, state.conv_v, v);
+  ref::l2norm(q.data(), q.data(), T * H, D);
+  ref::l2norm(kk.data(), kk.data(), T * H, D);
+
+  // Decay gate g f32 [T, H, D] in log space from the low-rank f_b(f_a(x)).
+  std::vector<float> fa(size_t(T * D)), g(size_t(T * P));
+  w.f_a.apply(x, fa.data(), T);
+  w.f_b.apply(fa.data(), g.data(), T);
+  if (k.gate == formats::kda_gate_kind::LOWER_BOUND)
+    ref::kda_gate_lower_bound(g.data(), w.A_log.data(), w.dt_bias.data(), float(k.gate_lower_bound), g.data(), T,
+                              H, D);
+  else
+    ref::kda_gate_softplus(g.data(), w.A_log.data(), w.dt_bias.data(), g.data(), T, H, D);
+  std::vector<float> beta(size_t(T * H));  // f32 [T, H]
+  w.b_proj.apply(x, beta.data(), T);
+  ref::sigmoid(beta.data(), beta.data(), T * H);
+
+  dump(dump_to, name + ".q", {T, H, D}, q.data());
+  dump(dump_to, name + ".k", {T, H, D}, kk.data());
+  dump(dump_to, name + ".v", {T, H, D}, v.data());
+  dump(dump_to, name + ".g", {T, H, D}, g.data());
+  dump(dump_to, name + ".beta", {T, H}, beta.data());
+
+  std::vector<float> o(size_t(T * P));  // f32 [T, H, D]
+  const float scale = 1.0f / std::sqrt(float(D));
+  if (T == 1)
+    ref::kda_recurrent(q.data(), kk.data(), v.data(), g.data(), beta.data(), scale, state.recurrent, o.data(), T,
+                       H, D, D);
+  else
+    ref::kda_chunked(q.data(), kk.data(), v.data(), g.data(), beta.data(), scale, state.recurrent, o.data(), T, H,
+                     D, D);
+  dump(dump_to, name + ".core", {T, H, D}, o.data());
+
+  std::vector<float> gate(size_t(T * P));  // f32 [T, P] output gate logits
+  if (k.full_rank_output_gate) {
+    w.g_proj.apply(x, gate.data(), T);
+  } else {
+    std::vector<float> ga(size_t(T * D));
+    w.g_a.apply(x, ga.data(), T);
+    w.g_b.apply(ga.data(), gate.data(), T);
+  }
+  ref::gated_rms_norm(o.data(), gate.data(), w.o_norm.data(), o.data(), T * H, D, float(c.rms_norm_eps));
+  dump(dump_to, name + ".gated", {T, H, D}, o.data());
+  w.o_proj.apply(o.data(), out, T);
+}
+
+}  // namespace moxi::model

@@ -1,0 +1,35 @@
+// The KDA attention layer (MODEL.md §3.1, reference/kda.md §1.2): weights, loader and forward over the
+// reference kernels, with the per-sequence conv and recurrent state from the cache.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moxi/formats/model-config.h"
+#include "moxi/model/cache.h"
+#include "moxi/model/layers/weights.h"
+
+namespace moxi::model {
+
+struct kda_weights {
+  linear q_proj, k_proj, v_proj;          // [P, hidden]
+  std::vector<float> q_conv, k_conv, v_conv;  // f32 [P, W] (checkpoint [P, 1, W])
+  linear f_a, f_b;                        // [D, hidden], [P, D]
+  linear b_proj;                          // [H, hidden]
+  std::vector<float> A_log;               // f32 [H] (checkpoint [1, 1, H, 1])
+  std::vector<float> dt_bias;             // f32 [P]
+  linear g_proj;                          // full-rank output gate [P, hidden], or
+  linear g_a, g_b;                        // low-rank [D, hidden], [P, D]
+  std::vector<float> o_norm;              // f32 [D], shared by all heads
+  linear o_proj;                          // [hidden, P]
+};
+
+// prefix: "model.layers.{i}.self_attn".
+kda_weights load_kda(weight_loader& ld, const std::string& prefix);
+
+// x f32 [T, hidden] (after input_layernorm) -> out f32 [T, hidden]. Consumes and updates `state`.
+// T > 1 runs the chunkwise prefill kernel, T == 1 the recurrence (the two agree; tested).
+void kda_forward(const kda_weights& w, const formats::model_config& c, const float* x, int64_t T,
+                 const kda_state_ref& state, float* out, const dump_sink* dump, const std::string& name);
+
+}  // namespace moxi::model

@@ -1,0 +1,50 @@
+// The MLA / Gated DSA attention layer (MODEL.md §3.2, reference/dsa_mla_moe_mtp.md §A-C): weights, loader
+// and the absorbed-mode forward (dense MQA over the latent cache, or DSA top-k sparse attention when the
+// config has the lightning indexer), with the elementwise sigmoid output gate after W_UV.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moxi/formats/model-config.h"
+#include "moxi/model/cache.h"
+#include "moxi/model/layers/weights.h"
+
+namespace moxi::model {
+
+struct indexer_weights {
+  linear wq_b;                      // [HI*DI, q_lora_rank], reads the query latent c_Q
+  linear wk;                        // [DI, hidden]
+  std::vector<float> k_norm_w;      // f32 [DI] LayerNorm weight
+  std::vector<float> k_norm_b;      // f32 [DI] LayerNorm bias
+  linear weights_proj;              // [HI, hidden]
+};
+
+struct mla_weights {
+  linear q_a;                   // [q_lora_rank, hidden] (q-LoRA), or empty
+  std::vector<float> q_a_norm;  // f32 [q_lora_rank]
+  linear q_b;                   // [H*(Dn+Dr), q_lora_rank]
+  linear q_proj;                // [H*(Dn+Dr), hidden] without q-LoRA
+  linear kv_a;                  // [L+Dr, hidden]
+  std::vector<float> kv_a_norm; // f32 [L]
+  linear kv_b;                  // [H*(Dn+Dv), L]: per head W_UK (Dn rows) then W_UV (Dv rows)
+  linear g_proj;                // [H*Dv, hidden] output gate, or empty
+  linear o_proj;                // [hidden, H*Dv]
+  std::optional<indexer_weights> indexer;
+  // RoPE tables (interleaved for MLA, half-split for the indexer), unused with mla_use_nope.
+  std::vector<float> inv_freq;  // f32 [Dr/2]
+  double rope_attention_factor = 1.0;
+  float softmax_scale = 0.0f;  // (Dn+Dr)^-0.5 * yarn mscale^2
+};
+
+// prefix: "model.layers.{i}.self_attn".
+mla_weights load_mla(weight_loader& ld, const std::string& prefix);
+
+// x f32 [T, hidden] (after input_layernorm) -> out f32 [T, hidden]; appends T rows to the layer's cache
+// and attends over all cached rows (positions continue from the cache length).
+void mla_forward(const mla_weights& w, const formats::model_config& c, const float* x, int64_t T,
+                 sequence_cache& cache, int64_t layer, float* out, const dump_sink* dump,
+                 const std::string& name);
+
+}  // namespace moxi::model

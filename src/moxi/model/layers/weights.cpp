@@ -1,0 +1,147 @@
+// Weight loading: name and shape checks with messages naming the tensor, dtype conversion to f32 once at
+// load, FP8_BLOCK dequantization, MXFP4 expert views, and the two expert GEMM paths.
+#include "moxi/model/layers/weights.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "moxi/base/error.h"
+#include "moxi/base/mx.h"
+#include "moxi/formats/convert.h"
+#include "moxi/kernels/ref/basic.h"
+#include "moxi/model/manifest.h"
+
+namespace moxi::model {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << "]";
+  return o.str();
+}
+
+mx::elem_format act_format(act_quant aq) {
+  return aq == act_quant::MXFP8_E5M2 ? mx::elem_format::FP8_E5M2 : mx::elem_format::FP8_E4M3;
+}
+
+// x rounded to MXFP8 per 32-block of each row (the input of an MXFP4 GEMM), or x itself.
+const float* quantized_input(const float* x, int64_t T, int64_t K, act_quant aq, std::vector<float>& buf) {
+  if (aq == act_quant::NONE) return x;
+  MOXI_ASSERT(K % mx::kBlock == 0);
+  buf.resize(size_t(T * K));
+  mx::fake_quantize(act_format(aq), x, size_t(T * K), buf.data());
+  return buf.data();
+}
+
+}  // namespace
+
+void linear::apply(const float* x, float* y, int64_t T) const {
+  kernels::ref::matmul(x, w.data(), nullptr, y, T, out, in);
+}
+
+void expert_matrix::apply(const float* x, float* y, int64_t T, act_quant aq) const {
+  if (packed()) {
+    kernels::ref::matmul_mxfp4(x, blocks, scales, y, T, N, K, aq);
+    return;
+  }
+  // Same activation fake-quant as matmul_mxfp4, so both storages agree bit for bit (kernels/ref/mxfp4.h).
+  std::vector<float> xq;
+  kernels::ref::matmul(quantized_input(x, T, K, aq, xq), f32.data(), nullptr, y, T, N, K);
+}
+
+act_quant activation_quant(const formats::model_config& c) {
+  if (!c.quant || c.quant->method != formats::quant_method::MXFP4) return act_quant::NONE;
+  switch (c.quant->activations) {
+    case formats::act_format::MXFP8_E4M3: return act_quant::MXFP8_E4M3;
+    case formats::act_format::MXFP8_E5M2: return act_quant::MXFP8_E5M2;
+    case formats::act_format::BF16: break;
+  }
+  return act_quant::NONE;
+}
+
+std::string weight_loader::where() const {
+  return ckpt_.dir().empty() ? std::string("checkpoint") : ckpt_.dir();
+}
+
+const formats::tensor_entry& weight_loader::find(const std::string& name,
+                                                 const std::vector<int64_t>& shape) const {
+  if (!ckpt_.contains(name))
+    throw error(where() + ": missing tensor '" + name + "' (expected shape " + shape_str(shape) + ")");
+  const auto& e = ckpt_.entry(name);
+  if (e.shape != shape)
+    throw error(where() + ": tensor '" + name + "' has shape " + shape_str(e.shape) + ", expected " +
+                shape_str(shape));
+  return e;
+}
+
+std::vector<float> weight_loader::f32(const std::string& name, const std::vector<int64_t>& shape) {
+  const auto& e = find(name, shape);
+  read_.insert(name);
+  const tensor_view v = ckpt_.view(name);
+  std::vector<float> out(size_t(v.numel()));
+  if (!formats::convertible_to_f32(v.type))
+    throw error(where() + ": tensor '" + name + "' has dtype " + std::string(dtype_name(v.type)) +
+                ", expected a float type");
+  formats::to_f32(v.type, v.data, out.size(), out.data());
+  const bool fp8 = v.type == dtype::F8_E4M3 || v.type == dtype::F8_E5M2;
+  if (fp8 && config_.quant && config_.quant->method == formats::quant_method::FP8_BLOCK) {
+    // DeepSeek FP8 checkpoints: one f32 scale_inv per [br, bc] block of the 2-D weight.
+    const auto& bs = config_.quant->weight_block_size;
+    if (shape.size() != 2 || bs.size() != 2)
+      throw error(where() + ": FP8 tensor '" + name + "' needs a 2-D shape and weight_block_size [r, c]");
+    const int64_t R = shape[0], C = shape[1], br = bs[0], bc = bs[1];
+    const int64_t gr = (R + br - 1) / br, gc = (C + bc - 1) / bc;
+    const auto scale = f32(name + "_scale_inv", {gr, gc});
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) out[size_t(r * C + c)] *= scale[size_t((r / br) * gc + c / bc)];
+  }
+  (void)e;
+  return out;
+}
+
+linear weight_loader::lin(const std::string& prefix, int64_t out, int64_t in) {
+  linear l;
+  l.w = f32(prefix + ".weight", {out, in});
+  l.out = out;
+  l.in = in;
+  return l;
+}
+
+expert_matrix weight_loader::expert(const std::string& name, int64_t N, int64_t K) {
+  expert_matrix m;
+  m.N = N;
+  m.K = K;
+  const std::string bname = mx_blocks_name(name), sname = mx_scales_name(name);
+  if (!ckpt_.contains(bname) && ckpt_.contains(name)) {
+    m.f32 = f32(name, {N, K});
+    return m;
+  }
+  if (K % mx::kBlock != 0)
+    throw error(where() + ": MXFP4 tensor '" + bname + "': in-features " + std::to_string(K) +
+                " are not a multiple of 32");
+  const int64_t nb = K / mx::kBlock;
+  const auto& be = find(bname, {N, nb, 16});
+  const auto& se = find(sname, {N, nb});
+  for (const auto* e : {&be, &se})
+    if (e->type != dtype::U8)
+      throw error(where() + ": MXFP4 tensor '" + e->name + "' has dtype " + std::string(dtype_name(e->type)) +
+                  ", expected U8");
+  read_.insert(bname);
+  read_.insert(sname);
+  const auto bv = ckpt_.view(bname), sv = ckpt_.view(sname);
+  const auto* blocks = reinterpret_cast<const uint8_t*>(bv.data);
+  const auto* scales = reinterpret_cast<const uint8_t*>(sv.data);
+  if (opts_.dequantize_experts) {
+    m.f32.resize(size_t(N * K));
+    for (int64_t n = 0; n < N; ++n)
+      mx::dequantize_mxfp4(blocks + n * nb * 16, scales + n * nb, size_t(K), m.f32.data() + n * K);
+  } else {
+    m.blocks = blocks;
+    m.scales = scales;
+  }
+  return m;
+}
+
+}  // namespace moxi::model

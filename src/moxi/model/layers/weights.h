@@ -1,0 +1,91 @@
+// Loading layer weights from a checkpoint, transformed once (ARCHITECTURE.md §2): every float tensor is
+// converted to f32 at load, MXFP4 routed experts stay packed (pointing into the checkpoint's mapping) and go
+// through ref::matmul_mxfp4. Also the named-intermediate dump hook every layer writes into.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "moxi/formats/checkpoint.h"
+#include "moxi/formats/model-config.h"
+#include "moxi/kernels/ref/mxfp4.h"
+
+namespace moxi::model {
+
+// A Linear layer y = x W^T, W f32 [out, in] as HF stores it.
+struct linear {
+  std::vector<float> w;  // f32 [out, in]
+  int64_t out = 0, in = 0;
+  // y f32 [T, out] from x f32 [T, in]; y must not alias x.
+  void apply(const float* x, float* y, int64_t T) const;
+  bool empty() const { return w.empty(); }
+};
+
+// How the MXFP4 GEMMs quantize their input rows (MODEL.md §4: activations MXFP8 E4M3 per 32-block).
+using act_quant = kernels::ref::act_quant;
+
+// One routed-expert matrix W [N, K]: either f32, or MXFP4 blocks/scales viewed in the checkpoint mapping
+// (valid while the checkpoint lives; the model keeps it open).
+struct expert_matrix {
+  int64_t N = 0, K = 0;
+  std::vector<float> f32;           // f32 [N, K] when not packed
+  const uint8_t* blocks = nullptr;  // u8 [N, K/32, 16] when packed
+  const uint8_t* scales = nullptr;  // u8 [N, K/32]
+  bool packed() const { return blocks != nullptr; }
+  // y f32 [T, N] = q(x) W^T with x f32 [T, K]; q = the activation fake-quant (applied on the f32 path too,
+  // so both storages compute the same function of the weights' values).
+  void apply(const float* x, float* y, int64_t T, act_quant aq) const;
+};
+
+struct load_options {
+  // Decode MXFP4 routed experts to f32 at load instead of keeping them packed (the reference the packed
+  // path is tested against; also what a kernel without MXFP4 support would need).
+  bool dequantize_experts = false;
+};
+
+// Reads named tensors with their expected shapes; every error names the checkpoint and the tensor.
+class weight_loader {
+ public:
+  weight_loader(const formats::checkpoint& ckpt, const formats::model_config& config, load_options opts)
+      : ckpt_(ckpt), config_(config), opts_(opts) {}
+
+  // A float tensor (F32/F16/BF16/F8 with its FP8_BLOCK scale_inv) converted to f32.
+  std::vector<float> f32(const std::string& name, const std::vector<int64_t>& shape);
+  linear lin(const std::string& prefix, int64_t out, int64_t in);  // prefix + ".weight"
+  // A routed-expert weight stored MXFP4 (name_blocks/name_scales) or as a float tensor.
+  expert_matrix expert(const std::string& name, int64_t N, int64_t K);
+
+  const formats::model_config& config() const { return config_; }
+  const load_options& options() const { return opts_; }
+  // Every tensor name read so far (for the manifest consistency test).
+  const std::set<std::string>& names_read() const { return read_; }
+
+ private:
+  const formats::tensor_entry& find(const std::string& name, const std::vector<int64_t>& shape) const;
+  std::string where() const;
+
+  const formats::checkpoint& ckpt_;
+  const formats::model_config& config_;
+  load_options opts_;
+  std::set<std::string> read_;
+};
+
+// Receives named intermediates during forward ("layers.3.attn_out", f32, row-major).
+struct dump_sink {
+  std::function<bool(std::string_view name)> wants;
+  std::function<void(const std::string& name, const std::vector<int64_t>& shape, const float* data)> put;
+};
+
+// Writes data under name when the sink is set and wants it; the copy happens only then.
+inline void dump(const dump_sink* sink, const std::string& name, const std::vector<int64_t>& shape,
+                 const float* data) {
+  if (sink && sink->wants(name)) sink->put(name, shape, data);
+}
+
+act_quant activation_quant(const formats::model_config& config);
+
+}  // namespace moxi::model
