@@ -10,6 +10,8 @@
 #include <string>
 #include <sys/wait.h>
 
+#include "common/temp-dir.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -33,15 +35,7 @@ result run(const std::string& args) {
 
 std::string cfg(const char* name) { return std::string(MOXI_SOURCE_DIR) + "/configs/" + name; }
 
-class Cli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/moxi-cli-test-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string dir_;
-};
+class Cli : public moxi::testing::temp_dir_test {};
 
 TEST_F(Cli, PlanOnTheSeedConfigReproducesModelMdWithinOnePercent) {
   const auto r = run("plan --config " + cfg("seed-2.8t.json") + " --json");

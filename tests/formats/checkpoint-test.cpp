@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/temp-dir.h"
 #include "moxi/base/error.h"
 #include "moxi/formats/shard-plan.h"
 
@@ -18,21 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class checkpoint_test : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = (fs::temp_directory_path() / ("moxi-ck-" + std::string(info->test_suite_name()) + "-" +
-                                         info->name() + "-" + std::to_string(::getpid())))
-               .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-
-  std::string dir_;
-};
+class checkpoint_test : public moxi::testing::temp_dir_test {};
 
 std::vector<std::byte> pattern(size_t n, unsigned seed) {
   std::vector<std::byte> v(n);

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 
+#include "common/temp-dir.h"
 #include "moxi/base/error.h"
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/safetensors.h"
@@ -36,20 +37,7 @@ void write_raw(const std::string& p, const std::string& bytes) {
   ASSERT_TRUE(out.good()) << p;
 }
 
-class safetensors_fuzz_test : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = (fs::temp_directory_path() / ("moxi-stfuzz-" + std::string(info->test_suite_name()) + "-" +
-                                         info->name() + "-" + std::to_string(::getpid())))
-               .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string dir_;
-};
+class safetensors_fuzz_test : public moxi::testing::temp_dir_test {};
 
 // Opens a file that open() accepted and checks what a consumer relies on: every view lies inside the
 // file's data section, the tensors tile it, and every byte can be read (a bad bound would fault here).

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/temp-dir.h"
 #include "moxi/base/error.h"
 #include "moxi/formats/checkpoint.h"
 
@@ -17,21 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class safetensors_test : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = (fs::temp_directory_path() / ("moxi-st-" + std::string(info->test_suite_name()) + "-" +
-                                         info->name() + "-" + std::to_string(::getpid())))
-               .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-
-  std::string dir_;
-};
+class safetensors_test : public moxi::testing::temp_dir_test {};
 
 // Bytes that differ per tensor and per position, so a misplaced tensor cannot compare equal.
 std::vector<std::byte> pattern(size_t n, unsigned seed) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <vector>
 
+#include "common/temp-dir.h"
 #include "moxi/base/error.h"
 #include "moxi/base/half.h"
 #include "moxi/formats/checkpoint.h"
@@ -28,20 +29,6 @@ using namespace moxi;
 namespace {
 
 std::string config_path(const char* name) { return std::string(MOXI_SOURCE_DIR) + "/configs/" + name; }
-
-class tmp_dir {
- public:
-  tmp_dir() {
-    char tmpl[] = "/tmp/moxi-ckpt-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~tmp_dir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& s) const { return path_ + "/" + s; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 model::init_options quiet(uint64_t seed, int shards, dtype t = dtype::BF16) {
   model::init_options o;
@@ -72,7 +59,7 @@ double stddev(const std::vector<float>& v) {
 }
 
 TEST(Init, DistributionsFollowTheDocumentedSchemes) {
-  tmp_dir t;
+  moxi::testing::temp_dir t;
   const auto c = formats::load_model_config(config_path("tiny-seed.json"));
   model::init_checkpoint(c, t / "ck", quiet(7, 2, dtype::F32));
   const auto ck = formats::checkpoint::open(t / "ck");
@@ -101,7 +88,7 @@ TEST(Init, DistributionsFollowTheDocumentedSchemes) {
 }
 
 TEST(Init, ValuesDependOnSeedAndNameNotOnSharding) {
-  tmp_dir t;
+  moxi::testing::temp_dir t;
   const auto c = formats::load_model_config(config_path("tiny-kimi-linear.json"));
   model::init_checkpoint(c, t / "a", quiet(3, 1));
   model::init_checkpoint(c, t / "b", quiet(3, 4));
@@ -121,7 +108,7 @@ TEST(Init, ValuesDependOnSeedAndNameNotOnSharding) {
 }
 
 TEST(Init, Mxfp4ExpertsAreTheCodecOfTheInitValues) {
-  tmp_dir t;
+  moxi::testing::temp_dir t;
   const auto c = formats::load_model_config(config_path("tiny-seed.json"));
   model::init_checkpoint(c, t / "ck", quiet(11, 3));
   const auto ck = formats::checkpoint::open(t / "ck");
@@ -150,7 +137,7 @@ TEST(Init, Mxfp4ExpertsAreTheCodecOfTheInitValues) {
 }
 
 TEST(Init, PlannerBytesEqualTheWrittenCheckpoint) {
-  tmp_dir t;
+  moxi::testing::temp_dir t;
   for (const char* cfg : {"tiny-seed.json", "tiny-kimi-linear.json", "tiny-deepseek-v3.2.json"}) {
     const auto c = formats::load_model_config(config_path(cfg));
     const std::string out = t / cfg;
@@ -167,7 +154,7 @@ TEST(Init, PlannerBytesEqualTheWrittenCheckpoint) {
 }
 
 TEST(Init, WritesAByteLevelTokenizerThatRoundTripsText) {
-  tmp_dir t;
+  moxi::testing::temp_dir t;
   const auto c = formats::load_model_config(config_path("tiny-seed.json"));  // pad 0, bos 1, eos 2
   model::init_checkpoint(c, t / "ck", quiet(1, 1));
   const auto tok = moxi::tokenizer::from_hf_json_file(t / "ck/tokenizer.json");
@@ -182,14 +169,14 @@ TEST(Init, WritesAByteLevelTokenizerThatRoundTripsText) {
 }
 
 TEST(Init, CreatesMissingParentDirectories) {
-  tmp_dir t;
+  moxi::testing::temp_dir t;
   const auto c = formats::load_model_config(config_path("tiny-kimi-linear.json"));
   model::init_checkpoint(c, t / "a/b/ck", quiet(1, 1));
   EXPECT_TRUE(fs::exists(t / "a/b/ck/model.safetensors.index.json"));
 }
 
 TEST(Init, RefusesAnExistingDirectoryAndLeavesNoTemp) {
-  tmp_dir t;
+  moxi::testing::temp_dir t;
   const auto c = formats::load_model_config(config_path("tiny-kimi-linear.json"));
   fs::create_directory(t / "exists");
   EXPECT_THROW(model::init_checkpoint(c, t / "exists", quiet(1, 1)), moxi::error);
@@ -197,7 +184,7 @@ TEST(Init, RefusesAnExistingDirectoryAndLeavesNoTemp) {
 }
 
 TEST(Quantize, ExpertsMatchTheCodecAndEverythingElseIsCopied) {
-  tmp_dir t;
+  moxi::testing::temp_dir t;
   const auto c = formats::load_model_config(config_path("tiny-kimi-linear.json"));
   model::init_checkpoint(c, t / "bf16", quiet(5, 2));
   model::quantize_options qo;
@@ -256,7 +243,7 @@ TEST(Quantize, ExpertsMatchTheCodecAndEverythingElseIsCopied) {
 }
 
 TEST(Quantize, RefusesQuantizedInputAndLeavesNothingOnFailure) {
-  tmp_dir t;
+  moxi::testing::temp_dir t;
   const auto c = formats::load_model_config(config_path("tiny-seed.json"));  // MXFP4 already
   model::init_checkpoint(c, t / "mx", quiet(1, 1));
   model::quantize_options qo;
@@ -289,7 +276,7 @@ TEST(Quantize, RefusesQuantizedInputAndLeavesNothingOnFailure) {
 }
 
 TEST(Inspect, ReportsMissingAndMismatchedTensorsAgainstTheConfig) {
-  tmp_dir t;
+  moxi::testing::temp_dir t;
   const std::string dir = t / "ck";
   fs::create_directory(dir);
   fs::copy_file(config_path("tiny-kimi-linear.json"), dir + "/config.json");
