@@ -1,10 +1,11 @@
 // Byte-level tokenizer.json generator (see byte-tokenizer.h). Byte tokens are spelled with GPT-2's
-// bytes_to_unicode alphabet (openai/gpt-2 encoder.py), as every byte-level BPE vocabulary is.
+// bytes_to_unicode alphabet (tokenizer.h byte_level_codepoint), as every byte-level BPE vocabulary is.
 #include "moxi/formats/byte-tokenizer.h"
 
 #include <nlohmann/json.hpp>
 
 #include "moxi/base/error.h"
+#include "moxi/formats/tokenizer.h"
 
 namespace moxi::formats {
 namespace {
@@ -40,12 +41,9 @@ std::string byte_level_tokenizer_json(int64_t vocab_size, const std::map<int64_t
                      {"rstrip", false}, {"normalized", false}, {"special", true}});
   }
   int64_t next_id = 0;
-  uint32_t next_cp = 256;
   for (uint32_t b = 0; b < 256; ++b) {
-    const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-    const uint32_t cp = printable ? b : next_cp++;
     while (specials.count(next_id)) ++next_id;
-    vocab[utf8(cp)] = next_id++;
+    vocab[utf8(byte_level_codepoint(uint8_t(b)))] = next_id++;
   }
   nlohmann::json doc = {
       {"version", "1.0"},

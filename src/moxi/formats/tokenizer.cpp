@@ -871,4 +871,6 @@ std::optional<token_id> tokenizer::find(std::string_view text_or_bytes) const {
   return std::nullopt;
 }
 
+uint32_t byte_level_codepoint(uint8_t b) { return byte_to_codepoint()[b]; }
+
 }  // namespace moxi

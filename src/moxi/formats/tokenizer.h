@@ -102,4 +102,7 @@ size_t utf8_complete_prefix(std::string_view bytes);
 // Whether `text` is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
 bool utf8_valid(std::string_view text);
 
+// GPT-2's bytes_to_unicode alphabet: the code point that spells byte b in byte-level vocabularies.
+uint32_t byte_level_codepoint(uint8_t b);
+
 }  // namespace moxi
