@@ -1,5 +1,6 @@
 // `moxi bench <name>`: the benchmarks in bench/. Each benchmark adds its own subcommand through an
 // `add_*_bench(CLI::App&)` function; adding one is an include and one line in kBenches.
+#include "bench/kernels-bench.h"
 #include "bench/sandbox-bench.h"
 #include "moxi/cli/command.h"
 
@@ -13,6 +14,9 @@ struct bench_entry {
 
 constexpr bench_entry kBenches[] = {
     {"sandbox", bench::add_sandbox_bench},
+    {"membw", bench::add_membw_bench},
+    {"gemv", bench::add_gemv_bench},
+    {"gemm", bench::add_gemm_bench},
 };
 
 void setup(CLI::App& root) {

@@ -130,8 +130,7 @@ void matmul_mxfp4(const float* x, const packed_mxfp4& w, float* y, int64_t T, ac
     x = xq;
   }
   const x86::mxfp4_panels pw = mxfp4_access::panels(w);
-  const bool gemm = w.variant() == mxfp4_variant::AVX512_BF16 && T > opt.gemv_max_tokens;
-  if (!gemm) {
+  if (w.variant() == mxfp4_variant::AVX512) {
     pool.run([&](int tid, int nt) {
       const range r = split_range(pw.panels(), tid, nt);
       if (r.begin == r.end) return;
@@ -149,6 +148,13 @@ void matmul_mxfp4(const float* x, const packed_mxfp4& w, float* y, int64_t T, ac
     const range rx = split_range(T * K, tid, nt, 16);
     if (rx.begin < rx.end) x86::f32_to_bf16_avx512bf16(x + rx.begin, xb + rx.begin, rx.end - rx.begin);
   });
+  if (T <= opt.gemv_max_tokens && T <= x86::kGemvMaxTokens) {
+    pool.run([&](int tid, int nt) {
+      const range r = split_range(pw.panels(), tid, nt);
+      if (r.begin < r.end) x86::mxfp4_gemv_avx512bf16(xb, T, pw, r.begin, r.end, y);
+    });
+    return;
+  }
   pool.run([&](int tid, int nt) {
     thread_local std::vector<uint32_t> wbuf;
     uint32_t* s = scratch(wbuf, size_t(x86::mxfp4_gemm_scratch_u32()));

@@ -2,13 +2,13 @@
 // runs the best kernel this CPU has (chosen once by CPUID; MOXI_KERNELS=ref forces the scalar reference)
 // on the global thread pool. Decode (few tokens) takes the memory-bound GEMV, prefill the BF16 GEMM.
 //
-// Variants and numerics against ref::matmul_mxfp4 (see docs/kernels.md, "MXFP4 fast kernels"):
+// Variants and numerics against ref::matmul_mxfp4 (docs/kernels-mxfp4.md):
 //   REF          the scalar reference itself (bit-identical).
 //   AVX512       fp32 GEMV for every T (in groups of 4 tokens): exact weights, exact products, exact block
 //                scales; only the fp32 summation order differs.
-//   AVX512_BF16  the AVX512 GEMV for T <= gemv_max_tokens, else the BF16 GEMM: weights exact in bf16, x
-//                rounded to bf16 (RNE), fp32 accumulation. With MXFP8 activations x is already exact in bf16,
-//                so only the summation order differs.
+//   AVX512_BF16  a BF16 GEMV (VDPBF16PS) for T <= gemv_max_tokens, else the BF16 GEMM: weights exact in
+//                bf16, x rounded to bf16 (RNE), exact products, fp32 accumulation. With MXFP8 activations x
+//                is already exact in bf16, so only the summation order differs.
 #pragma once
 
 #include <cstddef>

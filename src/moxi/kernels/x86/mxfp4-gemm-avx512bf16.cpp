@@ -51,7 +51,7 @@ void decode_panel(const mxfp4_panels& w, int64_t P, int64_t kc, int64_t kn, uint
   const uint8_t* q = w.qs + (P * (w.K / 2) + kc / 2) * 16;
   for (int64_t b = kc / 32; b < (kc + kn) / 32; ++b) {
     const __m512 s = e8m0_x16(w.sc + (P * nb + b) * 16);
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int j = 0; j < 16; ++j) {
       const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
       q += 16;
@@ -75,7 +75,7 @@ template <int TM>
 void micro(const uint16_t* xb, int64_t K, const uint32_t* wd, int64_t npairs, float* y, int64_t N,
            int64_t row0, bool accumulate, __mmask16 ma, __mmask16 mb) {
   __m512 acc[TM][2];
-  #pragma GCC unroll 32
+#pragma GCC unroll 32
   for (int t = 0; t < TM; ++t) {
     acc[t][0] = accumulate ? _mm512_maskz_loadu_ps(ma, y + t * N + row0) : _mm512_setzero_ps();
     acc[t][1] = accumulate ? _mm512_maskz_loadu_ps(mb, y + t * N + row0 + 16) : _mm512_setzero_ps();
@@ -85,14 +85,14 @@ void micro(const uint16_t* xb, int64_t K, const uint32_t* wd, int64_t npairs, fl
   for (int64_t p = 0; p < npairs; ++p) {
     const __m512bh wa = as_bh(_mm512_loadu_si512(wd + p * 32));
     const __m512bh wb = as_bh(_mm512_loadu_si512(wd + p * 32 + 16));
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int t = 0; t < TM; ++t) {
       const __m512bh xv = as_bh(_mm512_set1_epi32(xp[t * ld + p]));
       acc[t][0] = _mm512_dpbf16_ps(acc[t][0], wa, xv);
       acc[t][1] = _mm512_dpbf16_ps(acc[t][1], wb, xv);
     }
   }
-  #pragma GCC unroll 32
+#pragma GCC unroll 32
   for (int t = 0; t < TM; ++t) {
     _mm512_mask_storeu_ps(y + t * N + row0, ma, acc[t][0]);
     _mm512_mask_storeu_ps(y + t * N + row0 + 16, mb, acc[t][1]);
@@ -104,7 +104,92 @@ using micro_fn = void (*)(const uint16_t*, int64_t, const uint32_t*, int64_t, fl
 constexpr micro_fn kMicro[kTm + 1] = {nullptr,  micro<1>, micro<2>, micro<3>,  micro<4>,  micro<5>, micro<6>,
                                       micro<7>, micro<8>, micro<9>, micro<10>, micro<11>, micro<12>};
 
+// GEMV on bf16 activations: one 16-byte load -> 16 rows x one K-pair; (v | v << 12) & 0x000F000F puts the
+// low nibble in the low word and the high nibble in the high word of each row's dword, one VPERMW turns
+// both into bf16 (exact), and one VDPBF16PS does the row's two multiply-adds: half the FP-pipe work of the
+// fp32 GEMV, which on a core with 256-bit datapaths is what keeps two threads at the read bandwidth.
+template <int PP, int TT>
+void gemv_bf16_panels(const uint16_t* xb, const mxfp4_panels& w, int64_t P0, float* y) {
+  const int64_t K = w.K, half = K / 2, nb = K / 32;
+  const __m512i table =
+      _mm512_setr_epi32(0x3F000000, 0x3FC03F80, 0x40404000, 0x40C04080, int(0xBF008000u), int(0xBFC0BF80u),
+                        int(0xC040C000u), int(0xC0C0C080u), 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i nib = _mm512_set1_epi32(0x000F000F);
+  const int32_t* xp = reinterpret_cast<const int32_t*>(xb);
+  const uint8_t* q[PP];
+#pragma GCC unroll 32
+  for (int i = 0; i < PP; ++i) q[i] = w.qs + (P0 + i) * half * 16;
+  __m512 acc[PP][TT];
+#pragma GCC unroll 32
+  for (int i = 0; i < PP; ++i)
+#pragma GCC unroll 32
+    for (int t = 0; t < TT; ++t) acc[i][t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512 bacc[PP][TT];
+#pragma GCC unroll 32
+    for (int i = 0; i < PP; ++i)
+#pragma GCC unroll 32
+      for (int t = 0; t < TT; ++t) bacc[i][t] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int j = 0; j < 16; ++j) {
+      __m512bh xv[TT];
+#pragma GCC unroll 32
+      for (int t = 0; t < TT; ++t) xv[t] = as_bh(_mm512_set1_epi32(xp[t * half + b * 16 + j]));
+#pragma GCC unroll 32
+      for (int i = 0; i < PP; ++i) {
+        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[i])));
+        q[i] += 16;
+        // (A | B) & C with A = v, B = v << 12, C = nibble mask: truth table 0xA8.
+        const __m512i codes = _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 12), nib, 0xA8);
+        const __m512bh wv = as_bh(_mm512_permutexvar_epi16(codes, table));
+#pragma GCC unroll 32
+        for (int t = 0; t < TT; ++t) bacc[i][t] = _mm512_dpbf16_ps(bacc[i][t], wv, xv[t]);
+      }
+    }
+#pragma GCC unroll 32
+    for (int i = 0; i < PP; ++i) {
+      const __m512 s = e8m0_x16(w.sc + ((P0 + i) * nb + b) * 16);
+#pragma GCC unroll 32
+      for (int t = 0; t < TT; ++t) acc[i][t] = _mm512_fmadd_ps(bacc[i][t], s, acc[i][t]);
+    }
+  }
+#pragma GCC unroll 32
+  for (int i = 0; i < PP; ++i) {
+    const int64_t row0 = (P0 + i) * kPanel;
+    const __mmask16 m = row_mask(w.N, row0);
+#pragma GCC unroll 32
+    for (int t = 0; t < TT; ++t) _mm512_mask_storeu_ps(y + t * w.N + row0, m, acc[i][t]);
+  }
+}
+
+template <int PP, int TT>
+void gemv_bf16_range(const uint16_t* xb, const mxfp4_panels& w, int64_t p0, int64_t p1, float* y) {
+  int64_t P = p0;
+  for (; P + PP <= p1; P += PP) gemv_bf16_panels<PP, TT>(xb, w, P, y);
+  for (; P < p1; ++P) gemv_bf16_panels<1, TT>(xb, w, P, y);
+}
+
 }  // namespace
+
+void mxfp4_gemv_avx512bf16(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t p0, int64_t p1,
+                           float* y) {
+  switch (T) {
+    case 1:
+      gemv_bf16_range<8, 1>(xb, w, p0, p1, y);
+      break;
+    case 2:
+      gemv_bf16_range<4, 2>(xb, w, p0, p1, y);
+      break;
+    case 3:
+      gemv_bf16_range<4, 3>(xb, w, p0, p1, y);
+      break;
+    case 4:
+      gemv_bf16_range<4, 4>(xb, w, p0, p1, y);
+      break;
+    default:
+      break;  // the dispatcher never passes T outside 1..kGemvMaxTokens
+  }
+}
 
 void f32_to_bf16_avx512bf16(const float* x, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
@@ -117,16 +202,16 @@ double avx512bf16_peak_loop(int64_t iters) {
   // 24 independent accumulators (more than latency x throughput on current cores), operands in registers:
   // the VDPBF16PS issue rate, the ceiling the GEMM's inner loop is measured against.
   __m512 acc[24];
-  #pragma GCC unroll 32
+#pragma GCC unroll 32
   for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(float(i));
   const __m512bh a = as_bh(_mm512_set1_epi32(0x3f803f80)), b = as_bh(_mm512_set1_epi32(0x00010001));
   for (int64_t it = 0; it < iters; ++it) {
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int i = 0; i < 24; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
     __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]));  // keep the loop
   }
   __m512 s = acc[0];
-  #pragma GCC unroll 32
+#pragma GCC unroll 32
   for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, acc[i]);
   float lanes[16];
   _mm512_storeu_ps(lanes, s);

@@ -42,53 +42,53 @@ void gemv_panels(const float* x, const mxfp4_panels& w, int64_t P0, float* y) {
   const int64_t K = w.K, half = K / 2, nb = K / 32;
   const __m512 table = fp4_table();
   const uint8_t* q[PP];
-  #pragma GCC unroll 32
+#pragma GCC unroll 32
   for (int i = 0; i < PP; ++i) q[i] = w.qs + (P0 + i) * half * 16;
   __m512 acc[PP][TT];
-  #pragma GCC unroll 32
+#pragma GCC unroll 32
   for (int i = 0; i < PP; ++i)
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int t = 0; t < TT; ++t) acc[i][t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     __m512 bacc[PP][TT];
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int i = 0; i < PP; ++i)
-      #pragma GCC unroll 32
+#pragma GCC unroll 32
       for (int t = 0; t < TT; ++t) bacc[i][t] = _mm512_setzero_ps();
     const int64_t k0 = b * 32;
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int j = 0; j < 16; ++j) {
       __m512 xe[TT], xo[TT];
-      #pragma GCC unroll 32
+#pragma GCC unroll 32
       for (int t = 0; t < TT; ++t) {
         xe[t] = _mm512_set1_ps(x[t * K + k0 + 2 * j]);
         xo[t] = _mm512_set1_ps(x[t * K + k0 + 2 * j + 1]);
       }
-      #pragma GCC unroll 32
+#pragma GCC unroll 32
       for (int i = 0; i < PP; ++i) {
         const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[i])));
         q[i] += 16;
         const __m512 we = _mm512_permutexvar_ps(v, table);  // VPERMPS reads only index bits 0-3: low nibble
         const __m512 wo = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
-        #pragma GCC unroll 32
+#pragma GCC unroll 32
         for (int t = 0; t < TT; ++t) {
           bacc[i][t] = _mm512_fmadd_ps(we, xe[t], bacc[i][t]);
           bacc[i][t] = _mm512_fmadd_ps(wo, xo[t], bacc[i][t]);
         }
       }
     }
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int i = 0; i < PP; ++i) {
       const __m512 s = e8m0_x16(w.sc + ((P0 + i) * nb + b) * 16);
-      #pragma GCC unroll 32
+#pragma GCC unroll 32
       for (int t = 0; t < TT; ++t) acc[i][t] = _mm512_fmadd_ps(bacc[i][t], s, acc[i][t]);
     }
   }
-  #pragma GCC unroll 32
+#pragma GCC unroll 32
   for (int i = 0; i < PP; ++i) {
     const int64_t row0 = (P0 + i) * kPanel;
     const __mmask16 m = row_mask(w.N, row0);
-    #pragma GCC unroll 32
+#pragma GCC unroll 32
     for (int t = 0; t < TT; ++t) _mm512_mask_storeu_ps(y + t * w.N + row0, m, acc[i][t]);
   }
 }

@@ -36,6 +36,10 @@ void f32_to_bf16_avx512bf16(const float* x, uint16_t* out, int64_t n);
 // Register-resident VDPBF16PS loop for the benchmark's compute ceiling: iters x 24 instructions of
 // 16 x 2 multiply-adds (1536 flop per iteration); returns a value that depends on every result.
 double avx512bf16_peak_loop(int64_t iters);
+// The GEMV of mxfp4_gemv_avx512 on bf16 activations (xb bf16 [T, K], T <= 4): exact bf16 weights, one
+// VDPBF16PS per 16 rows x K-pair, block sums scaled exactly in fp32.
+void mxfp4_gemv_avx512bf16(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t p0, int64_t p1,
+                           float* y);
 // Scratch the GEMM needs per thread, in uint32 units.
 int64_t mxfp4_gemm_scratch_u32();
 // y[T, rows of panel pairs [pp0, pp1)] = xb . W^T with xb bf16 [T, K] (from f32_to_bf16_avx512bf16); panel

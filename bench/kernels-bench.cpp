@@ -1,0 +1,349 @@
+// Kernel benchmarks. Every figure that matters is a ratio of two measurements taken in this run (the
+// machine is shared and noisy): GEMV weight bandwidth over the read bandwidth measured just before it,
+// GEMM throughput over a register-resident peak, both over the scalar reference.
+#include "bench/kernels-bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <vector>
+
+#include "moxi/base/error.h"
+#include "moxi/base/thread-pool.h"
+#include "moxi/kernels/mxfp4-dispatch.h"
+#include "moxi/kernels/ref/mxfp4.h"
+#include "moxi/kernels/x86/cpu.h"
+#include "moxi/kernels/x86/mxfp4-x86.h"
+
+namespace moxi::bench {
+namespace {
+
+namespace k = moxi::kernels;
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// The L3 this VM sees (sysfs, what lscpu prints); glibc's sysconf can report the host's larger figure.
+size_t llc_bytes() {
+  if (FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
+    unsigned long kib = 0;
+    const int got = std::fscanf(f, "%luK", &kib);
+    std::fclose(f);
+    if (got == 1 && kib > 0) return size_t(kib) << 10;
+  }
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return l3 > 0 ? size_t(l3) : size_t(32) << 20;
+}
+
+// Sums 64-bit words with four independent chains so the loop is load-bound, not add-latency-bound.
+uint64_t read_slice(const uint64_t* p, size_t n) {
+  uint64_t a = 0, b = 0, c = 0, d = 0;
+  for (size_t i = 0; i + 4 <= n; i += 4) {
+    a += p[i];
+    b += p[i + 1];
+    c += p[i + 2];
+    d += p[i + 3];
+  }
+  return a ^ b ^ c ^ d;
+}
+
+struct weights {
+  std::vector<uint8_t> blocks, scales;
+};
+
+weights random_weights(int64_t m, int64_t kk, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  weights w;
+  w.blocks.resize(size_t(m * kk / 2));
+  w.scales.resize(size_t(m * kk / 32));
+  for (size_t i = 0; i + 8 <= w.blocks.size(); i += 8) {
+    const uint64_t r = gen();
+    std::memcpy(&w.blocks[i], &r, 8);
+  }
+  for (auto& s : w.scales) s = uint8_t(120 + gen() % 8);
+  return w;
+}
+
+std::vector<float> random_x(size_t n, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = d(gen);
+  return x;
+}
+
+void check_shape(int64_t m, int64_t kk, int64_t n) {
+  if (m < 1 || n < 1 || kk < 32 || kk % 32 != 0)
+    throw error("bench: need --m >= 1, --n >= 1 and --k a positive multiple of 32 (MXFP4 blocks of 32)");
+}
+
+void check_format(const std::string& f) {
+  if (f != "mxfp4") throw error("bench: --format " + f + " is not benchmarked yet (supported: mxfp4)");
+}
+
+// Register-resident compute ceiling of this CPU on all pool threads, in GFLOP/s, and what it measured.
+std::pair<double, std::string> compute_peak() {
+#if !defined(__x86_64__)
+  return {0.0, "none (not x86-64)"};
+#else
+  if (!k::mxfp4_supported(k::mxfp4_variant::AVX512_BF16)) return {0.0, "none (no AVX512-BF16)"};
+  thread_pool& pool = thread_pool::global();
+  const int64_t iters = 2'000'000;
+  std::vector<double> sink(size_t(pool.size()));
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = clock_type::now();
+    pool.run([&](int tid, int) { sink[size_t(tid)] = k::x86::avx512bf16_peak_loop(iters); });
+    const double s = seconds_since(t0);
+    best = std::max(best, double(pool.size()) * double(iters) * 1536.0 / s / 1e9);
+  }
+  // AMX tiles would be the ceiling on CPUs that have them; this build has no AMX kernel yet, so the peak
+  // is the instruction the GEMM actually issues.
+  return {best, k::x86::cpu().amx_bf16 ? "avx512_bf16 vdpbf16ps (AMX present, not used yet)"
+                                       : "avx512_bf16 vdpbf16ps (no AMX on this CPU)"};
+#endif
+}
+
+}  // namespace
+
+membw_result run_membw(double mib, int reps) {
+  thread_pool& pool = thread_pool::global();
+  const size_t words = size_t(mib * 1024 * 1024) / 8;
+  std::unique_ptr<uint64_t[]> buf(new uint64_t[words]);
+  // Each thread first-touches (faults in) the slice it will read.
+  pool.run([&](int tid, int nt) {
+    const range r = split_range(int64_t(words), tid, nt, 8);
+    for (int64_t i = r.begin; i < r.end; ++i) buf[size_t(i)] = uint64_t(i);
+  });
+  std::vector<uint64_t> sink(size_t(pool.size()));
+  std::vector<double> gbs;
+  for (int rep = 0; rep < reps + 1; ++rep) {
+    const auto t0 = clock_type::now();
+    pool.run([&](int tid, int nt) {
+      const range r = split_range(int64_t(words), tid, nt, 8);
+      sink[size_t(tid)] += read_slice(buf.get() + r.begin, size_t(r.end - r.begin));
+    });
+    const double s = seconds_since(t0);
+    if (rep > 0) gbs.push_back(double(words) * 8.0 / s / 1e9);  // rep 0 warms TLBs and the pool
+  }
+  membw_result r;
+  r.threads = pool.size();
+  r.buffer_mib = mib;
+  r.best_gbs = *std::max_element(gbs.begin(), gbs.end());
+  r.median_gbs = median(gbs);
+  return r;
+}
+
+gemv_result run_gemv(int64_t m, int64_t kk, int reps) {
+  check_shape(m, kk, 1);
+  gemv_result r;
+  r.m = m;
+  r.k = kk;
+  const k::mxfp4_variant v = k::mxfp4_best_variant();
+  r.variant = k::to_string(v);
+  const weights w = random_weights(m, kk, 1);
+  const size_t bytes = w.blocks.size() + w.scales.size();
+  r.weight_mib = double(bytes) / (1 << 20);
+  // Enough copies that the rotation spans 4x the LLC: every call streams its weights from DRAM, as a
+  // decode step does (each layer's weights are different).
+  r.copies = int(std::max<size_t>(1, (4 * llc_bytes() + bytes - 1) / bytes));
+  std::vector<k::packed_mxfp4> packed;
+  for (int c = 0; c < r.copies; ++c)
+    packed.push_back(k::pack_mxfp4(w.blocks.data(), w.scales.data(), m, kk, v));
+  const std::vector<float> x = random_x(size_t(kk), 2);
+  std::vector<float> y(static_cast<size_t>(m));
+  r.membw_gbs = run_membw(std::max(512.0, 8.0 * double(llc_bytes()) / (1 << 20)), 3).best_gbs;
+  for (int c = 0; c < r.copies; ++c)
+    k::matmul_mxfp4(x.data(), packed[size_t(c)], y.data(), 1, k::act_quant::NONE);
+  std::vector<double> ms;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto t0 = clock_type::now();
+    for (int c = 0; c < r.copies; ++c)
+      k::matmul_mxfp4(x.data(), packed[size_t(c)], y.data(), 1, k::act_quant::NONE);
+    ms.push_back(seconds_since(t0) * 1e3 / r.copies);
+  }
+  r.fast_ms = median(ms);
+  r.weight_gbs = double(bytes) / (r.fast_ms * 1e-3) / 1e9;
+  r.share_of_membw = r.weight_gbs / r.membw_gbs;
+  std::vector<double> ref_ms;
+  for (int rep = 0; rep < 2; ++rep) {
+    const auto t0 = clock_type::now();
+    k::ref::matmul_mxfp4(x.data(), w.blocks.data(), w.scales.data(), y.data(), 1, m, kk, k::act_quant::NONE);
+    ref_ms.push_back(seconds_since(t0) * 1e3);
+  }
+  r.ref_ms = *std::min_element(ref_ms.begin(), ref_ms.end());
+  r.speedup_vs_ref = r.ref_ms / r.fast_ms;
+  return r;
+}
+
+gemm_result run_gemm(int64_t m, int64_t kk, int64_t n, int reps) {
+  check_shape(m, kk, n);
+  gemm_result r;
+  r.m = m;
+  r.k = kk;
+  r.n = n;
+  const k::mxfp4_variant v = k::mxfp4_best_variant();
+  r.variant = k::to_string(v);
+  const weights w = random_weights(m, kk, 3);
+  const k::packed_mxfp4 packed = k::pack_mxfp4(w.blocks.data(), w.scales.data(), m, kk, v);
+  const std::vector<float> x = random_x(size_t(n * kk), 4);
+  std::vector<float> y(size_t(n * m));
+  std::tie(r.peak_gflops, r.peak_kind) = compute_peak();
+  k::matmul_mxfp4(x.data(), packed, y.data(), n, k::act_quant::NONE);
+  std::vector<double> ms;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto t0 = clock_type::now();
+    k::matmul_mxfp4(x.data(), packed, y.data(), n, k::act_quant::NONE);
+    ms.push_back(seconds_since(t0) * 1e3);
+  }
+  r.fast_ms = median(ms);
+  r.gflops = 2.0 * double(m) * double(kk) * double(n) / (r.fast_ms * 1e-3) / 1e9;
+  r.share_of_peak = r.peak_gflops > 0 ? r.gflops / r.peak_gflops : 0.0;
+  // The scalar reference costs the same per token, so a few tokens give its time for all n.
+  r.ref_tokens = std::min<int64_t>(n, 4);
+  const auto t0 = clock_type::now();
+  k::ref::matmul_mxfp4(x.data(), w.blocks.data(), w.scales.data(), y.data(), r.ref_tokens, m, kk,
+                       k::act_quant::NONE);
+  r.ref_ms = seconds_since(t0) * 1e3 * double(n) / double(r.ref_tokens);
+  r.speedup_vs_ref = r.ref_ms / r.fast_ms;
+  return r;
+}
+
+void add_membw_bench(CLI::App& bench) {
+  struct options {
+    double mib = 1024;
+    int reps = 5;
+    bool json = false;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = bench.add_subcommand("membw", "Read bandwidth of all kernel threads streaming a buffer >> LLC");
+  cmd->add_option("--mib", o->mib, "Buffer size in MiB")->capture_default_str();
+  cmd->add_option("--reps", o->reps, "Measured passes")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
+  cmd->callback([o] {
+    const membw_result r = run_membw(o->mib, std::max(1, o->reps));
+    if (o->json) {
+      const nlohmann::json j = {{"bench", "membw"},
+                                {"threads", r.threads},
+                                {"buffer_mib", r.buffer_mib},
+                                {"best_gbs", r.best_gbs},
+                                {"median_gbs", r.median_gbs}};
+      std::printf("%s\n", j.dump().c_str());
+      return;
+    }
+    std::printf("membw: %d threads reading %.0f MiB (LLC %.0f MiB)\n", r.threads, r.buffer_mib,
+                double(llc_bytes()) / (1 << 20));
+    std::printf("  read bandwidth: best %.2f GB/s, median %.2f GB/s\n", r.best_gbs, r.median_gbs);
+  });
+}
+
+void add_gemv_bench(CLI::App& bench) {
+  struct options {
+    int64_t m = 4096, k = 14336;
+    std::string format = "mxfp4";
+    int reps = 10;
+    bool json = false;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = bench.add_subcommand(
+      "gemv", "Decode GEMV (1 token): weight GB/s as a share of measured read bandwidth");
+  cmd->add_option("--m", o->m, "Output rows (weight [m, k])")->capture_default_str();
+  cmd->add_option("--k", o->k, "Reduction size, a multiple of 32")->capture_default_str();
+  cmd->add_option("--format", o->format, "Weight format")->capture_default_str();
+  cmd->add_option("--reps", o->reps, "Measured rounds over all weight copies")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
+  cmd->callback([o] {
+    check_format(o->format);
+    const gemv_result r = run_gemv(o->m, o->k, std::max(1, o->reps));
+    if (o->json) {
+      const nlohmann::json j = {{"bench", "gemv"},
+                                {"format", o->format},
+                                {"m", r.m},
+                                {"k", r.k},
+                                {"variant", r.variant},
+                                {"threads", thread_pool::global().size()},
+                                {"weight_mib", r.weight_mib},
+                                {"copies", r.copies},
+                                {"ms", r.fast_ms},
+                                {"weight_gbs", r.weight_gbs},
+                                {"membw_gbs", r.membw_gbs},
+                                {"share_of_membw", r.share_of_membw},
+                                {"ref_ms", r.ref_ms},
+                                {"speedup_vs_ref", r.speedup_vs_ref}};
+      std::printf("%s\n", j.dump().c_str());
+      return;
+    }
+    std::printf("gemv mxfp4 %lldx%lld, T=1, variant %s, %d threads (%s)\n", static_cast<long long>(r.m),
+                static_cast<long long>(r.k), r.variant.c_str(), thread_pool::global().size(),
+                k::x86::cpu_features_string());
+    std::printf("  weights %.1f MiB x %d copies rotated (> 4x LLC, every call reads DRAM)\n", r.weight_mib,
+                r.copies);
+    std::printf(
+        "  %-10s %9.3f ms  %7.2f GB/s of weights  = %5.1f %% of %.2f GB/s read bandwidth (same run)\n",
+        "fast", r.fast_ms, r.weight_gbs, 100.0 * r.share_of_membw, r.membw_gbs);
+    std::printf("  %-10s %9.3f ms  (1 thread)  speedup %.1fx\n", "ref", r.ref_ms, r.speedup_vs_ref);
+  });
+}
+
+void add_gemm_bench(CLI::App& bench) {
+  struct options {
+    int64_t m = 4096, k = 14336, n = 512;
+    std::string format = "mxfp4";
+    int reps = 3;
+    bool json = false;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd =
+      bench.add_subcommand("gemm", "Prefill GEMM (n tokens): GFLOP/s as a share of the measured peak");
+  cmd->add_option("--m", o->m, "Output rows (weight [m, k])")->capture_default_str();
+  cmd->add_option("--k", o->k, "Reduction size, a multiple of 32")->capture_default_str();
+  cmd->add_option("--n", o->n, "Tokens")->capture_default_str();
+  cmd->add_option("--format", o->format, "Weight format")->capture_default_str();
+  cmd->add_option("--reps", o->reps, "Measured calls")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
+  cmd->callback([o] {
+    check_format(o->format);
+    const gemm_result r = run_gemm(o->m, o->k, o->n, std::max(1, o->reps));
+    if (o->json) {
+      const nlohmann::json j = {{"bench", "gemm"},
+                                {"format", o->format},
+                                {"m", r.m},
+                                {"k", r.k},
+                                {"n", r.n},
+                                {"variant", r.variant},
+                                {"threads", thread_pool::global().size()},
+                                {"ms", r.fast_ms},
+                                {"gflops", r.gflops},
+                                {"peak_kind", r.peak_kind},
+                                {"peak_gflops", r.peak_gflops},
+                                {"share_of_peak", r.share_of_peak},
+                                {"ref_ms", r.ref_ms},
+                                {"ref_tokens_measured", r.ref_tokens},
+                                {"speedup_vs_ref", r.speedup_vs_ref}};
+      std::printf("%s\n", j.dump().c_str());
+      return;
+    }
+    std::printf("gemm mxfp4 m=%lld k=%lld n=%lld, variant %s, %d threads (%s)\n", static_cast<long long>(r.m),
+                static_cast<long long>(r.k), static_cast<long long>(r.n), r.variant.c_str(),
+                thread_pool::global().size(), k::x86::cpu_features_string());
+    std::printf("  %-10s %9.2f ms  %8.1f GFLOP/s = %5.1f %% of %.1f GFLOP/s peak (%s, same run)\n", "fast",
+                r.fast_ms, r.gflops, 100.0 * r.share_of_peak, r.peak_gflops, r.peak_kind.c_str());
+    std::printf("  %-10s %9.1f ms  (1 thread, timed on %lld tokens, scaled)  speedup %.1fx\n", "ref",
+                r.ref_ms, static_cast<long long>(r.ref_tokens), r.speedup_vs_ref);
+  });
+}
+
+}  // namespace moxi::bench

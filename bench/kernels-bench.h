@@ -1,0 +1,49 @@
+// `moxi bench membw | gemv | gemm`: kernel benchmarks whose figures are ratios measured in the same run
+// (ARCHITECTURE.md §5): read bandwidth of the machine, MXFP4 GEMV weight GB/s as a share of it, MXFP4 GEMM
+// GFLOP/s as a share of a register-resident compute peak, each also against the scalar reference.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+namespace moxi::bench {
+
+struct membw_result {
+  int threads = 0;
+  double buffer_mib = 0;
+  double best_gbs = 0, median_gbs = 0;  // GB = 1e9 bytes
+};
+// Streams a buffer of `mib` MiB (far larger than the LLC) with every pool thread reading its own slice.
+membw_result run_membw(double mib, int reps);
+
+struct gemv_result {
+  int64_t m = 0, k = 0;
+  std::string variant;
+  int copies = 0;             // weight copies rotated so every call reads from DRAM
+  double weight_mib = 0;      // one copy, blocks + scales
+  double fast_ms = 0;         // median time per call
+  double weight_gbs = 0;      // bytes of one copy / fast_ms
+  double membw_gbs = 0;       // measured in the same run
+  double share_of_membw = 0;  // weight_gbs / membw_gbs
+  double ref_ms = 0, speedup_vs_ref = 0;
+};
+gemv_result run_gemv(int64_t m, int64_t k, int reps);
+
+struct gemm_result {
+  int64_t m = 0, k = 0, n = 0;
+  std::string variant, peak_kind;
+  double fast_ms = 0, gflops = 0;
+  double peak_gflops = 0, share_of_peak = 0;
+  double ref_ms = 0;  // extrapolated from ref_tokens tokens (the reference is linear in n)
+  int64_t ref_tokens = 0;
+  double speedup_vs_ref = 0;
+};
+gemm_result run_gemm(int64_t m, int64_t k, int64_t n, int reps);
+
+// Add the `membw`, `gemv` and `gemm` subcommands to `moxi bench`.
+void add_membw_bench(CLI::App& bench);
+void add_gemv_bench(CLI::App& bench);
+void add_gemm_bench(CLI::App& bench);
+
+}  // namespace moxi::bench
