@@ -1,10 +1,10 @@
 // F16/BF16 conversions against independent facts: every F16 bit pattern decodes to the value the IEEE
 // binary16 formula gives (computed here in fp64), and encoding round-trips and rounds ties to even.
+#include "moxi/base/half.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
-
-#include "moxi/base/half.h"
 
 namespace {
 

@@ -1,6 +1,7 @@
 // The `moxi` binary end to end: the commands the README runs, their JSON contracts, exit codes and error
 // messages for bad input. Figures are checked against shared/MODEL.md §1, not against moxi's own output.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
@@ -8,7 +9,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <sys/wait.h>
 
 #include "common/temp-dir.h"
 
@@ -33,7 +33,9 @@ result run(const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
-std::string cfg(const char* name) { return std::string(MOXI_SOURCE_DIR) + "/configs/" + name; }
+std::string cfg(const char* name) {
+  return std::string(MOXI_SOURCE_DIR) + "/configs/" + name;
+}
 
 class Cli : public moxi::testing::temp_dir_test {};
 
@@ -54,13 +56,15 @@ TEST_F(Cli, PlanRejectsImpossibleLayoutsWithAMessage) {
   r = run("plan --config " + cfg("seed-2.8t.json") + " --tp 8 --ep 5");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("--ep"), std::string::npos) << r.out;
-  r = run("plan --config " + cfg("seed-2.8t.json") + " --tp 8 --ep 8 --nodes 8 --device-memory 80 --context 1048576");
+  r = run("plan --config " + cfg("seed-2.8t.json") +
+          " --tp 8 --ep 8 --nodes 8 --device-memory 80 --context 1048576");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("does NOT fit"), std::string::npos) << r.out;
 }
 
 TEST_F(Cli, InitInspectQuantizeRoundTrip) {
-  auto r = run("init --config " + cfg("tiny-kimi-linear.json") + " --out " + dir_ + "/bf16 --shards 2 --seed 9");
+  auto r =
+      run("init --config " + cfg("tiny-kimi-linear.json") + " --out " + dir_ + "/bf16 --shards 2 --seed 9");
   ASSERT_EQ(r.code, 0) << r.out;
   r = run("inspect " + dir_ + "/bf16 --json");
   ASSERT_EQ(r.code, 0) << r.out;
@@ -110,7 +114,8 @@ TEST_F(Cli, BadConfigsAndFilesAreErrorsNotCrashes) {
 TEST_F(Cli, HelpListsTheSubcommands) {
   const auto r = run("--help");
   EXPECT_EQ(r.code, 0);
-  for (const char* c : {"plan", "init", "inspect", "quantize"}) EXPECT_NE(r.out.find(c), std::string::npos) << c;
+  for (const char* c : {"plan", "init", "inspect", "quantize"})
+    EXPECT_NE(r.out.find(c), std::string::npos) << c;
 }
 
 }  // namespace

@@ -12,11 +12,11 @@
 #include "common/temp-dir.h"
 #include "moxi/base/error.h"
 #include "moxi/base/half.h"
+#include "moxi/base/mx.h"
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/convert.h"
 #include "moxi/formats/model-config.h"
 #include "moxi/formats/tokenizer.h"
-#include "moxi/base/mx.h"
 #include "moxi/model/init.h"
 #include "moxi/model/inspect.h"
 #include "moxi/model/manifest.h"
@@ -28,7 +28,9 @@ using namespace moxi;
 
 namespace {
 
-std::string config_path(const char* name) { return std::string(MOXI_SOURCE_DIR) + "/configs/" + name; }
+std::string config_path(const char* name) {
+  return std::string(MOXI_SOURCE_DIR) + "/configs/" + name;
+}
 
 model::init_options quiet(uint64_t seed, int shards, dtype t = dtype::BF16) {
   model::init_options o;
@@ -72,7 +74,8 @@ TEST(Init, DistributionsFollowTheDocumentedSchemes) {
   EXPECT_NEAR(stddev(o), 0.02 / std::sqrt(2.0 * 6), 0.02 / std::sqrt(12.0) * 0.05);
   for (float x : read_f32(ck, "model.layers.0.input_layernorm.weight")) ASSERT_EQ(x, 1.0f);
   for (float x : read_f32(ck, "model.layers.3.self_attn.indexer.k_norm.bias")) ASSERT_EQ(x, 0.0f);
-  for (float x : read_f32(ck, "model.layers.1.block_sparse_moe.gate.e_score_correction_bias")) ASSERT_EQ(x, 0.0f);
+  for (float x : read_f32(ck, "model.layers.1.block_sparse_moe.gate.e_score_correction_bias"))
+    ASSERT_EQ(x, 0.0f);
   for (float x : read_f32(ck, "model.layers.0.self_attn.A_log")) {
     EXPECT_GE(x, 0.0f);
     EXPECT_LT(x, std::log(16.0f));
@@ -82,7 +85,8 @@ TEST(Init, DistributionsFollowTheDocumentedSchemes) {
     EXPECT_GE(softplus, 1e-3 * 0.999);
     EXPECT_LE(softplus, 1e-1 * 1.001);
   }
-  for (float x : read_f32(ck, "model.layers.0.self_attn.q_conv1d.weight")) EXPECT_LE(std::fabs(x), 0.5f);  // 1/sqrt(4)
+  for (float x : read_f32(ck, "model.layers.0.self_attn.q_conv1d.weight"))
+    EXPECT_LE(std::fabs(x), 0.5f);  // 1/sqrt(4)
   // F32 side tensors stay F32.
   EXPECT_EQ(ck.entry("model.layers.0.self_attn.A_log").type, dtype::F32);
 }
@@ -163,7 +167,8 @@ TEST(Init, WritesAByteLevelTokenizerThatRoundTripsText) {
   const std::string text = "Hi, w\xc3\xb6rld \xe4\xb8\x96\xe7\x95\x8c\n";
   const auto ids = tok.encode(text);
   ASSERT_EQ(ids.size(), text.size());
-  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], int(static_cast<unsigned char>(text[i])) + 3) << i;
+  for (size_t i = 0; i < ids.size(); ++i)
+    EXPECT_EQ(ids[i], int(static_cast<unsigned char>(text[i])) + 3) << i;
   EXPECT_EQ(tok.decode(ids), text);
   EXPECT_EQ(tok.encode("<|bos|>a"), (std::vector<moxi::token_id>{1, 'a' + 3}));
 }
@@ -262,8 +267,9 @@ TEST(Quantize, RefusesQuantizedInputAndLeavesNothingOnFailure) {
   fs::create_directory(bad);
   fs::copy_file(config_path("tiny-kimi-linear.json"), bad + "/config.json");
   std::vector<uint16_t> w(64 * 96, 0);
-  formats::write_safetensors(bad + "/model.safetensors",
-                             {{{"model.layers.1.block_sparse_moe.experts.0.w1.weight", dtype::BF16, {64, 96}}, w.data()}});
+  formats::write_safetensors(
+      bad + "/model.safetensors",
+      {{{"model.layers.1.block_sparse_moe.experts.0.w1.weight", dtype::BF16, {64, 96}}, w.data()}});
   try {
     model::quantize_checkpoint(bad, t / "out2", qo);
     FAIL() << "a wrong expert shape must be refused";

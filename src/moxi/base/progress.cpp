@@ -1,14 +1,19 @@
 // Progress line implementation (see progress.h).
 #include "moxi/base/progress.h"
 
-#include <cstdio>
 #include <unistd.h>
+
+#include <cstdio>
 
 namespace moxi {
 
 progress::progress(std::string what, uint64_t total, bool bytes)
-    : what_(std::move(what)), total_(total), bytes_(bytes), tty_(::isatty(STDERR_FILENO) != 0),
-      start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+    : what_(std::move(what)),
+      total_(total),
+      bytes_(bytes),
+      tty_(::isatty(STDERR_FILENO) != 0),
+      start_(std::chrono::steady_clock::now()),
+      last_draw_(start_) {}
 
 progress::~progress() {
   if (!finished_ && done_ > 0 && tty_) std::fputc('\n', stderr);

@@ -9,7 +9,8 @@ namespace moxi::cli {
 namespace {
 
 void setup_init(CLI::App& root) {
-  auto* cmd = root.add_subcommand("init", "Write a random-weight checkpoint for a config (MXFP4 experts if configured)");
+  auto* cmd = root.add_subcommand(
+      "init", "Write a random-weight checkpoint for a config (MXFP4 experts if configured)");
   struct args {
     std::string config, out, dtype = "bf16";
     model::init_options opt;

@@ -10,7 +10,8 @@ namespace moxi::cli {
 namespace {
 
 void setup_inspect(CLI::App& root) {
-  auto* cmd = root.add_subcommand("inspect", "Validate and summarize a safetensors file or checkpoint directory");
+  auto* cmd =
+      root.add_subcommand("inspect", "Validate and summarize a safetensors file or checkpoint directory");
   struct args {
     std::string path;
     bool json = false, all = false;

@@ -12,7 +12,8 @@ namespace moxi::cli {
 namespace {
 
 void setup_plan(CLI::App& root) {
-  auto* cmd = root.add_subcommand("plan", "Plan parameters, disk, shards, memory per device and decode traffic");
+  auto* cmd =
+      root.add_subcommand("plan", "Plan parameters, disk, shards, memory per device and decode traffic");
   struct args {
     std::string config;
     model::plan_options opt;

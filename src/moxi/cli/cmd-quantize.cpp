@@ -8,7 +8,8 @@ namespace moxi::cli {
 namespace {
 
 void setup_quantize(CLI::App& root) {
-  auto* cmd = root.add_subcommand("quantize", "Convert a BF16/F32 checkpoint to MXFP4 routed experts (streaming)");
+  auto* cmd =
+      root.add_subcommand("quantize", "Convert a BF16/F32 checkpoint to MXFP4 routed experts (streaming)");
   struct args {
     std::string in, out, activations = "mxfp8_e4m3";
     model::quantize_options opt;
@@ -27,7 +28,8 @@ void setup_quantize(CLI::App& root) {
                                                           : formats::act_format::MXFP8_E4M3;
     const auto rep = model::quantize_checkpoint(a->in, a->out, a->opt);
     std::cout << "wrote " << a->out << ": " << rep.quantized_tensors << " expert weights to MXFP4, "
-              << rep.copied_tensors << " tensors copied, " << rep.bytes_in << " -> " << rep.bytes_out << " bytes\n";
+              << rep.copied_tensors << " tensors copied, " << rep.bytes_in << " -> " << rep.bytes_out
+              << " bytes\n";
   });
 }
 

@@ -26,6 +26,6 @@ inline bool register_command(command c) {
 
 #define MOXI_CONCAT_INNER(a, b) a##b
 #define MOXI_CONCAT(a, b) MOXI_CONCAT_INNER(a, b)
-#define MOXI_COMMAND(name, setup_fn)                                     \
+#define MOXI_COMMAND(name, setup_fn)                                  \
   static const bool MOXI_CONCAT(moxi_command_registered_, __LINE__) = \
       ::moxi::cli::register_command({name, setup_fn})

@@ -37,8 +37,13 @@ std::string byte_level_tokenizer_json(int64_t vocab_size, const std::map<int64_t
     if (id < 0 || id >= vocab_size)
       throw error("special token '" + content + "' has id " + std::to_string(id) + " outside the vocabulary");
     vocab[content] = id;
-    added.push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+    added.push_back({{"id", id},
+                     {"content", content},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
   }
   int64_t next_id = 0;
   for (uint32_t b = 0; b < 256; ++b) {
@@ -51,13 +56,21 @@ std::string byte_level_tokenizer_json(int64_t vocab_size, const std::map<int64_t
       {"padding", nullptr},
       {"added_tokens", added},
       {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-                         {"use_regex", true}}},
+      {"pre_tokenizer",
+       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
       {"post_processor", nullptr},
-      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
-      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-                 {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", false},
-                 {"byte_fallback", false}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+      {"decoder",
+       {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"vocab", vocab},
+        {"merges", nlohmann::json::array()}}},
   };
   return doc.dump(1) + "\n";
 }

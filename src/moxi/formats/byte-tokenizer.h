@@ -10,7 +10,8 @@
 namespace moxi::formats {
 
 // specials: id -> content (e.g. {1, "<|bos|>"}). Byte tokens take the lowest ids the specials leave free.
-// Throws moxi::error when vocab_size cannot hold 256 bytes plus the specials, or a special id is out of range.
+// Throws moxi::error when vocab_size cannot hold 256 bytes plus the specials, or a special id is out of
+// range.
 std::string byte_level_tokenizer_json(int64_t vocab_size, const std::map<int64_t, std::string>& specials);
 
 }  // namespace moxi::formats

@@ -12,7 +12,11 @@ namespace moxi::formats {
 
 bool convertible_to_f32(dtype t) {
   switch (t) {
-    case dtype::F64: case dtype::F32: case dtype::F16: case dtype::BF16: case dtype::F8_E4M3:
+    case dtype::F64:
+    case dtype::F32:
+    case dtype::F16:
+    case dtype::BF16:
+    case dtype::F8_E4M3:
     case dtype::F8_E5M2:
       return true;
     default:

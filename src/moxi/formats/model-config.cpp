@@ -2,12 +2,13 @@
 // left over is reported as unknown, naming it; every validation failure names the field and the file.
 #include "moxi/formats/model-config.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
-#include <sys/stat.h>
 
 #include "moxi/base/error.h"
 
@@ -201,7 +202,8 @@ mla_config parse_mla(field_reader& r) {
   m.v_head_dim = r.get_int("v_head_dim");
   if (m.qk_nope_head_dim < 0) r.fail("qk_nope_head_dim", "must not be negative");
   if (m.qk_rope_head_dim < 0 || m.qk_rope_head_dim % 2) r.fail("qk_rope_head_dim", "must be even and >= 0");
-  if (m.qk_head_dim() <= 0) r.fail("qk_nope_head_dim", "qk_nope_head_dim + qk_rope_head_dim must be positive");
+  if (m.qk_head_dim() <= 0)
+    r.fail("qk_nope_head_dim", "qk_nope_head_dim + qk_rope_head_dim must be positive");
   require_positive(r, "v_head_dim", m.v_head_dim);
   return m;
 }
@@ -219,11 +221,11 @@ void validate_moe(field_reader& r, const moe_config& m, int64_t num_layers, cons
     r.fail(groups_field, std::to_string(m.num_groups) + " groups do not divide " +
                              std::to_string(m.num_experts) + " experts");
   if (m.topk_group < 1 || m.topk_group > m.num_groups)
-    r.fail("topk_group", "must be in [1, " + std::to_string(m.num_groups) + "], got " +
-                             std::to_string(m.topk_group));
+    r.fail("topk_group",
+           "must be in [1, " + std::to_string(m.num_groups) + "], got " + std::to_string(m.topk_group));
   if (m.experts_per_token > m.topk_group * (m.num_experts / m.num_groups))
-    r.fail(topk_field, "more experts per token than the " + std::to_string(m.topk_group) +
-                           " selected groups hold");
+    r.fail(topk_field,
+           "more experts per token than the " + std::to_string(m.topk_group) + " selected groups hold");
   if (m.num_shared_experts < 0) r.fail("num_shared_experts", "must not be negative");
   require_positive(r, "moe_intermediate_size", m.intermediate_size);
   if (m.first_k_dense < 0 || m.first_k_dense > num_layers)
@@ -240,13 +242,17 @@ std::optional<quant_config> parse_quant(field_reader& r) {
   if (method == "mxfp4") {
     out.method = quant_method::MXFP4;
     out.block_size = q->int_or("block_size", 32);
-    if (out.block_size != 32) q->fail("block_size", "OCP MX blocks are 32 elements, got " +
-                                                        std::to_string(out.block_size));
+    if (out.block_size != 32)
+      q->fail("block_size", "OCP MX blocks are 32 elements, got " + std::to_string(out.block_size));
     const std::string act = q->string_or("activation_format", "bf16");
-    if (act == "bf16") out.activations = act_format::BF16;
-    else if (act == "mxfp8_e4m3") out.activations = act_format::MXFP8_E4M3;
-    else if (act == "mxfp8_e5m2") out.activations = act_format::MXFP8_E5M2;
-    else q->fail("activation_format", "expected bf16, mxfp8_e4m3 or mxfp8_e5m2, got '" + act + "'");
+    if (act == "bf16")
+      out.activations = act_format::BF16;
+    else if (act == "mxfp8_e4m3")
+      out.activations = act_format::MXFP8_E4M3;
+    else if (act == "mxfp8_e5m2")
+      out.activations = act_format::MXFP8_E5M2;
+    else
+      q->fail("activation_format", "expected bf16, mxfp8_e4m3 or mxfp8_e5m2, got '" + act + "'");
     const std::string scope = q->string_or("quantized_modules", "routed_experts");
     if (scope != "routed_experts")
       q->fail("quantized_modules", "only 'routed_experts' is supported, got '" + scope + "'");
@@ -283,8 +289,10 @@ std::optional<vision_config> parse_vision(field_reader& r) {
       v->fail("merge_kernel_size", "expected a square [k, k] merge kernel");
     out.merge_kernel = mk[0];
   }
-  for (auto [name, value] : {std::pair{"patch_size", out.patch_size}, {"hidden_size", out.hidden_size},
-                             {"num_hidden_layers", out.num_layers}, {"num_attention_heads", out.num_heads},
+  for (auto [name, value] : {std::pair{"patch_size", out.patch_size},
+                             {"hidden_size", out.hidden_size},
+                             {"num_hidden_layers", out.num_layers},
+                             {"num_attention_heads", out.num_heads},
                              {"intermediate_size", out.intermediate_size},
                              {"init_pos_emb_height", out.pos_emb_height},
                              {"init_pos_emb_width", out.pos_emb_width}})
@@ -336,8 +344,8 @@ void parse_kimi_linear(field_reader& r, model_config& c) {
     mark(full_layers, "full_attn_layers", attn_kind::MLA);
     for (int64_t i = 0; i < c.num_layers; ++i)
       if (!seen[size_t(i)])
-        la->fail("kda_layers", "layer " + std::to_string(i + 1) +
-                                   " is in neither kda_layers nor full_attn_layers");
+        la->fail("kda_layers",
+                 "layer " + std::to_string(i + 1) + " is in neither kda_layers nor full_attn_layers");
     la->finish();
     if (!kda_layers.empty()) c.kda = k;
   }
@@ -362,9 +370,12 @@ void parse_kimi_linear(field_reader& r, model_config& c) {
     if (m.latent_norm && !m.latent_size)
       r.fail("latent_moe_use_norm", "needs routed_expert_hidden_size (a latent MoE)");
     const std::string act = r.string_or("moe_router_activation_func", "sigmoid");
-    if (act == "sigmoid") m.score = router_score::SIGMOID;
-    else if (act == "softmax") m.score = router_score::SOFTMAX;
-    else r.fail("moe_router_activation_func", "expected 'sigmoid' or 'softmax', got '" + act + "'");
+    if (act == "sigmoid")
+      m.score = router_score::SIGMOID;
+    else if (act == "softmax")
+      m.score = router_score::SOFTMAX;
+    else
+      r.fail("moe_router_activation_func", "expected 'sigmoid' or 'softmax', got '" + act + "'");
     m.renormalize = r.bool_or("moe_renormalize", true);
     m.routed_scaling_factor = r.double_or("routed_scaling_factor", 1.0);
     const bool grouped = r.bool_or("use_grouped_topk", false);
@@ -390,7 +401,8 @@ void parse_deepseek(field_reader& r, model_config& c) {
     r.fail("rope_interleave", "DeepSeek MLA uses interleaved RoPE; false is not supported");
   if (r.bool_or("attention_bias", false)) r.fail("attention_bias", "biased attention is not supported");
   c.dsa = parse_dsa(r);
-  if (c.model_type == "deepseek_v32" && !c.dsa) r.fail("index_topk", "deepseek_v32 needs the DSA indexer fields");
+  if (c.model_type == "deepseek_v32" && !c.dsa)
+    r.fail("index_topk", "deepseek_v32 needs the DSA indexer fields");
 
   moe_config& m = c.moe;
   m.num_experts = r.get_int("n_routed_experts");
@@ -398,9 +410,12 @@ void parse_deepseek(field_reader& r, model_config& c) {
   m.num_shared_experts = r.int_or("n_shared_experts", 0);
   m.intermediate_size = r.get_int("moe_intermediate_size");
   const std::string scoring = r.string_or("scoring_func", "softmax");
-  if (scoring == "sigmoid") m.score = router_score::SIGMOID;
-  else if (scoring == "softmax") m.score = router_score::SOFTMAX;
-  else r.fail("scoring_func", "expected 'sigmoid' or 'softmax', got '" + scoring + "'");
+  if (scoring == "sigmoid")
+    m.score = router_score::SIGMOID;
+  else if (scoring == "softmax")
+    m.score = router_score::SOFTMAX;
+  else
+    r.fail("scoring_func", "expected 'sigmoid' or 'softmax', got '" + scoring + "'");
   const std::string method = r.string_or("topk_method", "noaux_tc");
   if (method != "noaux_tc" && method != "greedy" && method != "group_limited_greedy")
     r.fail("topk_method", "unsupported top-k method '" + method + "'");
@@ -446,7 +461,8 @@ model_config parse_model_config(const nlohmann::json& doc, const std::string& so
   if (!(c.rms_norm_eps > 0)) r.fail("rms_norm_eps", "must be positive");
   c.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
   c.hidden_act = r.string_or("hidden_act", "silu");
-  if (c.hidden_act != "silu") r.fail("hidden_act", "only 'silu' (SwiGLU) is supported, got '" + c.hidden_act + "'");
+  if (c.hidden_act != "silu")
+    r.fail("hidden_act", "only 'silu' (SwiGLU) is supported, got '" + c.hidden_act + "'");
   c.bos_token_id = r.opt_int("bos_token_id");
   c.eos_token_id = r.opt_int("eos_token_id");
   c.pad_token_id = r.opt_int("pad_token_id");
@@ -459,22 +475,24 @@ model_config parse_model_config(const nlohmann::json& doc, const std::string& so
   } else if (c.model_type == "deepseek_v3" || c.model_type == "deepseek_v32") {
     parse_deepseek(r, c);
   } else {
-    r.fail("model_type", "unknown model type '" + c.model_type +
-                             "' (supported: kimi_linear, deepseek_v3, deepseek_v32)");
+    r.fail("model_type",
+           "unknown model type '" + c.model_type + "' (supported: kimi_linear, deepseek_v3, deepseek_v32)");
   }
   require_positive(r, "intermediate_size", c.dense_intermediate_size);
   if (c.max_position_embeddings <= 0) r.fail("max_position_embeddings", "required and must be positive");
 
   c.quant = parse_quant(r);
   if (c.quant && c.quant->method == quant_method::MXFP4) {
-    if (c.moe.num_experts == 0) r.fail("quantization_config", "MXFP4 quantizes routed experts; this model has none");
+    if (c.moe.num_experts == 0)
+      r.fail("quantization_config", "MXFP4 quantizes routed experts; this model has none");
     const int64_t width = c.moe.expert_width(c.hidden_size);
     if (width % 32)
       r.fail(c.moe.latent_size ? "routed_expert_hidden_size" : "hidden_size",
-             "the routed-expert input width " + std::to_string(width) + " must be a multiple of the MXFP4 block (32)");
+             "the routed-expert input width " + std::to_string(width) +
+                 " must be a multiple of the MXFP4 block (32)");
     if (c.moe.intermediate_size % 32)
-      r.fail("moe_intermediate_size", std::to_string(c.moe.intermediate_size) +
-                                          " must be a multiple of the MXFP4 block (32)");
+      r.fail("moe_intermediate_size",
+             std::to_string(c.moe.intermediate_size) + " must be a multiple of the MXFP4 block (32)");
   }
   r.finish();
   return c;

@@ -30,7 +30,7 @@ struct kda_config {
   int64_t head_dim = 0;  // K = V = head_dim
   int64_t conv_kernel = 0;
   kda_gate_kind gate = kda_gate_kind::SOFTPLUS;
-  double gate_lower_bound = 0;       // only for LOWER_BOUND
+  double gate_lower_bound = 0;         // only for LOWER_BOUND
   bool full_rank_output_gate = false;  // g_proj (hidden -> H*D) instead of g_b(g_a(x))
   int64_t proj_dim() const { return num_heads * head_dim; }
 };
@@ -68,9 +68,9 @@ struct moe_config {
   int64_t num_experts = 0;  // routed experts; 0 means a dense model
   int64_t experts_per_token = 0;
   int64_t num_shared_experts = 0;
-  int64_t intermediate_size = 0;     // per routed (and shared) expert
+  int64_t intermediate_size = 0;       // per routed (and shared) expert
   std::optional<int64_t> latent_size;  // latent MoE: routed experts run in this width
-  bool latent_norm = false;          // RMSNorm after the down-projection into the latent
+  bool latent_norm = false;            // RMSNorm after the down-projection into the latent
   router_score score = router_score::SIGMOID;
   bool renormalize = true;
   double routed_scaling_factor = 1.0;

@@ -19,7 +19,8 @@ std::vector<int> plan_shards(const std::vector<uint64_t>& sizes, int num_shards)
   long double before = 0;
   for (size_t i = 0; i < n; ++i) {
     const long double mid = before + static_cast<long double>(sizes[i]) / 2;
-    uint64_t s = total > 0 ? uint64_t(mid / total * static_cast<long double>(shards)) : uint64_t(i * shards / n);
+    uint64_t s =
+        total > 0 ? uint64_t(mid / total * static_cast<long double>(shards)) : uint64_t(i * shards / n);
     shard[i] = int(std::min<uint64_t>(s, shards - 1));
     before += static_cast<long double>(sizes[i]);
   }

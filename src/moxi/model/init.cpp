@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "moxi/base/error.h"
+#include "moxi/base/mx.h"
 #include "moxi/base/progress.h"
 #include "moxi/formats/byte-tokenizer.h"
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/convert.h"
-#include "moxi/base/mx.h"
 #include "moxi/model/manifest.h"
 
 namespace moxi::model {
@@ -42,7 +42,7 @@ class rng {
     return result;
   }
   double uniform() { return double(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double normal() {  // Box-Muller; (0, 1] avoids log(0)
+  double normal() {                                              // Box-Muller; (0, 1] avoids log(0)
     const double u1 = 1.0 - uniform(), u2 = uniform();
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
@@ -109,7 +109,8 @@ void init_checkpoint(const formats::model_config& c, const std::string& out_dir,
     specs.push_back({s.name, s.type, s.shape});
     total += s.nbytes();
   }
-  formats::checkpoint_writer writer(out_dir, specs, o.num_shards, {{"format", "pt"}, {"producer", "moxi init"}});
+  formats::checkpoint_writer writer(out_dir, specs, o.num_shards,
+                                    {{"format", "pt"}, {"producer", "moxi init"}});
   writer.add_file("config.json", c.json.dump(2) + "\n");
   // A byte-level tokenizer makes the random checkpoint promptable with text (no merges: one token per byte).
   std::map<int64_t, std::string> specials;

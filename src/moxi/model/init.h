@@ -20,7 +20,8 @@ struct init_options {
 
 // Values depend only on (seed, tensor name), never on the shard count. Writes config.json next to the
 // shards; the directory appears only when complete.
-void init_checkpoint(const formats::model_config& config, const std::string& out_dir, const init_options& options);
+void init_checkpoint(const formats::model_config& config, const std::string& out_dir,
+                     const init_options& options);
 
 // The initial values of one manifest tensor (exposed for tests).
 void init_values(const formats::model_config& config, const tensor_decl& decl, uint64_t seed, float* out);

@@ -1,9 +1,10 @@
 // Checkpoint inspection (see inspect.h).
 #include "moxi/model/inspect.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <sstream>
-#include <sys/stat.h>
 
 #include "moxi/base/error.h"
 #include "moxi/formats/checkpoint.h"
@@ -42,11 +43,12 @@ inspect_report inspect_checkpoint(const std::string& path) {
   r.path = path;
   for (const auto& name : ck.names()) {
     const auto& e = ck.entry(name);
-    inspect_report::tensor_row row{name, std::string(dtype_name(e.type)), basename(ck.shard_of(name)), e.shape,
-                                   e.end - e.begin};
+    inspect_report::tensor_row row{name, std::string(dtype_name(e.type)), basename(ck.shard_of(name)),
+                                   e.shape, e.end - e.begin};
     int64_t numel = 1;
     for (int64_t d : e.shape) numel *= d;
-    if (e.type == dtype::U8 && ends_with(name, "_blocks")) r.params += 2 * numel;
+    if (e.type == dtype::U8 && ends_with(name, "_blocks"))
+      r.params += 2 * numel;
     else if (!(ends_with(name, "_scales") && ck.contains(name.substr(0, name.size() - 7) + "_blocks")) &&
              !ends_with(name, "_scale_inv"))
       r.params += numel;
@@ -66,7 +68,8 @@ inspect_report inspect_checkpoint(const std::string& path) {
   // The float type of unquantized tensors is whatever the embedding uses (BF16 or F32 as written).
   dtype float_type = dtype::BF16;
   if (ck.contains("model.embed_tokens.weight")) float_type = ck.entry("model.embed_tokens.weight").type;
-  if (float_type != dtype::BF16 && float_type != dtype::F32 && float_type != dtype::F16) float_type = dtype::BF16;
+  if (float_type != dtype::BF16 && float_type != dtype::F32 && float_type != dtype::F16)
+    float_type = dtype::BF16;
   const auto manifest = build_manifest(config);
   const auto layout = storage_layout(config, manifest, float_type);
   std::map<std::string, const stored_tensor*, std::less<>> expected;
@@ -77,11 +80,12 @@ inspect_report inspect_checkpoint(const std::string& path) {
       continue;
     }
     const auto& e = ck.entry(s.name);
-    const bool float_ok = s.type == e.type || (s.kind == stored_tensor::role::PLAIN && dtype_is_float(e.type) &&
-                                               dtype_is_float(s.type));
+    const bool float_ok = s.type == e.type || (s.kind == stored_tensor::role::PLAIN &&
+                                               dtype_is_float(e.type) && dtype_is_float(s.type));
     if (e.shape != s.shape || !float_ok)
       r.mismatched.push_back(s.name + ": " + std::string(dtype_name(e.type)) + " " + shape_text(e.shape) +
-                             ", config expects " + std::string(dtype_name(s.type)) + " " + shape_text(s.shape));
+                             ", config expects " + std::string(dtype_name(s.type)) + " " +
+                             shape_text(s.shape));
   }
   for (const auto& t : r.tensors)
     if (!expected.count(t.name)) r.unexpected.push_back(t.name);
@@ -96,13 +100,18 @@ nlohmann::json inspect_to_json(const inspect_report& r) {
   j["total_bytes"] = r.total_bytes;
   j["bytes_by_dtype"] = r.bytes_by_dtype;
   auto& shards = j["shards"] = nlohmann::json::array();
-  for (const auto& [file, s] : r.shards) shards.push_back({{"file", file}, {"tensors", s.first}, {"bytes", s.second}});
+  for (const auto& [file, s] : r.shards)
+    shards.push_back({{"file", file}, {"tensors", s.first}, {"bytes", s.second}});
   auto& ts = j["tensors"] = nlohmann::json::array();
   for (const auto& t : r.tensors)
-    ts.push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"shard", t.shard}, {"bytes", t.bytes}});
+    ts.push_back(
+        {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"shard", t.shard}, {"bytes", t.bytes}});
   if (r.has_config)
-    j["config_check"] = {{"model_type", r.model_type}, {"ok", r.config_ok()}, {"missing", r.missing},
-                         {"unexpected", r.unexpected}, {"mismatched", r.mismatched}};
+    j["config_check"] = {{"model_type", r.model_type},
+                         {"ok", r.config_ok()},
+                         {"missing", r.missing},
+                         {"unexpected", r.unexpected},
+                         {"mismatched", r.mismatched}};
   return j;
 }
 
@@ -110,7 +119,8 @@ std::string inspect_to_text(const inspect_report& r, size_t max_rows) {
   std::ostringstream out;
   char line[512];
   out << r.path << ": " << r.tensors.size() << " tensors in " << r.shards.size() << " shard"
-      << (r.shards.size() == 1 ? "" : "s") << ", " << r.params << " parameters, " << r.total_bytes << " bytes\n";
+      << (r.shards.size() == 1 ? "" : "s") << ", " << r.params << " parameters, " << r.total_bytes
+      << " bytes\n";
   out << "\nbytes by dtype\n";
   for (const auto& [d, b] : r.bytes_by_dtype) {
     std::snprintf(line, sizeof line, "  %-8s %16llu  (%.1f %%)\n", d.c_str(), (unsigned long long)b,

@@ -17,7 +17,7 @@ struct inspect_report {
     std::vector<int64_t> shape;
     uint64_t bytes = 0;
   };
-  std::vector<tensor_row> tensors;  // in name order
+  std::vector<tensor_row> tensors;                             // in name order
   std::map<std::string, std::pair<int64_t, uint64_t>> shards;  // file -> (tensors, bytes)
   std::map<std::string, uint64_t> bytes_by_dtype;
   int64_t params = 0;  // MXFP4 *_blocks count 2 parameters per byte; scales are not parameters

@@ -11,8 +11,8 @@ namespace moxi::model {
 
 const char* param_group_name(param_group g) {
   static constexpr std::array<const char*, size_t(param_group::COUNT)> kNames = {
-      "embedding", "lm_head",        "final_norm", "kda",        "mla_dsa", "router", "routed_experts",
-      "latent_proj", "shared_experts", "dense_mlp", "layer_norms", "mtp",     "vision"};
+      "embedding",   "lm_head",        "final_norm", "kda",         "mla_dsa", "router", "routed_experts",
+      "latent_proj", "shared_experts", "dense_mlp",  "layer_norms", "mtp",     "vision"};
   return kNames.at(size_t(g));
 }
 
@@ -32,8 +32,12 @@ std::vector<tensor_decl> build_manifest(const formats::model_config& config) {
   return arch::find_architecture(config).manifest(config);
 }
 
-std::string mx_blocks_name(const std::string& weight) { return weight + "_blocks"; }
-std::string mx_scales_name(const std::string& weight) { return weight + "_scales"; }
+std::string mx_blocks_name(const std::string& weight) {
+  return weight + "_blocks";
+}
+std::string mx_scales_name(const std::string& weight) {
+  return weight + "_scales";
+}
 
 std::vector<stored_tensor> storage_layout(const formats::model_config& config,
                                           const std::vector<tensor_decl>& manifest, dtype float_type) {
@@ -46,9 +50,11 @@ std::vector<stored_tensor> storage_layout(const formats::model_config& config,
   for (size_t i = 0; i < manifest.size(); ++i) {
     const tensor_decl& d = manifest[i];
     if (mxfp4 && d.routed_expert) {
-      MOXI_ASSERT(d.shape.size() == 2 && d.shape[1] % 32 == 0, "MXFP4 weights are [out, in] with in % 32 == 0");
+      MOXI_ASSERT(d.shape.size() == 2 && d.shape[1] % 32 == 0,
+                  "MXFP4 weights are [out, in] with in % 32 == 0");
       const int64_t rows = d.shape[0], blocks = d.shape[1] / 32;
-      out.push_back({mx_blocks_name(d.name), dtype::U8, {rows, blocks, 16}, i, stored_tensor::role::MX_BLOCKS});
+      out.push_back(
+          {mx_blocks_name(d.name), dtype::U8, {rows, blocks, 16}, i, stored_tensor::role::MX_BLOCKS});
       out.push_back({mx_scales_name(d.name), dtype::U8, {rows, blocks}, i, stored_tensor::role::MX_SCALES});
     } else if (fp8 && d.fp8_eligible) {
       // DeepSeek FP8 checkpoints: F8_E4M3 weight plus F32 weight_scale_inv per [128, 128] block.

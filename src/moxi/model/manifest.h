@@ -34,13 +34,13 @@ const char* param_group_name(param_group g);
 
 // How `moxi init` fills a tensor (shared/MODEL.md and the public reference inits cited in init.cpp).
 enum class init_kind : uint8_t {
-  NORMAL,        // N(0, std) with std = initializer_range, scaled down for output projections
-  NORMAL_OUT,    // N(0, std / sqrt(2 * num_layers)) for projections that write into the residual
-  ONES,          // norm weights
-  ZEROS,         // biases, correction bias
-  CONV,          // U(-1/sqrt(W), 1/sqrt(W)) for depthwise conv kernels (fan_in = W)
-  KDA_A_LOG,     // log(U(1, 16)) per head (Mamba/FLA A init)
-  KDA_DT_BIAS,   // softplus^-1(dt), dt log-uniform in [1e-3, 1e-1]
+  NORMAL,       // N(0, std) with std = initializer_range, scaled down for output projections
+  NORMAL_OUT,   // N(0, std / sqrt(2 * num_layers)) for projections that write into the residual
+  ONES,         // norm weights
+  ZEROS,        // biases, correction bias
+  CONV,         // U(-1/sqrt(W), 1/sqrt(W)) for depthwise conv kernels (fan_in = W)
+  KDA_A_LOG,    // log(U(1, 16)) per head (Mamba/FLA A init)
+  KDA_DT_BIAS,  // softplus^-1(dt), dt log-uniform in [1e-3, 1e-1]
 };
 
 struct tensor_decl {

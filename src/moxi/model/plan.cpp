@@ -47,11 +47,16 @@ std::string human_bytes(double b) {
 
 std::string human_count(double n) {
   char buf[32];
-  if (n >= 1e12) std::snprintf(buf, sizeof buf, "%.3f T", n / 1e12);
-  else if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2f B", n / 1e9);
-  else if (n >= 1e6) std::snprintf(buf, sizeof buf, "%.2f M", n / 1e6);
-  else if (n >= 1e3) std::snprintf(buf, sizeof buf, "%.2f K", n / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f", n);
+  if (n >= 1e12)
+    std::snprintf(buf, sizeof buf, "%.3f T", n / 1e12);
+  else if (n >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2f B", n / 1e9);
+  else if (n >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2f M", n / 1e6);
+  else if (n >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.2f K", n / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", n);
   return buf;
 }
 
@@ -70,7 +75,8 @@ plan_result make_plan(const formats::model_config& c, const plan_options& o) {
   if (o.context < 0) throw error("plan: --context must be >= 0");
   if (o.num_shards < 1) throw error("plan: --shards must be >= 1");
   if (o.pp > c.num_layers)
-    throw error("plan: --pp " + std::to_string(o.pp) + " exceeds the " + std::to_string(c.num_layers) + " layers");
+    throw error("plan: --pp " + std::to_string(o.pp) + " exceeds the " + std::to_string(c.num_layers) +
+                " layers");
 
   plan_result r;
   const auto manifest = build_manifest(c);
@@ -96,8 +102,14 @@ plan_result make_plan(const formats::model_config& c, const plan_options& o) {
   }
   for (size_t gi = 0; gi < r.groups.size(); ++gi) {
     const auto g = param_group(gi);
-    if (g == param_group::MTP) { r.mtp_params = r.groups[gi].params; continue; }
-    if (g == param_group::VISION) { r.vision_params = r.groups[gi].params; continue; }
+    if (g == param_group::MTP) {
+      r.mtp_params = r.groups[gi].params;
+      continue;
+    }
+    if (g == param_group::VISION) {
+      r.vision_params = r.groups[gi].params;
+      continue;
+    }
     r.total_params += r.groups[gi].params;
     r.active_params += r.groups[gi].active_params;
     r.disk_bytes += r.groups[gi].disk_bytes;
@@ -216,7 +228,8 @@ plan_result make_plan(const formats::model_config& c, const plan_options& o) {
   if (c.mla) {
     double per_layer;
     if (c.dsa) {
-      const double key = double(o.cache == cache_format::BF16 ? c.dsa->index_head_dim * 2 : c.dsa->index_head_dim + 4);
+      const double key =
+          double(o.cache == cache_format::BF16 ? c.dsa->index_head_dim * 2 : c.dsa->index_head_dim + 4);
       const double latent = double(r.latent_bytes_per_token_layer) - key;
       per_layer = double(ctx) * key + double(std::min<int64_t>(r.context, c.dsa->index_topk)) * latent;
     } else {
@@ -247,8 +260,8 @@ nlohmann::json plan_to_json(const plan_result& r, const plan_options& o) {
     const auto& s = r.groups[i];
     if (s.params == 0) continue;
     g[param_group_name(param_group(i))] = {{"params", s.params},
-                                            {"active_params", int64_t(std::llround(s.active_params))},
-                                            {"disk_bytes", s.disk_bytes}};
+                                           {"active_params", int64_t(std::llround(s.active_params))},
+                                           {"disk_bytes", s.disk_bytes}};
   }
   j["cache"] = {{"context", r.context},
                 {"format", o.cache == cache_format::BF16 ? "bf16" : "fp8"},
@@ -257,12 +270,23 @@ nlohmann::json plan_to_json(const plan_result& r, const plan_options& o) {
                 {"bytes_per_sequence", r.cache_bytes_per_sequence}};
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : r.stages)
-    stages.push_back({{"first_layer", s.first_layer}, {"last_layer", s.last_layer},
-                      {"weight_bytes_per_device", s.weight_bytes}, {"cache_bytes_per_device", s.cache_bytes}});
-  j["layout"] = {{"tp", o.tp}, {"pp", o.pp}, {"ep", o.ep}, {"dp", r.dp}, {"nodes", o.nodes},
-                 {"gpus_per_node", o.gpus_per_node}, {"world_size", r.world_size}, {"batch", o.batch},
-                 {"stages", stages}, {"device_bytes_max", r.device_bytes_max},
-                 {"device_memory_gib", o.device_memory_gib}, {"fits", r.fits}, {"warnings", r.warnings}};
+    stages.push_back({{"first_layer", s.first_layer},
+                      {"last_layer", s.last_layer},
+                      {"weight_bytes_per_device", s.weight_bytes},
+                      {"cache_bytes_per_device", s.cache_bytes}});
+  j["layout"] = {{"tp", o.tp},
+                 {"pp", o.pp},
+                 {"ep", o.ep},
+                 {"dp", r.dp},
+                 {"nodes", o.nodes},
+                 {"gpus_per_node", o.gpus_per_node},
+                 {"world_size", r.world_size},
+                 {"batch", o.batch},
+                 {"stages", stages},
+                 {"device_bytes_max", r.device_bytes_max},
+                 {"device_memory_gib", o.device_memory_gib},
+                 {"fits", r.fits},
+                 {"warnings", r.warnings}};
   j["decode"] = {{"bytes_per_token_batch1", r.bytes_per_token_batch1},
                  {"weight_bytes_per_token_at_batch", r.weight_bytes_per_token_batch}};
   return j;
@@ -271,8 +295,9 @@ nlohmann::json plan_to_json(const plan_result& r, const plan_options& o) {
 std::string plan_to_text(const formats::model_config& c, const plan_result& r, const plan_options& o) {
   std::ostringstream out;
   char line[256];
-  out << "model   " << c.source << " (" << c.model_type << "): " << c.num_layers << " layers = "
-      << c.num_kda_layers() << " KDA + " << c.num_mla_layers() << (c.dsa ? " Gated DSA" : " MLA");
+  out << "model   " << c.source << " (" << c.model_type << "): " << c.num_layers
+      << " layers = " << c.num_kda_layers() << " KDA + " << c.num_mla_layers()
+      << (c.dsa ? " Gated DSA" : " MLA");
   if (c.moe.num_experts)
     out << ", " << c.moe.num_experts << " experts (" << c.moe.experts_per_token << " active + "
         << c.moe.num_shared_experts << " shared)";
@@ -296,8 +321,9 @@ std::string plan_to_text(const formats::model_config& c, const plan_result& r, c
   out << "\nshards  " << r.num_shards << " shards, " << human_bytes(double(r.shard_bytes_min)) << " .. "
       << human_bytes(double(r.shard_bytes_max)) << " each (largest tensor "
       << human_bytes(double(r.largest_tensor_bytes)) << ")\n";
-  out << "\ncache   per sequence at " << r.context << " tokens (" << (o.cache == cache_format::BF16 ? "bf16" : "fp8")
-      << "): " << gib(double(r.cache_bytes_per_sequence)) << "\n";
+  out << "\ncache   per sequence at " << r.context << " tokens ("
+      << (o.cache == cache_format::BF16 ? "bf16" : "fp8") << "): " << gib(double(r.cache_bytes_per_sequence))
+      << "\n";
   if (c.kda)
     out << "        KDA state " << human_bytes(double(r.kda_state_bytes_per_layer)) << " per layer x "
         << c.num_kda_layers() << " layers, constant in context\n";
@@ -305,11 +331,12 @@ std::string plan_to_text(const formats::model_config& c, const plan_result& r, c
     out << "        " << (c.dsa ? "DSA latent + index key " : "MLA latent ") << r.latent_bytes_per_token_layer
         << " B per token per layer x " << c.num_mla_layers() << " layers, linear in context\n";
   out << "\nlayout  tp " << o.tp << " x pp " << o.pp << " x dp " << r.dp << " = " << r.world_size
-      << " devices (" << o.nodes << " nodes x " << o.gpus_per_node << "), ep " << o.ep << ", batch " << o.batch
-      << "\n";
+      << " devices (" << o.nodes << " nodes x " << o.gpus_per_node << "), ep " << o.ep << ", batch "
+      << o.batch << "\n";
   for (size_t s = 0; s < r.stages.size(); ++s) {
     const auto& st = r.stages[s];
-    std::snprintf(line, sizeof line, "        stage %zu: layers %lld-%lld, per device %s weights + %s cache\n", s,
+    std::snprintf(line, sizeof line,
+                  "        stage %zu: layers %lld-%lld, per device %s weights + %s cache\n", s,
                   (long long)st.first_layer, (long long)st.last_layer, gib(double(st.weight_bytes)).c_str(),
                   gib(double(st.cache_bytes)).c_str());
     out << line;
@@ -320,8 +347,8 @@ std::string plan_to_text(const formats::model_config& c, const plan_result& r, c
   out << "\n";
   for (const auto& w : r.warnings) out << "        warning: " << w << "\n";
   out << "\ndecode  bytes read per token at batch 1: " << human_bytes(r.bytes_per_token_batch1)
-      << "; weight bytes per token at batch " << o.batch << ": " << human_bytes(r.weight_bytes_per_token_batch)
-      << "\n";
+      << "; weight bytes per token at batch " << o.batch << ": "
+      << human_bytes(r.weight_bytes_per_token_batch) << "\n";
   return out.str();
 }
 

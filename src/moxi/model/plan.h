@@ -69,13 +69,14 @@ struct plan_result {
   bool fits = true;
   std::vector<std::string> warnings;
   // Decode traffic.
-  double bytes_per_token_batch1 = 0;  // weights + cache read for one decoded token, batch 1
+  double bytes_per_token_batch1 = 0;        // weights + cache read for one decoded token, batch 1
   double weight_bytes_per_token_batch = 0;  // weights per token at `batch` (experts shared across the batch)
 };
 
 // Throws moxi::error for impossible layouts (tp*pp larger than the machine, ep not dividing, ...).
 plan_result make_plan(const formats::model_config& config, const plan_options& options);
 nlohmann::json plan_to_json(const plan_result& plan, const plan_options& options);
-std::string plan_to_text(const formats::model_config& config, const plan_result& plan, const plan_options& options);
+std::string plan_to_text(const formats::model_config& config, const plan_result& plan,
+                         const plan_options& options);
 
 }  // namespace moxi::model

@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "moxi/base/error.h"
+#include "moxi/base/mx.h"
 #include "moxi/base/progress.h"
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/convert.h"
-#include "moxi/base/mx.h"
 #include "moxi/model/manifest.h"
 
 namespace moxi::model {
@@ -17,9 +17,12 @@ namespace {
 
 const char* act_name(formats::act_format a) {
   switch (a) {
-    case formats::act_format::BF16: return "bf16";
-    case formats::act_format::MXFP8_E4M3: return "mxfp8_e4m3";
-    case formats::act_format::MXFP8_E5M2: return "mxfp8_e5m2";
+    case formats::act_format::BF16:
+      return "bf16";
+    case formats::act_format::MXFP8_E4M3:
+      return "mxfp8_e4m3";
+    case formats::act_format::MXFP8_E5M2:
+      return "mxfp8_e5m2";
   }
   return "bf16";
 }
@@ -34,15 +37,17 @@ quantize_report quantize_checkpoint(const std::string& in_dir, const std::string
                                     const quantize_options& o) {
   const auto config = formats::load_model_config(in_dir);
   if (config.quant)
-    throw error(in_dir + ": already quantized (config.json has a quantization_config); quantize reads a "
-                         "BF16/F32 checkpoint");
+    throw error(in_dir +
+                ": already quantized (config.json has a quantization_config); quantize reads a "
+                "BF16/F32 checkpoint");
   if (config.moe.num_experts == 0) throw error(in_dir + ": the model has no routed experts to quantize");
   const auto in = formats::checkpoint::open(in_dir);
   const auto names = in.names();
   for (const auto& n : names)
     if (ends_with(n, "_blocks") || ends_with(n, "_scales"))
-      throw error(in_dir + ": tensor '" + n + "' is already MXFP4 (a *_blocks/*_scales tensor); refusing to "
-                           "quantize twice");
+      throw error(in_dir + ": tensor '" + n +
+                  "' is already MXFP4 (a *_blocks/*_scales tensor); refusing to "
+                  "quantize twice");
 
   nlohmann::json out_json = config.json;
   out_json["quantization_config"] = {{"quant_method", "mxfp4"},
@@ -77,10 +82,11 @@ quantize_report quantize_checkpoint(const std::string& in_dir, const std::string
     }
     const tensor_decl& d = *decl_by_name.at(n);
     if (e.shape != d.shape)
-      throw error(in_dir + ": tensor '" + n + "' has shape " + nlohmann::json(e.shape).dump() + ", config expects " +
-                  nlohmann::json(d.shape).dump());
+      throw error(in_dir + ": tensor '" + n + "' has shape " + nlohmann::json(e.shape).dump() +
+                  ", config expects " + nlohmann::json(d.shape).dump());
     if (!formats::convertible_to_f32(e.type))
-      throw error(in_dir + ": tensor '" + n + "' is " + std::string(dtype_name(e.type)) + ", not a float type");
+      throw error(in_dir + ": tensor '" + n + "' is " + std::string(dtype_name(e.type)) +
+                  ", not a float type");
     const int64_t rows = d.shape[0], blocks = d.shape[1] / 32;
     specs.push_back({mx_blocks_name(n), dtype::U8, {rows, blocks, 16}});
     specs.push_back({mx_scales_name(n), dtype::U8, {rows, blocks}});
@@ -88,7 +94,8 @@ quantize_report quantize_checkpoint(const std::string& in_dir, const std::string
   if (specs.size() == order.size())
     throw error(in_dir + ": no routed expert tensors found (names do not match the config's architecture)");
   const int shards = o.num_shards > 0 ? o.num_shards : int(in.shard_paths().size());
-  formats::checkpoint_writer writer(out_dir, specs, shards, {{"format", "pt"}, {"producer", "moxi quantize"}});
+  formats::checkpoint_writer writer(out_dir, specs, shards,
+                                    {{"format", "pt"}, {"producer", "moxi quantize"}});
   writer.add_file("config.json", out_config.json.dump(2) + "\n");
 
   quantize_report rep;
@@ -116,7 +123,8 @@ quantize_report quantize_checkpoint(const std::string& in_dir, const std::string
     if (o.show_progress) bar.advance(v.nbytes, n);
   }
   // Tokenizer and other small side files travel with the checkpoint.
-  for (const char* side : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "tiktoken.model"}) {
+  for (const char* side :
+       {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "tiktoken.model"}) {
     const std::string p = in.dir() + "/" + side;
     if (FILE* f = std::fopen(p.c_str(), "rb")) {
       std::string contents;

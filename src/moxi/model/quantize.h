@@ -9,7 +9,7 @@
 namespace moxi::model {
 
 struct quantize_options {
-  int num_shards = 0;  // 0: as many shards as the input
+  int num_shards = 0;                                                 // 0: as many shards as the input
   formats::act_format activations = formats::act_format::MXFP8_E4M3;  // written to quantization_config
   bool show_progress = true;
 };

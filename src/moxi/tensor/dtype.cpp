@@ -29,13 +29,21 @@ constexpr std::array<dtype_info, 13> kDtypes = {{
     {dtype::BOOL, "BOOL", 1, false},
 }};
 
-const dtype_info& info(dtype t) { return kDtypes[static_cast<size_t>(t)]; }
+const dtype_info& info(dtype t) {
+  return kDtypes[static_cast<size_t>(t)];
+}
 
 }  // namespace
 
-size_t dtype_size(dtype t) { return info(t).size; }
-std::string_view dtype_name(dtype t) { return info(t).name; }
-bool dtype_is_float(dtype t) { return info(t).is_float; }
+size_t dtype_size(dtype t) {
+  return info(t).size;
+}
+std::string_view dtype_name(dtype t) {
+  return info(t).name;
+}
+bool dtype_is_float(dtype t) {
+  return info(t).is_float;
+}
 
 std::optional<dtype> dtype_from_name(std::string_view name) {
   for (const auto& d : kDtypes)
