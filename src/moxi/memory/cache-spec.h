@@ -1,0 +1,38 @@
+// cache_spec: what one sequence caches per layer slot, read from a model_config, so that memory/ sizes its
+// pools without knowing the model code. Slots follow model/cache.h: decoder layers 0..num_layers-1, then
+// MTP layer k at slot num_layers + k.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "moxi/formats/model-config.h"
+
+namespace moxi::memory {
+
+struct cache_spec {
+  std::vector<formats::attn_kind> layers;  // one per cache slot
+  int64_t latent_width = 0;                // MLA: kv_lora_rank + qk_rope_head_dim floats per token
+  int64_t index_width = 0;                 // DSA indexer key floats per token; 0 without DSA
+  int64_t kda_heads = 0;                   // H
+  int64_t kda_head_dim = 0;                // K = V
+  int64_t kda_conv_kernel = 0;             // W
+
+  // MTP slots are MLA when the model has MLA layers, else KDA: the rule of the model/arch layouts
+  // (kimi-linear.cpp, deepseek-v3.cpp), repeated here because memory/ sits below model/.
+  static cache_spec from_config(const formats::model_config& config);
+
+  int64_t num_kda_layers() const;
+  int64_t num_mla_layers() const;
+  int64_t kda_proj_dim() const { return kda_heads * kda_head_dim; }  // P
+  int64_t conv_floats() const { return kda_conv_kernel > 0 ? (kda_conv_kernel - 1) * kda_proj_dim() : 0; }
+  int64_t recurrent_floats() const { return kda_heads * kda_head_dim * kda_head_dim; }  // [H, K, V]
+  int64_t kda_layer_floats() const { return 3 * conv_floats() + recurrent_floats(); }
+  int64_t token_floats() const { return latent_width + index_width; }  // per MLA layer per token
+
+  // Bytes one block of `block_size` tokens holds over all MLA layers, and one KDA state slot.
+  size_t bytes_per_block(int64_t block_size) const;
+  size_t bytes_per_state_slot() const;
+};
+
+}  // namespace moxi::memory
