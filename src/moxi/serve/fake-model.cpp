@@ -1,0 +1,180 @@
+// fake_model: per token, an embedding of (token, position), then every cache layer in order: KDA layers
+// run a short convolution and a decaying outer-product state read by a query (the shape of the real
+// recurrence, not its values); MLA layers write a latent row and an indexer row, and attend to the mean of
+// all rows so far. Floating-point work is done token by token in one fixed order, so the result is
+// bit-identical however the tokens are split into steps, as long as the caches hold the right values.
+#include "moxi/serve/fake-model.h"
+
+#include <xxhash.h>
+
+#include <array>
+#include <vector>
+
+#include "moxi/base/error.h"
+
+namespace moxi::serve {
+
+namespace {
+
+constexpr int D = fake_model::kHidden;
+using hidden = std::array<float, D>;
+using formats::attn_kind;
+using memory::cache_spec;
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+float unit(uint64_t x) {
+  return float(int64_t(splitmix64(x) >> 40) - (int64_t(1) << 23)) / float(1 << 23);
+}
+
+hidden embed(token_id t, int64_t pos) {
+  hidden h;
+  for (int i = 0; i < D; ++i)
+    h[size_t(i)] = unit(uint64_t(uint32_t(t)) * 131 + uint64_t(i)) + 0.001f * float(pos % 97);
+  return h;
+}
+
+// Shifts `in` into a [W-1, P] window (oldest row first) and returns in + a weighted sum of the window.
+void conv(float* window, int64_t rows, int64_t P, const std::vector<float>& in, std::vector<float>& out) {
+  out.assign(in.begin(), in.end());
+  for (int64_t j = 0; j < P; ++j) {
+    for (int64_t r = 0; r < rows; ++r) out[size_t(j)] += window[r * P + j] * (0.5f / float(r + 1));
+    for (int64_t r = 0; r + 1 < rows; ++r) window[r * P + j] = window[(r + 1) * P + j];
+    if (rows > 0) window[(rows - 1) * P + j] = in[size_t(j)];
+  }
+}
+
+void kda_token(const cache_spec& s, int64_t layer, const memory::kda_state_view& st, hidden& h) {
+  const int64_t P = s.kda_proj_dim(), H = s.kda_heads, K = s.kda_head_dim, W1 = s.kda_conv_kernel - 1;
+  std::vector<float> xq(static_cast<size_t>(P)), xk(xq), xv(xq), q, k, v;
+  for (int64_t j = 0; j < P; ++j) {
+    const float x = h[size_t(j % D)] * (1.0f + 0.1f * float((j + layer) % 5));
+    xq[size_t(j)] = x;
+    xk[size_t(j)] = 0.5f * x;
+    xv[size_t(j)] = -0.25f * x + 0.1f;
+  }
+  conv(st.conv_q, W1, P, xq, q);
+  conv(st.conv_k, W1, P, xk, k);
+  conv(st.conv_v, W1, P, xv, v);
+  std::vector<float> o(size_t(P), 0.0f);
+  for (int64_t hh = 0; hh < H; ++hh)
+    for (int64_t a = 0; a < K; ++a)
+      for (int64_t b = 0; b < K; ++b) {
+        float& S = st.recurrent[(hh * K + a) * K + b];
+        S = 0.9f * S + 0.1f * k[size_t(hh * K + a)] * v[size_t(hh * K + b)];
+        o[size_t(hh * K + b)] += S * q[size_t(hh * K + a)];
+      }
+  for (int i = 0; i < D; ++i) h[size_t(i)] = 0.5f * h[size_t(i)] + 0.5f * o[size_t(i % P)];
+}
+
+// Fills this token's rows, adds them to the running sums of all rows so far (count of them) and mixes the
+// means into h.
+void mla_token(const cache_spec& s, int64_t layer, hidden& h, float* row, float* index_row, float* sum,
+               float* index_sum, int64_t count) {
+  for (int64_t j = 0; j < s.latent_width; ++j) {
+    row[j] = h[size_t(j % D)] * (1.0f + 0.05f * float((j + layer) % 7));
+    sum[j] += row[j];
+  }
+  for (int64_t j = 0; j < s.index_width; ++j) {
+    index_row[j] = h[size_t((j + 3) % D)] - 0.25f;
+    index_sum[j] += index_row[j];
+  }
+  for (int i = 0; i < D; ++i) {
+    float x = 0.5f * h[size_t(i)] + 0.5f * sum[i % s.latent_width] / float(count);
+    if (s.index_width) x += 0.1f * index_sum[i % s.index_width] / float(count);
+    h[size_t(i)] = x;
+  }
+}
+
+token_id readout(const hidden& h, int32_t vocab) {
+  return token_id(XXH3_64bits(h.data(), sizeof(float) * D) % uint64_t(vocab));
+}
+
+}  // namespace
+
+fake_model::fake_model(memory::hybrid_memory& memory, int32_t vocab_size)
+    : memory_(memory), vocab_(vocab_size) {
+  const auto& s = memory.spec();
+  MOXI_ASSERT(vocab_size > 0 && (s.num_mla_layers() == 0 || s.latent_width > 0));
+}
+
+std::map<request_id, token_id> fake_model::execute(const scheduler_output& step) {
+  const cache_spec& s = memory_.spec();
+  std::map<request_id, token_id> next;
+  std::vector<float> row(size_t(s.latent_width)), index_row(size_t(s.index_width));
+  for (const auto& r : step.scheduled) {
+    MOXI_ASSERT(memory_.length(r.seq) == r.start, "scheduled start != computed tokens in memory");
+    // Attention state of each MLA layer rebuilt from the cache: rows written by earlier steps, or by
+    // other sequences when they came from the prefix cache.
+    std::vector<std::vector<float>> sums(s.layers.size()), index_sums(s.layers.size());
+    for (size_t l = 0; l < s.layers.size(); ++l) {
+      if (s.layers[l] != attn_kind::MLA) continue;
+      sums[l].assign(size_t(s.latent_width), 0.0f);
+      index_sums[l].assign(size_t(s.index_width), 0.0f);
+      std::vector<float> lat(size_t(r.start * s.latent_width)), idx(size_t(r.start * s.index_width));
+      memory_.read_latents(r.seq, int64_t(l), 0, r.start, lat.data(), idx.data());
+      for (int64_t p = 0; p < r.start; ++p) {
+        for (int64_t j = 0; j < s.latent_width; ++j)
+          sums[l][size_t(j)] += lat[size_t(p * s.latent_width + j)];
+        for (int64_t j = 0; j < s.index_width; ++j)
+          index_sums[l][size_t(j)] += idx[size_t(p * s.index_width + j)];
+      }
+    }
+    hidden h{};
+    for (int64_t i = 0; i < r.n_tokens(); ++i) {
+      const int64_t pos = r.start + i;
+      h = embed(r.tokens[size_t(i)], pos);
+      for (size_t l = 0; l < s.layers.size(); ++l) {
+        if (s.layers[l] == attn_kind::KDA) {
+          kda_token(s, int64_t(l), memory_.kda(r.seq, int64_t(l)), h);
+        } else {
+          mla_token(s, int64_t(l), h, row.data(), index_row.data(), sums[l].data(), index_sums[l].data(),
+                    pos + 1);
+          memory_.write_latents(r.seq, int64_t(l), pos, 1, row.data(),
+                                s.index_width ? index_row.data() : nullptr);
+        }
+      }
+    }
+    tokens_computed_ += r.n_tokens();
+    if (r.sample) next[r.id] = readout(h, vocab_);
+  }
+  return next;
+}
+
+token_id fake_model::reference_next(std::span<const token_id> history) const {
+  const cache_spec& s = memory_.spec();
+  MOXI_ASSERT(!history.empty());
+  // Plain per-layer state: no slots, no blocks, no prefix cache.
+  struct layer_state {
+    std::vector<float> conv_q, conv_k, conv_v, recurrent, sum, index_sum;
+  };
+  std::vector<layer_state> st(s.layers.size());
+  for (auto& x : st) {
+    x.conv_q.assign(size_t(s.conv_floats()), 0.0f);
+    x.conv_k = x.conv_v = x.conv_q;
+    x.recurrent.assign(size_t(s.recurrent_floats()), 0.0f);
+    x.sum.assign(size_t(s.latent_width), 0.0f);
+    x.index_sum.assign(size_t(s.index_width), 0.0f);
+  }
+  std::vector<float> row(size_t(s.latent_width)), index_row(size_t(s.index_width));
+  hidden h{};
+  for (size_t p = 0; p < history.size(); ++p) {
+    h = embed(history[p], int64_t(p));
+    for (size_t l = 0; l < s.layers.size(); ++l) {
+      auto& x = st[l];
+      if (s.layers[l] == attn_kind::KDA)
+        kda_token(s, int64_t(l), {x.conv_q.data(), x.conv_k.data(), x.conv_v.data(), x.recurrent.data()}, h);
+      else
+        mla_token(s, int64_t(l), h, row.data(), index_row.data(), x.sum.data(), x.index_sum.data(),
+                  int64_t(p) + 1);
+    }
+  }
+  return readout(h, vocab_);
+}
+
+}  // namespace moxi::serve

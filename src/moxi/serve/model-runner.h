@@ -1,0 +1,20 @@
+// model_runner: what the engine step needs from a model: run one scheduled batch through the hybrid
+// memory (the contract in memory/hybrid-memory.h) and return the next token of every request whose step
+// reached its last known token. The real executor (runtime/) and the fake model of the tests implement it.
+#pragma once
+
+#include <map>
+
+#include "moxi/serve/scheduler.h"
+
+namespace moxi::serve {
+
+class model_runner {
+ public:
+  virtual ~model_runner() = default;
+  // Feeds each scheduled request's tokens at positions [start, start + n) and leaves the caches holding
+  // them; must not commit (the scheduler does, in update()).
+  virtual std::map<request_id, token_id> execute(const scheduler_output& step) = 0;
+};
+
+}  // namespace moxi::serve

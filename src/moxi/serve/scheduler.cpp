@@ -1,0 +1,201 @@
+// scheduler: the step loop of vLLM v1's Scheduler.schedule() (running requests first, then waiting ones
+// while nothing was preempted) and update_from_output(), over moxi's hybrid memory.
+#include "moxi/serve/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+#include "moxi/base/error.h"
+
+namespace moxi::serve {
+
+std::map<request_id, int64_t> scheduler_output::num_tokens() const {
+  std::map<request_id, int64_t> m;
+  for (const auto& s : scheduled) m[s.id] = s.n_tokens();
+  return m;
+}
+
+scheduler::scheduler(memory::hybrid_memory& memory, const scheduler_config& config)
+    : memory_(memory), config_(config) {
+  const int64_t capacity = int64_t(memory.options().num_blocks) * memory.block_size();
+  if (config_.max_model_len <= 0 || config_.max_model_len > capacity) config_.max_model_len = capacity;
+  if (config_.max_num_batched_tokens < 1 || config_.max_num_running < 1)
+    throw error("scheduler: max_num_batched_tokens and max_num_running must be >= 1");
+}
+
+void scheduler::add_request(request_id id, request_params params) {
+  const std::string name = "request " + std::to_string(id);
+  if (params.prompt.empty()) throw error(name + ": the prompt is empty; at least one token is needed");
+  if (params.max_tokens < 1)
+    throw error(name + ": max_tokens must be >= 1, got " + std::to_string(params.max_tokens));
+  if (requests_.count(id)) throw error(name + ": a request with this id is already running");
+  const int64_t need = int64_t(params.prompt.size()) + params.max_tokens;
+  if (need > config_.max_model_len)
+    throw error(name + ": prompt (" + std::to_string(params.prompt.size()) + " tokens) + max_tokens (" +
+                std::to_string(params.max_tokens) + ") exceeds the maximum of " +
+                std::to_string(config_.max_model_len) + " tokens");
+  request r;
+  r.id = id;
+  r.tokens = params.prompt;
+  r.num_prompt = int64_t(params.prompt.size());
+  r.params = std::move(params);
+  requests_.emplace(id, std::move(r));
+  waiting_.push_back(id);
+}
+
+void scheduler::cancel(request_id id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second.cancelled) return;
+  it->second.cancelled = true;
+  cancelled_.insert(id);
+}
+
+int64_t scheduler::chunk(const request& r, int64_t start, int64_t budget) const {
+  int64_t n = std::min(int64_t(r.tokens.size()) - start, budget);
+  if (config_.max_prefill_chunk > 0) n = std::min(n, config_.max_prefill_chunk);
+  // KDA state exists only where a step ends, so a chunk that crosses a block boundary stops at the last
+  // one it crosses; the snapshot taken there is what a later prefix hit restores (vLLM "align" mode).
+  // Single decode tokens never cross, so decode is unaffected.
+  if (memory_.wants_block_aligned_steps()) {
+    const int64_t B = memory_.block_size();
+    const int64_t aligned = (start + n) / B * B;
+    if (aligned > start) n = aligned - start;
+  }
+  return n;
+}
+
+void scheduler::preempt(request& r, scheduler_output& out) {
+  // Recompute, not swap: the request keeps its tokens (prompt + outputs so far) and recomputes them when
+  // readmitted, usually from its own blocks still in the prefix cache (vLLM v1 preemption).
+  memory_.free(*r.seq);
+  r.seq.reset();
+  r.num_computed = 0;
+  waiting_.push_front(r.id);
+  out.preempted.push_back(r.id);
+  ++stats_.preemptions;
+}
+
+void scheduler::drop_cancelled(scheduler_output& out) {
+  for (request_id id : cancelled_) {
+    request& r = requests_.at(id);
+    if (r.seq) {
+      memory_.free(*r.seq);
+      r.seq.reset();
+      running_.erase(std::find(running_.begin(), running_.end(), id));
+    } else {
+      waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
+    }
+    out.aborted.push_back(id);
+    ++stats_.aborted;
+  }
+  cancelled_.clear();
+  std::sort(out.aborted.begin(), out.aborted.end());
+}
+
+scheduler_output scheduler::schedule() {
+  scheduler_output out;
+  drop_cancelled(out);
+  int64_t budget = config_.max_num_batched_tokens;
+  auto add = [&](request& r, int64_t n) {
+    scheduled_request s;
+    s.id = r.id;
+    s.seq = *r.seq;
+    s.start = r.num_computed;
+    s.tokens.assign(r.tokens.begin() + r.num_computed, r.tokens.begin() + r.num_computed + n);
+    s.sample = r.num_computed + n == int64_t(r.tokens.size());
+    out.scheduled.push_back(std::move(s));
+    out.total_tokens += n;
+    budget -= n;
+  };
+
+  // Running requests first, in admission order. When blocks run out, the most recently admitted request
+  // is preempted (it is never one already scheduled this step: those are in front of the current one).
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    request& r = requests_.at(running_[i]);
+    const int64_t n = chunk(r, r.num_computed, budget);
+    bool self_preempted = false;
+    while (!memory_.reserve(*r.seq, n)) {
+      request& victim = requests_.at(running_.back());
+      running_.pop_back();
+      preempt(victim, out);
+      if (&victim == &r) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;
+    add(r, n);
+  }
+
+  // Then new requests, FCFS: the head waits rather than being overtaken, and nothing is admitted in a step
+  // that had to preempt (memory is short; vLLM does the same).
+  if (out.preempted.empty()) {
+    while (!waiting_.empty() && budget > 0 && int32_t(running_.size()) < config_.max_num_running) {
+      request& r = requests_.at(waiting_.front());
+      const auto hit = memory_.find_prefix(r.tokens);
+      const int64_t remaining = int64_t(r.tokens.size()) - hit.num_tokens;
+      if (!config_.chunked_prefill && remaining > budget) break;
+      const int64_t n = chunk(r, hit.num_tokens, budget);
+      if (!memory_.can_admit(hit, n)) break;
+      r.seq = memory_.admit(hit, n);
+      r.num_computed = hit.num_tokens;
+      if (r.num_cached_tokens < 0) {
+        r.num_cached_tokens = hit.num_tokens;
+        stats_.prefix_query_tokens += int64_t(r.tokens.size());
+        stats_.prefix_hit_tokens += hit.num_tokens;
+      }
+      waiting_.pop_front();
+      running_.push_back(r.id);
+      add(r, n);
+    }
+  }
+  ++stats_.steps;
+  stats_.scheduled_tokens += out.total_tokens;
+  return out;
+}
+
+request_output scheduler::report(const request& r) const {
+  request_output o;
+  o.id = r.id;
+  o.num_prompt_tokens = r.num_prompt;
+  o.num_cached_tokens = std::max<int64_t>(r.num_cached_tokens, 0);
+  return o;
+}
+
+std::vector<request_output> scheduler::update(const scheduler_output& out,
+                                              const std::map<request_id, token_id>& sampled) {
+  std::vector<request_output> events;
+  for (request_id id : out.aborted) {
+    auto o = report(requests_.at(id));
+    o.finished = finish_reason::ABORT;
+    events.push_back(std::move(o));
+    requests_.erase(id);
+  }
+  for (const auto& s : out.scheduled) {
+    request& r = requests_.at(s.id);
+    MOXI_ASSERT(r.seq && *r.seq == s.seq && r.num_computed == s.start, "update() of a step not scheduled");
+    memory_.commit(s.seq, r.tokens, s.n_tokens());
+    r.num_computed += s.n_tokens();
+    if (!s.sample) continue;
+    auto it = sampled.find(s.id);
+    MOXI_ASSERT(it != sampled.end(), "the runner returned no token for a request that samples");
+    r.tokens.push_back(it->second);
+    auto o = report(r);
+    o.new_tokens.push_back(it->second);
+    const auto& stops = r.params.stop_tokens;
+    if (std::find(stops.begin(), stops.end(), it->second) != stops.end())
+      o.finished = finish_reason::STOP;
+    else if (int64_t(r.tokens.size()) - r.num_prompt >= r.params.max_tokens)
+      o.finished = finish_reason::LENGTH;
+    if (o.finished != finish_reason::NONE) {
+      memory_.free(*r.seq);
+      running_.erase(std::find(running_.begin(), running_.end(), s.id));
+      cancelled_.erase(s.id);  // finished before its cancellation took effect
+      requests_.erase(s.id);
+    }
+    events.push_back(std::move(o));
+  }
+  return events;
+}
+
+}  // namespace moxi::serve

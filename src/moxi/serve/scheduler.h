@@ -1,0 +1,126 @@
+// scheduler: decides, every step, how many tokens each request runs, `{request_id -> n_tokens}` under a
+// token budget, with prefill chunks and decode tokens mixed in one batch and no prefill/decode phase in
+// the API (vLLM v1's unified scheduler: a request simply runs from num_computed_tokens towards
+// num_tokens). Chunked prefill, a cap on running requests, a FCFS waiting queue, prefix-cache lookup at
+// admission, preemption by recompute when blocks run out, and cancellation at the next step.
+//
+// One step: schedule() -> the model runner executes it through the hybrid memory -> update() with the
+// sampled tokens. Single-threaded: the engine loop owns the scheduler and its memory.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "moxi/memory/hybrid-memory.h"
+
+namespace moxi::serve {
+
+using request_id = uint64_t;
+
+struct scheduler_config {
+  int64_t max_num_batched_tokens = 2048;  // token budget per step (vLLM --max-num-batched-tokens)
+  int32_t max_num_running = 64;           // running requests at most (vLLM --max-num-seqs)
+  int64_t max_prefill_chunk = 0;          // > 0: cap per request per step (vLLM long_prefill_token_threshold)
+  bool chunked_prefill = true;            // false: a prompt waits until it fits the budget whole
+  int64_t max_model_len = 0;              // prompt + max_tokens limit; 0 = what the block pool can hold
+};
+
+struct request_params {
+  std::vector<token_id> prompt;
+  int64_t max_tokens = 16;
+  std::vector<token_id> stop_tokens;  // e.g. eos; the stop token is part of the output
+};
+
+enum class finish_reason : uint8_t { NONE, STOP, LENGTH, ABORT };
+
+struct scheduled_request {
+  request_id id = 0;
+  memory::seq_id seq = -1;
+  int64_t start = 0;             // position of the first token fed = tokens computed before the step
+  std::vector<token_id> tokens;  // the tokens at positions [start, start + tokens.size())
+  bool sample = false;           // the step reaches the last known token: the runner returns the next one
+  int64_t n_tokens() const { return int64_t(tokens.size()); }
+};
+
+struct scheduler_output {
+  std::vector<scheduled_request> scheduled;  // this step's batch
+  int64_t total_tokens = 0;                  // sum of n_tokens, <= max_num_batched_tokens
+  std::vector<request_id> preempted;         // freed this step and back at the head of the waiting queue
+  std::vector<request_id> aborted;           // cancelled; their blocks and slots were freed this step
+  std::map<request_id, int64_t> num_tokens() const;
+};
+
+// What one step did for one request (update() returns these; the HTTP layer streams them).
+struct request_output {
+  request_id id = 0;
+  std::vector<token_id> new_tokens;
+  finish_reason finished = finish_reason::NONE;
+  int64_t num_prompt_tokens = 0;
+  int64_t num_cached_tokens = 0;  // prompt tokens reused from the prefix cache at first admission
+};
+
+struct scheduler_stats {
+  int64_t steps = 0;
+  int64_t scheduled_tokens = 0;     // tokens the model computed, all steps together
+  int64_t prefix_query_tokens = 0;  // vLLM prefix_cache_queries: tokens looked up at admission
+  int64_t prefix_hit_tokens = 0;    // vLLM prefix_cache_hits
+  int64_t preemptions = 0;
+  int64_t aborted = 0;
+};
+
+class scheduler {
+ public:
+  scheduler(memory::hybrid_memory& memory, const scheduler_config& config);
+
+  // Throws moxi::error naming the request for an empty prompt, max_tokens < 1, a duplicate id or a
+  // prompt + max_tokens over max_model_len (such a request could never finish, even alone).
+  void add_request(request_id id, request_params params);
+  // Marks a request cancelled (a client disconnect); the next schedule() frees its memory and update()
+  // reports it finished with ABORT. Unknown or finished ids are ignored.
+  void cancel(request_id id);
+
+  scheduler_output schedule();
+  // Commits the step to memory, appends `sampled` (one token per scheduled request with sample set),
+  // finishes requests on a stop token or max_tokens, and reports every request that got a token,
+  // finished or was aborted.
+  std::vector<request_output> update(const scheduler_output& out,
+                                     const std::map<request_id, token_id>& sampled);
+
+  bool has_unfinished() const { return !requests_.empty(); }
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  const scheduler_stats& stats() const { return stats_; }
+  const scheduler_config& config() const { return config_; }
+  memory::hybrid_memory& memory() { return memory_; }
+
+ private:
+  struct request {
+    request_id id = 0;
+    request_params params;
+    std::vector<token_id> tokens;  // prompt, then outputs
+    int64_t num_prompt = 0;
+    int64_t num_computed = 0;
+    std::optional<memory::seq_id> seq;
+    int64_t num_cached_tokens = -1;  // set at the first admission
+    bool cancelled = false;
+  };
+  int64_t chunk(const request& r, int64_t start, int64_t budget) const;
+  void preempt(request& r, scheduler_output& out);
+  void drop_cancelled(scheduler_output& out);
+  request_output report(const request& r) const;
+
+  memory::hybrid_memory& memory_;
+  scheduler_config config_;
+  std::unordered_map<request_id, request> requests_;
+  std::vector<request_id> running_;  // admission order: preemption takes from the back (vLLM FCFS)
+  std::deque<request_id> waiting_;
+  std::unordered_set<request_id> cancelled_;
+  scheduler_stats stats_;
+};
+
+}  // namespace moxi::serve

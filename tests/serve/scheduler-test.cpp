@@ -1,0 +1,339 @@
+// The scheduler with the fake model over a real hybrid memory: every step respects the token budget and the
+// running cap, and every token any request receives equals the fake model's cache-free reference for its
+// history, whether prefill is chunked or one-shot, prefixes hit or miss, requests are preempted under
+// memory pressure or cancelled; memory returns to baseline afterwards.
+#include "moxi/serve/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "moxi/base/error.h"
+#include "moxi/serve/engine-core.h"
+#include "moxi/serve/fake-model.h"
+
+namespace moxi::serve {
+namespace {
+
+using formats::attn_kind;
+using memory::cache_spec;
+using memory::hybrid_memory;
+using memory::memory_options;
+
+constexpr int32_t kVocab = 40;
+constexpr token_id kEos = 0;
+
+cache_spec hybrid_spec() {
+  cache_spec s;
+  s.layers = {attn_kind::KDA, attn_kind::MLA, attn_kind::KDA, attn_kind::KDA, attn_kind::MLA};
+  s.latent_width = 6;
+  s.index_width = 3;
+  s.kda_heads = 2;
+  s.kda_head_dim = 3;
+  s.kda_conv_kernel = 4;
+  return s;
+}
+
+cache_spec mla_only_spec() {
+  cache_spec s = hybrid_spec();
+  s.layers = {attn_kind::MLA, attn_kind::MLA};
+  return s;
+}
+
+memory_options mem(int32_t blocks, int32_t slots = 16, int32_t snapshots = 64, bool caching = true) {
+  memory_options o;
+  o.block_size = 4;
+  o.num_blocks = blocks;
+  o.num_state_slots = slots;
+  o.num_snapshot_slots = snapshots;
+  o.prefix_caching = caching;
+  return o;
+}
+
+struct workload_request {
+  request_id id;
+  request_params params;
+  int arrival_step = 0;  // added before this step
+  int cancel_step = -1;  // cancelled before this step (if still running)
+};
+
+struct result {
+  std::vector<token_id> tokens;
+  finish_reason reason = finish_reason::NONE;
+  int64_t cached = 0;
+};
+
+struct run_summary {
+  std::map<request_id, result> results;
+  scheduler_stats stats;
+  int mixed_steps = 0;  // steps with both a prefill chunk and a decode token
+};
+
+std::vector<token_id> random_tokens(std::mt19937& rng, int n) {
+  std::vector<token_id> t(static_cast<size_t>(n));
+  for (auto& x : t) x = token_id(1 + rng() % (kVocab - 1));  // never the stop token
+  return t;
+}
+
+// Runs a workload to completion, checking the per-step contract and the tokens against the reference.
+run_summary run(const cache_spec& spec, const memory_options& mo, const scheduler_config& sc,
+                const std::vector<workload_request>& work) {
+  hybrid_memory memory(spec, mo);
+  scheduler sched(memory, sc);
+  fake_model model(memory, kVocab);
+  run_summary sum;
+  std::map<request_id, const workload_request*> by_id;
+  for (const auto& w : work) by_id[w.id] = &w;
+  for (int step = 0;; ++step) {
+    for (const auto& w : work) {
+      if (w.arrival_step == step) sched.add_request(w.id, w.params);
+      if (w.cancel_step == step) sched.cancel(w.id);
+    }
+    const bool more_arrivals = std::any_of(work.begin(), work.end(), [&](const auto& w) {
+      return w.arrival_step > step || w.cancel_step > step;
+    });
+    if (!sched.has_unfinished() && !more_arrivals) break;
+    EXPECT_LT(step, 100000) << "no progress";
+    if (step >= 100000) break;
+
+    const scheduler_output out = sched.schedule();
+    EXPECT_LE(out.total_tokens, sc.max_num_batched_tokens) << "token budget at step " << step;
+    EXPECT_LE(sched.num_running(), size_t(sc.max_num_running)) << "running cap at step " << step;
+    int64_t total = 0;
+    bool prefill = false, decode = false;
+    for (const auto& s : out.scheduled) {
+      EXPECT_GE(s.n_tokens(), 1);
+      total += s.n_tokens();
+      (s.sample && s.n_tokens() == 1 ? decode : prefill) = true;
+    }
+    EXPECT_EQ(total, out.total_tokens);
+    sum.mixed_steps += prefill && decode;
+    const auto sampled = model.execute(out);
+    for (const auto& ev : sched.update(out, sampled)) {
+      result& r = sum.results[ev.id];
+      r.tokens.insert(r.tokens.end(), ev.new_tokens.begin(), ev.new_tokens.end());
+      r.cached = ev.num_cached_tokens;
+      if (ev.finished != finish_reason::NONE) r.reason = ev.finished;
+    }
+    memory.check_invariants();
+  }
+  // Baseline: every block free (cached ones are reclaimable), every state slot free.
+  const auto st = memory.stats();
+  EXPECT_EQ(st.free_blocks, st.num_blocks);
+  EXPECT_EQ(st.free_state_slots, st.num_state_slots);
+  EXPECT_EQ(st.live_sequences, 0);
+  EXPECT_EQ(sched.num_running() + sched.num_waiting(), 0u);
+  // Every token equals the cache-free reference of its history.
+  for (const auto& [id, r] : sum.results) {
+    if (r.reason == finish_reason::ABORT) continue;
+    std::vector<token_id> history = by_id.at(id)->params.prompt;
+    for (size_t k = 0; k < r.tokens.size(); ++k) {
+      EXPECT_EQ(r.tokens[k], model.reference_next(history)) << "request " << id << " token " << k;
+      history.push_back(r.tokens[k]);
+    }
+    EXPECT_NE(r.reason, finish_reason::NONE);
+    if (r.reason == finish_reason::LENGTH) {
+      EXPECT_EQ(int64_t(r.tokens.size()), by_id.at(id)->params.max_tokens);
+    }
+    if (r.reason == finish_reason::STOP) {
+      EXPECT_EQ(r.tokens.back(), kEos);
+    }
+  }
+  sum.stats = sched.stats();
+  EXPECT_EQ(sum.stats.scheduled_tokens, model.tokens_computed());
+  return sum;
+}
+
+std::vector<workload_request> random_workload(uint32_t seed, int n, int max_prompt, int max_out, int spread) {
+  std::mt19937 rng(seed);
+  // A few shared prefixes (system prompts, earlier turns) so that the prefix cache has something to find.
+  std::vector<std::vector<token_id>> prefixes;
+  for (int i = 0; i < 3; ++i) prefixes.push_back(random_tokens(rng, 5 + int(rng() % 20)));
+  std::vector<workload_request> work;
+  for (int i = 0; i < n; ++i) {
+    workload_request w;
+    w.id = request_id(100 + i);
+    if (rng() % 2) w.params.prompt = prefixes[rng() % prefixes.size()];
+    const auto tail = random_tokens(rng, 1 + int(rng() % max_prompt));
+    w.params.prompt.insert(w.params.prompt.end(), tail.begin(), tail.end());
+    w.params.max_tokens = 1 + int64_t(rng() % max_out);
+    w.params.stop_tokens = {kEos};
+    w.arrival_step = spread ? int(rng() % spread) : 0;
+    work.push_back(std::move(w));
+  }
+  return work;
+}
+
+std::map<request_id, std::vector<token_id>> tokens_of(const run_summary& s) {
+  std::map<request_id, std::vector<token_id>> m;
+  for (const auto& [id, r] : s.results) m[id] = r.tokens;
+  return m;
+}
+
+scheduler_config cfg(int64_t budget, int32_t max_running, int64_t max_chunk = 0) {
+  scheduler_config c;
+  c.max_num_batched_tokens = budget;
+  c.max_num_running = max_running;
+  c.max_prefill_chunk = max_chunk;
+  return c;
+}
+
+TEST(Scheduler, RespectsBudgetAndRunningCapAndMixesPrefillWithDecode) {
+  const auto work = random_workload(1, 24, 30, 12, 10);
+  const auto s = run(hybrid_spec(), mem(256), cfg(16, 4), work);
+  EXPECT_EQ(s.results.size(), work.size());
+  EXPECT_GT(s.mixed_steps, 0) << "prefill chunks and decode tokens share steps";
+}
+
+TEST(Scheduler, ChunkedPrefillGivesTheSameTokensAsOneShot) {
+  for (const auto& spec : {hybrid_spec(), mla_only_spec()}) {
+    const auto work = random_workload(2, 12, 40, 10, 0);
+    const auto one_shot = run(spec, mem(512, 16, 64, false), cfg(4096, 16), work);
+    const auto chunked = run(spec, mem(512, 16, 64, false), cfg(7, 16, 5), work);
+    const auto tiny = run(spec, mem(512, 16, 64, false), cfg(1, 16), work);
+    EXPECT_EQ(tokens_of(chunked), tokens_of(one_shot));
+    EXPECT_EQ(tokens_of(tiny), tokens_of(one_shot));
+    EXPECT_GT(chunked.stats.steps, one_shot.stats.steps);
+  }
+}
+
+TEST(Scheduler, NoChunkingWaitsUntilThePromptFitsWhole) {
+  auto c = cfg(16, 4);
+  c.chunked_prefill = false;
+  std::mt19937 rng(3);
+  std::vector<workload_request> work;
+  for (int i = 0; i < 6; ++i) work.push_back({request_id(i), {random_tokens(rng, 6 + 2 * i), 4, {}}, 0, -1});
+  const auto s = run(mla_only_spec(), mem(256), c, work);
+  EXPECT_EQ(s.results.size(), work.size());
+  EXPECT_EQ(tokens_of(s), tokens_of(run(mla_only_spec(), mem(256), cfg(4096, 4), work)));
+}
+
+TEST(Scheduler, PrefixHitGivesTheTokensOfAMissWithFewerComputed) {
+  std::mt19937 rng(4);
+  const auto system = random_tokens(rng, 37);
+  std::vector<workload_request> work;
+  for (int i = 0; i < 5; ++i) {
+    workload_request w;
+    w.id = request_id(i);
+    w.params.prompt = system;
+    if (i > 0) {
+      const auto q = random_tokens(rng, 3 + i);  // request 1.. differ after the shared part
+      w.params.prompt.insert(w.params.prompt.end(), q.begin(), q.end());
+    }
+    w.params.max_tokens = 9;
+    w.arrival_step = i == 0 ? 0 : 30;  // after request 0 finished and cached its blocks
+    work.push_back(std::move(w));
+  }
+  work.push_back({99, {system, 9, {}}, 40, -1});  // the identical prompt again
+  for (const auto& spec : {hybrid_spec(), mla_only_spec()}) {
+    const auto miss = run(spec, mem(256, 16, 64, false), cfg(64, 8), work);
+    const auto hit = run(spec, mem(256, 16, 64, true), cfg(64, 8), work);
+    EXPECT_EQ(tokens_of(hit), tokens_of(miss));
+    EXPECT_LT(hit.stats.scheduled_tokens, miss.stats.scheduled_tokens);
+    EXPECT_EQ(hit.results.at(0).cached, 0);
+    for (request_id id : {1, 2, 3, 4}) EXPECT_EQ(hit.results.at(id).cached, 36) << "9 full blocks of the 37";
+    EXPECT_EQ(hit.results.at(99).cached, 36) << "a whole-prompt hit still computes the last token";
+    EXPECT_GT(hit.stats.prefix_hit_tokens, 0);
+    EXPECT_EQ(miss.stats.prefix_hit_tokens, 0);
+  }
+}
+
+TEST(Scheduler, HybridPrefillChunksEndOnBlockBoundariesForSnapshots) {
+  hybrid_memory memory(hybrid_spec(), mem(64));
+  scheduler sched(memory, cfg(100, 4));
+  std::mt19937 rng(5);
+  sched.add_request(1, {random_tokens(rng, 23), 2, {}});
+  const auto out = sched.schedule();
+  ASSERT_EQ(out.scheduled.size(), 1u);
+  EXPECT_EQ(out.scheduled[0].n_tokens(), 20) << "23 tokens: the first chunk stops at the boundary 20";
+  EXPECT_FALSE(out.scheduled[0].sample);
+  fake_model model(memory, kVocab);
+  sched.update(out, model.execute(out));
+  EXPECT_EQ(memory.stats().used_snapshot_slots, 1);
+  const auto next = sched.schedule();
+  EXPECT_EQ(next.scheduled.at(0).n_tokens(), 3);
+  EXPECT_TRUE(next.scheduled.at(0).sample);
+  sched.update(next, model.execute(next));
+}
+
+TEST(Scheduler, PreemptionUnderMemoryPressureKeepsEveryOutput) {
+  for (const auto& spec : {hybrid_spec(), mla_only_spec()}) {
+    for (uint32_t seed : {6u, 7u, 8u}) {
+      const auto work = random_workload(seed, 16, 24, 20, 6);
+      const auto ample = run(spec, mem(1024), cfg(32, 8), work);
+      // 48 tokens' worth of blocks for 8 running requests of up to ~70 tokens each.
+      const auto tight = run(spec, mem(18), cfg(32, 8), work);
+      EXPECT_EQ(tokens_of(tight), tokens_of(ample));
+      EXPECT_EQ(tight.results.size(), work.size());
+      EXPECT_GT(tight.stats.preemptions, 0) << "the tight run must actually preempt";
+      EXPECT_EQ(ample.stats.preemptions, 0);
+    }
+  }
+}
+
+TEST(Scheduler, CancellationFreesMemoryAtTheNextStep) {
+  hybrid_memory memory(hybrid_spec(), mem(64, 4));
+  scheduler sched(memory, cfg(8, 2));
+  fake_model model(memory, kVocab);
+  engine_core engine(sched, model);
+  std::mt19937 rng(9);
+  for (request_id id = 1; id <= 4; ++id) sched.add_request(id, {random_tokens(rng, 10), 50, {}});
+  for (int i = 0; i < 6; ++i) engine.step();
+  ASSERT_EQ(sched.num_running(), 2u);
+  ASSERT_EQ(sched.num_waiting(), 2u);
+  EXPECT_LT(memory.stats().free_blocks, memory.stats().num_blocks);
+  sched.cancel(1);  // running
+  sched.cancel(3);  // waiting
+  sched.cancel(3);  // twice is harmless
+  sched.cancel(12345);
+  const auto out = sched.schedule();
+  EXPECT_EQ(out.aborted, (std::vector<request_id>{1, 3}));
+  for (const auto& s : out.scheduled) EXPECT_TRUE(s.id == 2 || s.id == 4);
+  const auto events = sched.update(out, model.execute(out));
+  int aborts = 0;
+  for (const auto& e : events) aborts += e.finished == finish_reason::ABORT;
+  EXPECT_EQ(aborts, 2);
+  sched.cancel(2);
+  sched.cancel(4);
+  engine.step();
+  EXPECT_FALSE(sched.has_unfinished());
+  const auto st = memory.stats();
+  EXPECT_EQ(st.free_blocks, st.num_blocks);
+  EXPECT_EQ(st.free_state_slots, st.num_state_slots);
+  EXPECT_EQ(sched.stats().aborted, 4);
+  memory.check_invariants();
+  EXPECT_TRUE(engine.step().empty()) << "idle";
+}
+
+TEST(Scheduler, RandomWorkloadsNeverLeak) {
+  for (uint32_t seed = 10; seed < 22; ++seed) {
+    auto work = random_workload(seed, 30, 20, 16, 40);
+    std::mt19937 rng(seed * 7);
+    for (auto& w : work)
+      if (rng() % 4 == 0) w.cancel_step = w.arrival_step + int(rng() % 12);
+    const bool hybrid = seed % 2;
+    const auto s =
+        run(hybrid ? hybrid_spec() : mla_only_spec(), mem(16 + int32_t(seed % 5) * 6, 6, 3 + seed % 3),
+            cfg(4 + seed % 13, 1 + int32_t(seed % 6), seed % 3 ? 0 : 3), work);
+    EXPECT_EQ(s.results.size(), work.size()) << "every request finished or was aborted, seed " << seed;
+  }
+}
+
+TEST(Scheduler, RejectsRequestsThatCanNeverRun) {
+  hybrid_memory memory(hybrid_spec(), mem(8));
+  scheduler sched(memory, cfg(16, 4));
+  EXPECT_THROW(sched.add_request(1, {{}, 4, {}}), error);
+  EXPECT_THROW(sched.add_request(1, {{1, 2}, 0, {}}), error);
+  try {
+    sched.add_request(7, {std::vector<token_id>(30, 1), 3, {}});  // 33 > 8 blocks * 4
+    FAIL();
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("request 7"), std::string::npos) << e.what();
+  }
+  sched.add_request(1, {{1, 2}, 4, {}});
+  EXPECT_THROW(sched.add_request(1, {{1, 2}, 4, {}}), error);
+}
+
+}  // namespace
+}  // namespace moxi::serve
