@@ -1,6 +1,7 @@
 // Single layers of the engine against references written plainly here in fp64 from the checkpoint tensors:
 // absorbed MLA == expanded multi-head attention (NoPE and interleaved RoPE with YaRN, q-LoRA or direct q,
-// with and without the output gate); Gated DSA with a small top-k == masked dense attention over the
+// with and without the output gate); KDA == an fp64 token loop (both gate forms, both output gates);
+// the MTP head's input composition; Gated DSA with a small top-k == masked dense attention over the
 // top-k of a plainly computed lightning-indexer score; MoE == a per-token loop over all experts.
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -21,8 +22,11 @@
 #include "moxi/kernels/ref/moe.h"
 #include "moxi/model/cache.h"
 #include "moxi/model/init.h"
+#include "moxi/model/layers/decoder.h"
 #include "moxi/model/layers/ffn.h"
+#include "moxi/model/layers/kda.h"
 #include "moxi/model/layers/mla.h"
+#include "moxi/model/model.h"
 
 namespace fs = std::filesystem;
 using namespace moxi;
@@ -423,6 +427,156 @@ TEST(Layers, MoeEqualsPerTokenDenseLoop) {
   check_moe("tiny-seed.json", 1, "block_sparse_moe", "w1", "w3", "w2");          // latent, MXFP4 + MXFP8
   check_moe("tiny-kimi-linear.json", 2, "block_sparse_moe", "w1", "w3", "w2");  // scaling 2.446
   check_moe("tiny-deepseek-v3.2.json", 1, "mlp", "gate_proj", "up_proj", "down_proj");  // 4 groups, keep 2
+}
+
+// KDA: conv over the raw projections (zero history), SiLU, L2 norm, gate, beta, the delta-rule recurrence
+// token by token in fp64, gated per-head RMSNorm, o_proj. The engine runs the same 80 tokens as a chunked
+// prefill of 70 (> one 64-token chunk), one recurrent decode step and a chunk of 9.
+void check_kda(const char* config, int64_t layer) {
+  SCOPED_TRACE(config);
+  const auto c = formats::load_model_config(config_path(config));
+  const auto ck = formats::checkpoint::open(scratch::get().checkpoint(config));
+  model::weight_loader ld(ck, c, {});
+  const std::string p = "model.layers." + std::to_string(layer) + ".self_attn";
+  const auto w = model::load_kda(ld, p);
+  const auto& kc = *c.kda;
+  const int64_t T = 80, d = c.hidden_size;
+  const size_t H = size_t(kc.num_heads), D = size_t(kc.head_dim), P = H * D, W = size_t(kc.conv_kernel);
+  const auto x = random_rows(T * d, 23);
+  model::contiguous_cache cache(c);
+  std::vector<float> got(size_t(T * d));
+  int64_t t0 = 0;
+  for (int64_t n : {70, 1, 9}) {
+    model::kda_forward(w, c, x.data() + t0 * d, n, cache.kda(layer), got.data() + t0 * d, nullptr, "kda");
+    t0 += n;
+  }
+
+  const vec qp = tensor(ck, p + ".q_proj.weight"), kp = tensor(ck, p + ".k_proj.weight"),
+            vp = tensor(ck, p + ".v_proj.weight"), qcv = tensor(ck, p + ".q_conv1d.weight"),
+            kcv = tensor(ck, p + ".k_conv1d.weight"), vcv = tensor(ck, p + ".v_conv1d.weight"),
+            fa = tensor(ck, p + ".f_a_proj.weight"), fb = tensor(ck, p + ".f_b_proj.weight"),
+            bp = tensor(ck, p + ".b_proj.weight"), A_log = tensor(ck, p + ".A_log"),
+            dt = tensor(ck, p + ".dt_bias"), on = tensor(ck, p + ".o_norm.weight"),
+            op = tensor(ck, p + ".o_proj.weight");
+  vec gp, ga, gb;
+  if (kc.full_rank_output_gate) {
+    gp = tensor(ck, p + ".g_proj.weight");
+  } else {
+    ga = tensor(ck, p + ".g_a_proj.weight");
+    gb = tensor(ck, p + ".g_b_proj.weight");
+  }
+  std::vector<vec> rq, rk, rv;  // raw projections per token (the conv's inputs)
+  std::vector<vec> S(H, vec(D * D, 0.0));
+  const double scale = 1.0 / std::sqrt(double(D));
+  vec want;
+  for (int64_t t = 0; t < T; ++t) {
+    const vec xt(x.begin() + t * d, x.begin() + (t + 1) * d);
+    rq.push_back(matvec(qp, xt, P));
+    rk.push_back(matvec(kp, xt, P));
+    rv.push_back(matvec(vp, xt, P));
+    auto conv = [&](const std::vector<vec>& hist, const vec& cw) {
+      vec y(P, 0.0);
+      for (size_t ch = 0; ch < P; ++ch) {
+        for (size_t j = 0; j < W; ++j) {
+          const int64_t s = t - int64_t(W) + 1 + int64_t(j);
+          if (s >= 0) y[ch] += cw[ch * W + j] * hist[size_t(s)][ch];
+        }
+        y[ch] = silu(y[ch]);
+      }
+      return y;
+    };
+    vec q = conv(rq, qcv), k = conv(rk, kcv), v = conv(rv, vcv);
+    for (size_t h = 0; h < H; ++h)
+      for (vec* a : {&q, &k}) {
+        double ss = 0;
+        for (size_t i = 0; i < D; ++i) ss += (*a)[h * D + i] * (*a)[h * D + i];
+        for (size_t i = 0; i < D; ++i) (*a)[h * D + i] /= std::sqrt(ss + 1e-6);
+      }
+    const vec graw = matvec(fb, matvec(fa, xt, D), P);
+    const vec bl = matvec(bp, xt, H);
+    const vec gate = kc.full_rank_output_gate ? matvec(gp, xt, P) : matvec(gb, matvec(ga, xt, D), P);
+    vec o(P);
+    for (size_t h = 0; h < H; ++h) {
+      const double beta = sigmoid(bl[h]);
+      for (size_t i = 0; i < D; ++i) {
+        const double z = graw[h * D + i] + dt[h * D + i];
+        const double g = kc.gate == formats::kda_gate_kind::LOWER_BOUND
+                             ? kc.gate_lower_bound * sigmoid(std::exp(A_log[h]) * z)
+                             : -std::exp(A_log[h]) * (z > 20 ? z : std::log1p(std::exp(z)));
+        for (size_t j = 0; j < D; ++j) S[h][i * D + j] *= std::exp(g);
+      }
+      for (size_t j = 0; j < D; ++j) {
+        double pred = 0;
+        for (size_t i = 0; i < D; ++i) pred += k[h * D + i] * S[h][i * D + j];
+        const double delta = beta * (v[h * D + j] - pred);
+        for (size_t i = 0; i < D; ++i) S[h][i * D + j] += k[h * D + i] * delta;
+      }
+      double ms = 0;
+      for (size_t j = 0; j < D; ++j) {
+        double acc = 0;
+        for (size_t i = 0; i < D; ++i) acc += S[h][i * D + j] * q[h * D + i] * scale;
+        o[h * D + j] = acc;
+        ms += acc * acc / double(D);
+      }
+      for (size_t j = 0; j < D; ++j)
+        o[h * D + j] = o[h * D + j] / std::sqrt(ms + c.rms_norm_eps) * on[j] * sigmoid(gate[h * D + j]);
+    }
+    const vec out = matvec(op, o, size_t(d));
+    want.insert(want.end(), out.begin(), out.end());
+  }
+  EXPECT_LT(rel_max_err(got, want), 2e-5);
+}
+
+TEST(Layers, KdaEqualsFp64TokenLoop) {
+  check_kda("tiny-seed.json", 0);         // lower-bound gate (-5), full-rank output gate
+  check_kda("tiny-kimi-linear.json", 1);  // softplus gate, low-rank output gate
+}
+
+// MTP input composition, independently of the engine's MTP code: x = eh_proj([enorm(emb(t+1)) ;
+// hnorm(h)]) in fp64 from the checkpoint, the block through decoder_layer_forward (tested above and in
+// forward-test), then shared_head.norm and lm_head in fp64.
+TEST(Layers, MtpHeadComposesEmbeddingFirst) {
+  const char* config = "tiny-seed.json";
+  const auto c = formats::load_model_config(config_path(config));
+  const std::string dir = scratch::get().checkpoint(config);
+  const auto ck = formats::checkpoint::open(dir);
+  const auto m = model::model::load(dir);
+  const int64_t T = 12, d = c.hidden_size, V = c.vocab_size;
+  std::vector<token_id> toks;
+  for (int64_t i = 0; i <= T; ++i) toks.push_back(token_id((i * 37 + 5) % V));
+  std::vector<float> hidden;
+  model::forward_options fo;
+  fo.hidden = &hidden;
+  auto cache = m.new_cache();
+  m.forward(std::span(toks).first(size_t(T)), *cache, fo);
+  const auto got = m.mtp_forward(hidden, std::span(toks).subspan(1, size_t(T)), *cache);
+
+  const std::string p = "model.layers." + std::to_string(c.num_layers);
+  const vec emb = tensor(ck, "model.embed_tokens.weight"), en = tensor(ck, p + ".enorm.weight"),
+            hn = tensor(ck, p + ".hnorm.weight"), eh = tensor(ck, p + ".eh_proj.weight"),
+            sn = tensor(ck, p + ".shared_head.norm.weight"), head = tensor(ck, "lm_head.weight");
+  std::vector<float> x(size_t(T * d));
+  for (int64_t t = 0; t < T; ++t) {
+    const size_t tok = size_t(toks[size_t(t + 1)]);
+    const vec e = rmsnorm(vec(emb.begin() + long(tok) * d, emb.begin() + long(tok + 1) * d), en, c.rms_norm_eps);
+    const vec h = rmsnorm(vec(hidden.begin() + t * d, hidden.begin() + (t + 1) * d), hn, c.rms_norm_eps);
+    vec cat = e;
+    cat.insert(cat.end(), h.begin(), h.end());
+    const vec y = matvec(eh, cat, size_t(d));
+    std::copy(y.begin(), y.end(), x.begin() + t * d);
+  }
+  model::weight_loader ld(ck, c, {});
+  const auto layout = model::arch::find_architecture(c).layout(c);
+  const auto block = model::load_decoder_layer(ld, layout.mtp_layers[0], layout.ffn, c.num_layers);
+  model::contiguous_cache fresh(c);
+  model::decoder_layer_forward(block, c, x.data(), T, fresh, nullptr, "mtp");
+  vec want;
+  for (int64_t t = 0; t < T; ++t) {
+    const vec hn2 = rmsnorm(vec(x.begin() + t * d, x.begin() + (t + 1) * d), sn, c.rms_norm_eps);
+    const vec l = matvec(head, hn2, size_t(V));
+    want.insert(want.end(), l.begin(), l.end());
+  }
+  EXPECT_LT(rel_max_err(got, want), 2e-5);
 }
 
 }  // namespace
