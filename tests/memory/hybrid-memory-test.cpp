@@ -328,5 +328,56 @@ TEST(HybridMemory, AdmissionNeedsASlotAndBlocksCountingPinnedHits) {
   expect_baseline(m);
 }
 
+TEST(HybridMemory, RandomAdmitReserveCommitForkFreeNeverLeaks) {
+  for (uint32_t seed : {1u, 2u, 3u, 4u}) {
+    std::mt19937 rng(seed);
+    hybrid_memory m(seed % 2 ? hybrid_spec() : mla_spec(), opts(24, 5, 3));
+    // Prompts share a few prefixes so that admissions hit, forks share blocks, and eviction runs.
+    std::vector<std::vector<token_id>> prefixes = {iota_tokens(9, 0), iota_tokens(6, 500),
+                                                   iota_tokens(13, 900)};
+    struct live {
+      seq_id s;
+      std::vector<token_id> tokens;
+    };
+    std::vector<live> seqs;
+    for (int step = 0; step < 600; ++step) {
+      const int op = int(rng() % 4);
+      if (op == 0) {
+        auto t = prefixes[rng() % prefixes.size()];
+        for (int i = int(rng() % 8); i >= 0; --i) t.push_back(token_id(2000 + rng() % 5));
+        const auto hit = m.find_prefix(t);
+        const int64_t n = 1 + int64_t(rng() % uint32_t(int64_t(t.size()) - hit.num_tokens));
+        if (!m.can_admit(hit, n)) continue;
+        const seq_id s = m.admit(hit, n);
+        EXPECT_EQ(m.length(s), hit.num_tokens);
+        fake_forward(m, s, t, n);
+        m.commit(s, t, n);
+        seqs.push_back({s, t});
+      } else if (op == 1 && !seqs.empty()) {  // one more chunk or token
+        auto& x = seqs[rng() % seqs.size()];
+        if (m.length(x.s) == int64_t(x.tokens.size())) x.tokens.push_back(token_id(rng() % 50));
+        const int64_t n = 1 + int64_t(rng() % uint32_t(int64_t(x.tokens.size()) - m.length(x.s)));
+        if (!m.reserve(x.s, n)) continue;
+        fake_forward(m, x.s, x.tokens, n);
+        m.commit(x.s, x.tokens, n);
+      } else if (op == 2 && !seqs.empty()) {
+        const auto& x = seqs[rng() % seqs.size()];
+        if (auto c = m.fork(x.s)) {
+          auto t = x.tokens;
+          t.resize(size_t(m.length(*c)));
+          seqs.push_back({*c, t});
+        }
+      } else if (op == 3 && !seqs.empty()) {
+        const size_t i = rng() % seqs.size();
+        m.free(seqs[i].s);
+        seqs.erase(seqs.begin() + std::ptrdiff_t(i));
+      }
+      m.check_invariants();
+    }
+    for (const auto& x : seqs) m.free(x.s);
+    expect_baseline(m);
+  }
+}
+
 }  // namespace
 }  // namespace moxi::memory
