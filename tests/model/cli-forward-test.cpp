@@ -30,8 +30,9 @@ class CliForward : public ::testing::Test {
     model::init_options o;
     o.seed = 5;
     o.show_progress = false;
-    model::init_checkpoint(formats::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json"),
-                           dir_ + "/ckpt", o);
+    model::init_checkpoint(
+        formats::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json"), dir_ + "/ckpt",
+        o);
   }
   void TearDown() override {
     std::error_code ec;
@@ -72,7 +73,9 @@ TEST_F(CliForward, LogitsAndDumpsEqualTheInProcessForward) {
   std::vector<float> out0;
   model::dump_sink sink;
   sink.wants = [](std::string_view n) { return n == "layers.0.out"; };
-  sink.put = [&](const std::string&, const std::vector<int64_t>&, const float* d) { out0.assign(d, d + 10 * 128); };
+  sink.put = [&](const std::string&, const std::vector<int64_t>&, const float* d) {
+    out0.assign(d, d + 10 * 128);
+  };
   model::forward_options fo;
   fo.dump = &sink;
   const auto logits = m.forward(tokens, *cache, fo);
@@ -98,19 +101,24 @@ TEST_F(CliForward, LogitsRejectsBadTokensAndUnknownDumps) {
   EXPECT_NE(err_.find("token id 512 at position 1"), std::string::npos) << err_;
   EXPECT_NE(run("logits --model " + dir_ + "/ckpt --tokens 1,x --out " + dir_ + "/x.safetensors"), 0);
   EXPECT_NE(err_.find("'x'"), std::string::npos) << err_;
-  EXPECT_NE(run("logits --model " + dir_ + "/ckpt --tokens 1,2 --dump no.such --out " + dir_ + "/x.safetensors"), 0);
+  EXPECT_NE(
+      run("logits --model " + dir_ + "/ckpt --tokens 1,2 --dump no.such --out " + dir_ + "/x.safetensors"),
+      0);
   EXPECT_NE(err_.find("no.such"), std::string::npos) << err_;
   EXPECT_FALSE(fs::exists(dir_ + "/x.safetensors"));
 }
 
 TEST_F(CliForward, GenerateStreamsTextAndReportsSpeed) {
-  ASSERT_EQ(run("generate --model " + dir_ + "/ckpt --prompt 'Hello' --max-tokens 12 --temperature 0"), 0) << err_;
+  ASSERT_EQ(run("generate --model " + dir_ + "/ckpt --prompt 'Hello' --max-tokens 12 --temperature 0"), 0)
+      << err_;
   EXPECT_NE(err_.find("prompt: 5 tokens"), std::string::npos) << err_;
   EXPECT_NE(err_.find("tokens/s"), std::string::npos) << err_;
   const std::string first = out_;
-  ASSERT_EQ(run("generate --model " + dir_ + "/ckpt --prompt 'Hello' --max-tokens 12 --temperature 0"), 0) << err_;
+  ASSERT_EQ(run("generate --model " + dir_ + "/ckpt --prompt 'Hello' --max-tokens 12 --temperature 0"), 0)
+      << err_;
   EXPECT_EQ(out_, first);  // greedy is deterministic
-  ASSERT_EQ(run("generate --model " + dir_ + "/ckpt --prompt 'Hello' --max-tokens 12 --temperature 0.8 --top-p 0.9 "
+  ASSERT_EQ(run("generate --model " + dir_ +
+                "/ckpt --prompt 'Hello' --max-tokens 12 --temperature 0.8 --top-p 0.9 "
                 "--top-k 50 --seed 3"),
             0)
       << err_;

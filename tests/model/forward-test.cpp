@@ -26,7 +26,9 @@ using namespace moxi;
 
 namespace {
 
-std::string config_path(const std::string& name) { return std::string(MOXI_SOURCE_DIR) + "/configs/" + name; }
+std::string config_path(const std::string& name) {
+  return std::string(MOXI_SOURCE_DIR) + "/configs/" + name;
+}
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
@@ -174,8 +176,10 @@ TEST(Forward, DsaWithLargeTopkEqualsDenseMla) {
     EXPECT_LT(rel_max_err(run_pieces(dsa, tokens, {60, 1, 39}), run_pieces(dense, tokens, {100})), 2e-5);
     // The configs' own small top-k (8) is dense too while the context is at most 8 tokens.
     const auto small = model::model::load(ck);
-    const auto short_tokens = random_tokens(int64_t(small.config().dsa->index_topk), small.config().vocab_size, 4);
-    EXPECT_LT(rel_max_err(run_pieces(small, short_tokens, {5, 1, 2}), run_pieces(dense, short_tokens, {8})), 2e-5);
+    const auto short_tokens =
+        random_tokens(int64_t(small.config().dsa->index_topk), small.config().vocab_size, 4);
+    EXPECT_LT(rel_max_err(run_pieces(small, short_tokens, {5, 1, 2}), run_pieces(dense, short_tokens, {8})),
+              2e-5);
     // Beyond it the selection really is sparse: the logits move.
     const auto long_tokens = random_tokens(60, small.config().vocab_size, 4);
     EXPECT_GT(rel_max_err(run_pieces(small, long_tokens, {60}), run_pieces(dense, long_tokens, {60})), 1e-4);

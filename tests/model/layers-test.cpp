@@ -35,7 +35,9 @@ namespace {
 
 using vec = std::vector<double>;
 
-std::string config_path(const std::string& name) { return std::string(MOXI_SOURCE_DIR) + "/configs/" + name; }
+std::string config_path(const std::string& name) {
+  return std::string(MOXI_SOURCE_DIR) + "/configs/" + name;
+}
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
@@ -99,8 +101,12 @@ vec rmsnorm(const vec& x, const vec& w, double eps) {
   return y;
 }
 
-double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
-double silu(double v) { return v * sigmoid(v); }
+double sigmoid(double v) {
+  return 1.0 / (1.0 + std::exp(-v));
+}
+double silu(double v) {
+  return v * sigmoid(v);
+}
 
 std::vector<float> random_rows(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -135,8 +141,8 @@ void rotate(vec& x, size_t off, size_t R, double pos, const std::vector<float>& 
 struct mla_case {
   const char* config;
   int64_t layer;
-  bool dense;          // drop the DSA fields: plain (gated) MLA
-  int64_t topk = 0;    // with DSA: override index_topk
+  bool dense;        // drop the DSA fields: plain (gated) MLA
+  int64_t topk = 0;  // with DSA: override index_topk
 };
 
 formats::model_config config_of(const mla_case& k) {
@@ -179,8 +185,9 @@ std::vector<vec> expanded_reference(const formats::checkpoint& ck, const formats
   }
   const double scale = mscale * mscale / std::sqrt(double(Dq));
 
-  const vec kv_a = tensor(ck, p + ".kv_a_proj_with_mqa.weight"), kv_norm = tensor(ck, p + ".kv_a_layernorm.weight"),
-            kv_b = tensor(ck, p + ".kv_b_proj.weight"), o_proj = tensor(ck, p + ".o_proj.weight");
+  const vec kv_a = tensor(ck, p + ".kv_a_proj_with_mqa.weight"),
+            kv_norm = tensor(ck, p + ".kv_a_layernorm.weight"), kv_b = tensor(ck, p + ".kv_b_proj.weight"),
+            o_proj = tensor(ck, p + ".o_proj.weight");
   vec q_a, q_norm, q_b, q_proj, g_proj;
   if (m.q_lora_rank) {
     q_a = tensor(ck, p + ".q_a_proj.weight");
@@ -191,7 +198,8 @@ std::vector<vec> expanded_reference(const formats::checkpoint& ck, const formats
   }
   if (m.output_gate) g_proj = tensor(ck, p + ".g_proj.weight");
 
-  std::vector<vec> q(static_cast<size_t>(T)), cq(static_cast<size_t>(T)), k(static_cast<size_t>(T)), v(static_cast<size_t>(T));  // per token, heads concatenated
+  std::vector<vec> q(static_cast<size_t>(T)), cq(static_cast<size_t>(T)), k(static_cast<size_t>(T)),
+      v(static_cast<size_t>(T));  // per token, heads concatenated
   for (int64_t t = 0; t < T; ++t) {
     const vec x(xs.begin() + t * int64_t(d), xs.begin() + (t + 1) * int64_t(d));
     if (m.q_lora_rank) {
@@ -313,14 +321,14 @@ void check_mla(const mla_case& k) {
 }
 
 TEST(Layers, AbsorbedMlaEqualsExpandedMha) {
-  check_mla({"tiny-kimi-linear.json", 3, false});    // NoPE, direct q_proj, no gate
-  check_mla({"tiny-seed.json", 3, true});            // NoPE, q-LoRA, output gate
+  check_mla({"tiny-kimi-linear.json", 3, false});   // NoPE, direct q_proj, no gate
+  check_mla({"tiny-seed.json", 3, true});           // NoPE, q-LoRA, output gate
   check_mla({"tiny-deepseek-v3.2.json", 1, true});  // interleaved RoPE with YaRN (factor 4)
 }
 
 TEST(Layers, DsaWithSmallTopkEqualsMaskedDenseReference) {
-  check_mla({"tiny-seed.json", 5, false});            // NoPE indexer, k = 8 of up to 40
-  check_mla({"tiny-deepseek-v3.2.json", 0, false});   // half-split indexer RoPE, k = 8
+  check_mla({"tiny-seed.json", 5, false});              // NoPE indexer, k = 8 of up to 40
+  check_mla({"tiny-deepseek-v3.2.json", 0, false});     // half-split indexer RoPE, k = 8
   check_mla({"tiny-deepseek-v3.2.json", 2, false, 3});  // k = 3
 }
 
@@ -424,7 +432,7 @@ void check_moe(const char* config, int64_t layer, const std::string& moe_prefix,
 }
 
 TEST(Layers, MoeEqualsPerTokenDenseLoop) {
-  check_moe("tiny-seed.json", 1, "block_sparse_moe", "w1", "w3", "w2");          // latent, MXFP4 + MXFP8
+  check_moe("tiny-seed.json", 1, "block_sparse_moe", "w1", "w3", "w2");         // latent, MXFP4 + MXFP8
   check_moe("tiny-kimi-linear.json", 2, "block_sparse_moe", "w1", "w3", "w2");  // scaling 2.446
   check_moe("tiny-deepseek-v3.2.json", 1, "mlp", "gate_proj", "up_proj", "down_proj");  // 4 groups, keep 2
 }
@@ -558,7 +566,8 @@ TEST(Layers, MtpHeadComposesEmbeddingFirst) {
   std::vector<float> x(size_t(T * d));
   for (int64_t t = 0; t < T; ++t) {
     const size_t tok = size_t(toks[size_t(t + 1)]);
-    const vec e = rmsnorm(vec(emb.begin() + long(tok) * d, emb.begin() + long(tok + 1) * d), en, c.rms_norm_eps);
+    const vec e =
+        rmsnorm(vec(emb.begin() + long(tok) * d, emb.begin() + long(tok + 1) * d), en, c.rms_norm_eps);
     const vec h = rmsnorm(vec(hidden.begin() + t * d, hidden.begin() + (t + 1) * d), hn, c.rms_norm_eps);
     vec cat = e;
     cat.insert(cat.end(), h.begin(), h.end());

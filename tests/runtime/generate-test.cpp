@@ -22,7 +22,8 @@ tokenizer byte_tokenizer() {
 // Emits `script` one token per position after the prompt (then EOS); records the calls it gets.
 class scripted_lm final : public causal_lm {
  public:
-  explicit scripted_lm(std::vector<token_id> script, bool flat = false) : script_(std::move(script)), flat_(flat) {}
+  explicit scripted_lm(std::vector<token_id> script, bool flat = false)
+      : script_(std::move(script)), flat_(flat) {}
   int64_t vocab_size() const override { return 300; }
   std::vector<float> append(std::span<const token_id> tokens) override {
     calls.push_back(tokens.size());
@@ -67,7 +68,8 @@ generate_options greedy(int64_t max_tokens) {
 
 TEST(Generate, GreedyStreamsWholeCharactersAndStopsAtEos) {
   const auto tok = byte_tokenizer();
-  const std::string want = "Hello, w\xc3\xb6rld \xe2\x82\xac!";  // 2- and 3-byte characters, one byte per token
+  const std::string want =
+      "Hello, w\xc3\xb6rld \xe2\x82\xac!";  // 2- and 3-byte characters, one byte per token
   scripted_lm lm(tok.encode(want));
   const auto prompt = tok.encode("Say:");
   const auto out = go(lm, tok, prompt, greedy(100));

@@ -46,7 +46,8 @@ std::vector<std::string> split_names(const std::string& s) {
 }
 
 void setup_logits(CLI::App& root) {
-  auto* cmd = root.add_subcommand("logits", "Run the reference forward pass and write logits (+ intermediates)");
+  auto* cmd =
+      root.add_subcommand("logits", "Run the reference forward pass and write logits (+ intermediates)");
   struct args {
     std::string model, tokens, out, dump;
     int64_t chunk = 0;
@@ -55,9 +56,10 @@ void setup_logits(CLI::App& root) {
   cmd->add_option("--model", a->model, "checkpoint directory (config.json + safetensors)")->required();
   cmd->add_option("--tokens", a->tokens, "comma-separated token ids")->required();
   cmd->add_option("--out", a->out, "output .safetensors file")->required();
-  cmd->add_option("--dump", a->dump,
-                  "comma-separated intermediate names or shell patterns (e.g. layers.3.attn_out,layers.*.out); "
-                  "see docs/model.md");
+  cmd->add_option(
+      "--dump", a->dump,
+      "comma-separated intermediate names or shell patterns (e.g. layers.3.attn_out,layers.*.out); "
+      "see docs/model.md");
   cmd->add_option("--chunk", a->chunk, "feed the tokens in chunks of N through the cache (0: one call)")
       ->check(CLI::NonNegativeNumber);
   cmd->callback([a] {
@@ -108,11 +110,12 @@ void setup_logits(CLI::App& root) {
     for (const auto& p : patterns) {
       bool hit = false;
       for (const auto& [name, sv] : dumps) hit = hit || fnmatch(p.c_str(), name.c_str(), 0) == 0;
-      if (!hit && p != "logits") throw error("--dump: no intermediate is named '" + p + "' (see docs/model.md)");
+      if (!hit && p != "logits")
+        throw error("--dump: no intermediate is named '" + p + "' (see docs/model.md)");
     }
     formats::write_safetensors(a->out, out);
-    std::cerr << "logits: " << T << " tokens in " << secs << " s (" << double(T) / secs << " tokens/s), wrote "
-              << out.size() << " tensor(s) to " << a->out << "\n";
+    std::cerr << "logits: " << T << " tokens in " << secs << " s (" << double(T) / secs
+              << " tokens/s), wrote " << out.size() << " tensor(s) to " << a->out << "\n";
   });
 }
 

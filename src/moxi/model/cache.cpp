@@ -46,7 +46,8 @@ mla_append_ref contiguous_cache::mla_append(int64_t layer, int64_t T) {
   s.rows += T;
   s.latent.resize(size_t(s.rows * latent_width_));
   if (index_width_) s.index_keys.resize(size_t(s.rows * index_width_));
-  return {s.latent.data() + old * latent_width_, index_width_ ? s.index_keys.data() + old * index_width_ : nullptr};
+  return {s.latent.data() + old * latent_width_,
+          index_width_ ? s.index_keys.data() + old * index_width_ : nullptr};
 }
 
 mla_view contiguous_cache::mla(int64_t layer) {

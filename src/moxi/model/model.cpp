@@ -20,7 +20,8 @@ model model::load(const std::string& dir, const load_options& opts) {
   return load(formats::load_model_config(dir), dir, opts);
 }
 
-model model::load(formats::model_config config, const std::string& checkpoint_path, const load_options& opts) {
+model model::load(formats::model_config config, const std::string& checkpoint_path,
+                  const load_options& opts) {
   const auto& arch = arch::find_architecture(config);
   const auto layout = arch.layout(config);
   model m;
@@ -80,7 +81,8 @@ std::vector<float> model::forward(std::span<const token_id> tokens, sequence_cac
 }
 
 std::vector<float> model::mtp_forward(std::span<const float> hidden, std::span<const token_id> next_tokens,
-                                      sequence_cache& cache, int64_t depth, const forward_options& opts) const {
+                                      sequence_cache& cache, int64_t depth,
+                                      const forward_options& opts) const {
   if (depth < 0 || size_t(depth) >= mtp_.size())
     throw error(config_.source + ": MTP depth " + std::to_string(depth) + " requested, the model has " +
                 std::to_string(mtp_.size()) + " MTP layer(s) (num_nextn_predict_layers)");

@@ -38,7 +38,9 @@ struct generate_result {
   int64_t prompt_tokens = 0;
   double prompt_seconds = 0;    // prefill: time to the first logits
   double generate_seconds = 0;  // decode steps after the first token
-  double prompt_tokens_per_second() const { return prompt_seconds > 0 ? double(prompt_tokens) / prompt_seconds : 0; }
+  double prompt_tokens_per_second() const {
+    return prompt_seconds > 0 ? double(prompt_tokens) / prompt_seconds : 0;
+  }
   // Decode speed: tokens produced by decode steps (all but the first) over their time.
   double generate_tokens_per_second() const {
     return generate_seconds > 0 && tokens.size() > 1 ? double(tokens.size() - 1) / generate_seconds : 0;

@@ -45,7 +45,8 @@ model_layout deepseek_v3_layout(const formats::model_config& c) {
   for (int64_t i = 0; i < c.num_layers; ++i)
     l.layers.push_back({"model.layers." + std::to_string(i), formats::attn_kind::MLA, c.is_moe(i)});
   for (int64_t k = 0; k < c.num_mtp_layers; ++k)
-    l.mtp_layers.push_back({"model.layers." + std::to_string(c.num_layers + k), formats::attn_kind::MLA, true});
+    l.mtp_layers.push_back(
+        {"model.layers." + std::to_string(c.num_layers + k), formats::attn_kind::MLA, true});
   return l;
 }
 

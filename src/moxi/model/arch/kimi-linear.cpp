@@ -54,7 +54,8 @@ model_layout kimi_linear_layout(const formats::model_config& c) {
     l.layers.push_back({"model.layers." + std::to_string(i), c.layer_attn[size_t(i)], c.is_moe(i)});
   for (int64_t k = 0; k < c.num_mtp_layers; ++k)
     l.mtp_layers.push_back({"model.layers." + std::to_string(c.num_layers + k),
-                            c.mla ? formats::attn_kind::MLA : formats::attn_kind::KDA, c.moe.num_experts > 0});
+                            c.mla ? formats::attn_kind::MLA : formats::attn_kind::KDA,
+                            c.moe.num_experts > 0});
   return l;
 }
 

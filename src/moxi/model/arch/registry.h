@@ -12,7 +12,7 @@ namespace moxi::model::arch {
 
 // Where the forward pass finds one decoder layer (main or MTP) in the checkpoint and what it computes.
 struct layer_layout {
-  std::string prefix;      // "model.layers.3"; attention under prefix + ".self_attn"
+  std::string prefix;       // "model.layers.3"; attention under prefix + ".self_attn"
   formats::attn_kind attn;  // KDA or MLA (Gated DSA when config.dsa is set)
   bool moe = false;         // MoE FFN under prefix + "." + ffn.moe_prefix, else the dense prefix + ".mlp"
 };

@@ -15,17 +15,17 @@
 namespace moxi::model {
 
 struct decoder_layer {
-  int64_t slot = 0;                  // cache slot (layer index; MTP layers follow the main ones)
-  std::vector<float> input_norm;     // f32 [hidden]
-  std::vector<float> post_norm;      // f32 [hidden]
-  std::optional<kda_weights> kda;    // exactly one of kda / mla
+  int64_t slot = 0;                // cache slot (layer index; MTP layers follow the main ones)
+  std::vector<float> input_norm;   // f32 [hidden]
+  std::vector<float> post_norm;    // f32 [hidden]
+  std::optional<kda_weights> kda;  // exactly one of kda / mla
   std::optional<mla_weights> mla;
-  std::optional<swiglu_mlp> mlp;     // exactly one of mlp / moe
+  std::optional<swiglu_mlp> mlp;  // exactly one of mlp / moe
   std::optional<moe_weights> moe;
 };
 
-decoder_layer load_decoder_layer(weight_loader& ld, const arch::layer_layout& layout, const arch::ffn_names& ffn,
-                                 int64_t slot);
+decoder_layer load_decoder_layer(weight_loader& ld, const arch::layer_layout& layout,
+                                 const arch::ffn_names& ffn, int64_t slot);
 
 // h f32 [T, hidden], updated in place (the residual stream). name: "layers.3" for dumps.
 void decoder_layer_forward(const decoder_layer& l, const formats::model_config& c, float* h, int64_t T,
@@ -37,7 +37,7 @@ struct mtp_layer {
   std::vector<float> enorm, hnorm;  // f32 [hidden]
   linear eh_proj;                   // [hidden, 2*hidden]: input [embedding ; hidden] (embedding FIRST)
   decoder_layer block;
-  std::vector<float> head_norm;     // f32 [hidden] shared_head.norm
+  std::vector<float> head_norm;  // f32 [hidden] shared_head.norm
 };
 
 mtp_layer load_mtp_layer(weight_loader& ld, const arch::layer_layout& layout, const arch::ffn_names& ffn,

@@ -40,8 +40,8 @@ moe_weights load_moe(weight_loader& ld, const std::string& p, const arch::ffn_na
   // HF Kimi and DeepSeek-V3 renormalize only when more than one expert is picked.
   w.route.renormalize = m.renormalize && m.experts_per_token > 1;
   w.route.routed_scaling_factor = float(m.routed_scaling_factor);
-  w.route.scoring = m.score == formats::router_score::SIGMOID ? ref::RouterScoring::kSigmoid
-                                                              : ref::RouterScoring::kSoftmax;
+  w.route.scoring =
+      m.score == formats::router_score::SIGMOID ? ref::RouterScoring::kSigmoid : ref::RouterScoring::kSoftmax;
   if (m.latent_size) {
     w.latent_down = ld.lin(p + ".latent_down_proj", W, h);
     if (m.latent_norm) w.latent_norm = ld.f32(p + ".latent_norm.weight", {W});
@@ -96,7 +96,8 @@ void moe_forward(const moe_weights& w, const formats::model_config& c, const flo
   // Tokens per expert, in token order.
   std::vector<std::vector<std::pair<int64_t, float>>> routed(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < K; ++j) routed[size_t(sel[size_t(t * K + j)])].push_back({t, wt[size_t(t * K + j)]});
+    for (int64_t j = 0; j < K; ++j)
+      routed[size_t(sel[size_t(t * K + j)])].push_back({t, wt[size_t(t * K + j)]});
 
   std::vector<float> acc(size_t(T * W), 0.0f);  // f32 [T, W] weighted sum of expert outputs
   std::vector<float> xin, g, u, y;

@@ -16,7 +16,7 @@ namespace moxi::model {
 
 // w2(SiLU(w1 x) * w3 x) with f32 weights: the dense MLP and the shared experts.
 struct swiglu_mlp {
-  linear gate, up, down;  // [F, hidden], [F, hidden], [hidden, F]
+  linear gate, up, down;                                  // [F, hidden], [F, hidden], [hidden, F]
   void apply(const float* x, float* y, int64_t T) const;  // x, y f32 [T, hidden]
 };
 
@@ -28,9 +28,9 @@ struct moe_weights {
   std::vector<float> router;       // f32 [E, hidden]
   std::vector<float> router_bias;  // f32 [E] e_score_correction_bias
   kernels::ref::RouterConfig route;
-  linear latent_down;               // [W, hidden] (latent MoE), or empty
-  std::vector<float> latent_norm;   // f32 [W], or empty
-  linear latent_up;                 // [hidden, W]
+  linear latent_down;              // [W, hidden] (latent MoE), or empty
+  std::vector<float> latent_norm;  // f32 [W], or empty
+  linear latent_up;                // [hidden, W]
   std::vector<routed_expert> experts;
   std::optional<swiglu_mlp> shared;  // num_shared_experts fused into one MLP of width F * n_shared
   act_quant expert_act = act_quant::NONE;

@@ -43,7 +43,7 @@ void kda_forward(const kda_weights& w, const formats::model_config& c, const flo
                  const kda_state_ref& state, float* out, const dump_sink* dump_to, const std::string& name) {
   const auto& k = *c.kda;
   const int64_t P = k.proj_dim(), D = k.head_dim, H = k.num_heads, W = k.conv_kernel;
-  std::vector<float> proj(size_t(T * P));                      // f32 [T, P] before the conv
+  std::vector<float> proj(size_t(T * P));                                    // f32 [T, P] before the conv
   std::vector<float> q(size_t(T * P)), kk(size_t(T * P)), v(size_t(T * P));  // f32 [T, H, D]
   auto conv = [&](const linear& l, const std::vector<float>& cw, float* st, std::vector<float>& y) {
     l.apply(x, proj.data(), T);
@@ -60,8 +60,8 @@ void kda_forward(const kda_weights& w, const formats::model_config& c, const flo
   w.f_a.apply(x, fa.data(), T);
   w.f_b.apply(fa.data(), g.data(), T);
   if (k.gate == formats::kda_gate_kind::LOWER_BOUND)
-    ref::kda_gate_lower_bound(g.data(), w.A_log.data(), w.dt_bias.data(), float(k.gate_lower_bound), g.data(), T,
-                              H, D);
+    ref::kda_gate_lower_bound(g.data(), w.A_log.data(), w.dt_bias.data(), float(k.gate_lower_bound), g.data(),
+                              T, H, D);
   else
     ref::kda_gate_softplus(g.data(), w.A_log.data(), w.dt_bias.data(), g.data(), T, H, D);
   std::vector<float> beta(size_t(T * H));  // f32 [T, H]
@@ -77,11 +77,11 @@ void kda_forward(const kda_weights& w, const formats::model_config& c, const flo
   std::vector<float> o(size_t(T * P));  // f32 [T, H, D]
   const float scale = 1.0f / std::sqrt(float(D));
   if (T == 1)
-    ref::kda_recurrent(q.data(), kk.data(), v.data(), g.data(), beta.data(), scale, state.recurrent, o.data(), T,
-                       H, D, D);
+    ref::kda_recurrent(q.data(), kk.data(), v.data(), g.data(), beta.data(), scale, state.recurrent, o.data(),
+                       T, H, D, D);
   else
-    ref::kda_chunked(q.data(), kk.data(), v.data(), g.data(), beta.data(), scale, state.recurrent, o.data(), T, H,
-                     D, D);
+    ref::kda_chunked(q.data(), kk.data(), v.data(), g.data(), beta.data(), scale, state.recurrent, o.data(),
+                     T, H, D, D);
   dump(dump_to, name + ".core", {T, H, D}, o.data());
 
   std::vector<float> gate(size_t(T * P));  // f32 [T, P] output gate logits

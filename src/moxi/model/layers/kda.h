@@ -12,16 +12,16 @@
 namespace moxi::model {
 
 struct kda_weights {
-  linear q_proj, k_proj, v_proj;          // [P, hidden]
+  linear q_proj, k_proj, v_proj;              // [P, hidden]
   std::vector<float> q_conv, k_conv, v_conv;  // f32 [P, W] (checkpoint [P, 1, W])
-  linear f_a, f_b;                        // [D, hidden], [P, D]
-  linear b_proj;                          // [H, hidden]
-  std::vector<float> A_log;               // f32 [H] (checkpoint [1, 1, H, 1])
-  std::vector<float> dt_bias;             // f32 [P]
-  linear g_proj;                          // full-rank output gate [P, hidden], or
-  linear g_a, g_b;                        // low-rank [D, hidden], [P, D]
-  std::vector<float> o_norm;              // f32 [D], shared by all heads
-  linear o_proj;                          // [hidden, P]
+  linear f_a, f_b;                            // [D, hidden], [P, D]
+  linear b_proj;                              // [H, hidden]
+  std::vector<float> A_log;                   // f32 [H] (checkpoint [1, 1, H, 1])
+  std::vector<float> dt_bias;                 // f32 [P]
+  linear g_proj;                              // full-rank output gate [P, hidden], or
+  linear g_a, g_b;                            // low-rank [D, hidden], [P, D]
+  std::vector<float> o_norm;                  // f32 [D], shared by all heads
+  linear o_proj;                              // [hidden, P]
 };
 
 // prefix: "model.layers.{i}.self_attn".

@@ -115,7 +115,8 @@ void mla_forward(const mla_weights& w, const formats::model_config& c, const flo
     cos.resize(size_t(T * Dr / 2));
     sin.resize(size_t(T * Dr / 2));
     ref::rope_cos_sin(pos.data(), w.inv_freq.data(), w.rope_attention_factor, cos.data(), sin.data(), T, Dr);
-    ref::rope_apply(q.data() + Dn, cos.data(), sin.data(), T, H, H * Dq, Dq, Dr, ref::RopeLayout::kInterleaved);
+    ref::rope_apply(q.data() + Dn, cos.data(), sin.data(), T, H, H * Dq, Dq, Dr,
+                    ref::RopeLayout::kInterleaved);
     ref::rope_apply(rows.latent + L, cos.data(), sin.data(), T, 1, Wl, 0, Dr, ref::RopeLayout::kInterleaved);
   }
   dump(dump_to, name + ".q", {T, H, Dq}, q.data());
@@ -151,8 +152,8 @@ void mla_forward(const mla_weights& w, const formats::model_config& c, const flo
     for (int64_t t0 = 0; t0 < T; t0 += kIndexerQueryBlock) {
       const int64_t tb = std::min(kIndexerQueryBlock, T - t0), Sb = S0 + t0 + tb;
       scores.resize(size_t(tb * Sb));
-      ref::indexer_scores(qI.data() + t0 * HI * DI, view.index_keys, wts.data() + t0 * HI, scores.data(), tb, Sb,
-                          HI, DI);
+      ref::indexer_scores(qI.data() + t0 * HI * DI, view.index_keys, wts.data() + t0 * HI, scores.data(), tb,
+                          Sb, HI, DI);
       ref::indexer_topk(scores.data(), idx.data() + t0 * k, tb, Sb, k);
     }
     if (dump_to && dump_to->wants(name + ".topk")) {

@@ -14,23 +14,23 @@
 namespace moxi::model {
 
 struct indexer_weights {
-  linear wq_b;                      // [HI*DI, q_lora_rank], reads the query latent c_Q
-  linear wk;                        // [DI, hidden]
-  std::vector<float> k_norm_w;      // f32 [DI] LayerNorm weight
-  std::vector<float> k_norm_b;      // f32 [DI] LayerNorm bias
-  linear weights_proj;              // [HI, hidden]
+  linear wq_b;                  // [HI*DI, q_lora_rank], reads the query latent c_Q
+  linear wk;                    // [DI, hidden]
+  std::vector<float> k_norm_w;  // f32 [DI] LayerNorm weight
+  std::vector<float> k_norm_b;  // f32 [DI] LayerNorm bias
+  linear weights_proj;          // [HI, hidden]
 };
 
 struct mla_weights {
-  linear q_a;                   // [q_lora_rank, hidden] (q-LoRA), or empty
-  std::vector<float> q_a_norm;  // f32 [q_lora_rank]
-  linear q_b;                   // [H*(Dn+Dr), q_lora_rank]
-  linear q_proj;                // [H*(Dn+Dr), hidden] without q-LoRA
-  linear kv_a;                  // [L+Dr, hidden]
-  std::vector<float> kv_a_norm; // f32 [L]
-  linear kv_b;                  // [H*(Dn+Dv), L]: per head W_UK (Dn rows) then W_UV (Dv rows)
-  linear g_proj;                // [H*Dv, hidden] output gate, or empty
-  linear o_proj;                // [hidden, H*Dv]
+  linear q_a;                    // [q_lora_rank, hidden] (q-LoRA), or empty
+  std::vector<float> q_a_norm;   // f32 [q_lora_rank]
+  linear q_b;                    // [H*(Dn+Dr), q_lora_rank]
+  linear q_proj;                 // [H*(Dn+Dr), hidden] without q-LoRA
+  linear kv_a;                   // [L+Dr, hidden]
+  std::vector<float> kv_a_norm;  // f32 [L]
+  linear kv_b;                   // [H*(Dn+Dv), L]: per head W_UK (Dn rows) then W_UV (Dv rows)
+  linear g_proj;                 // [H*Dv, hidden] output gate, or empty
+  linear o_proj;                 // [hidden, H*Dv]
   std::optional<indexer_weights> indexer;
   // RoPE tables (interleaved for MLA, half-split for the indexer), unused with mla_use_nope.
   std::vector<float> inv_freq;  // f32 [Dr/2]

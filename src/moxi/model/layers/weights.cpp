@@ -54,9 +54,12 @@ void expert_matrix::apply(const float* x, float* y, int64_t T, act_quant aq) con
 act_quant activation_quant(const formats::model_config& c) {
   if (!c.quant || c.quant->method != formats::quant_method::MXFP4) return act_quant::NONE;
   switch (c.quant->activations) {
-    case formats::act_format::MXFP8_E4M3: return act_quant::MXFP8_E4M3;
-    case formats::act_format::MXFP8_E5M2: return act_quant::MXFP8_E5M2;
-    case formats::act_format::BF16: break;
+    case formats::act_format::MXFP8_E4M3:
+      return act_quant::MXFP8_E4M3;
+    case formats::act_format::MXFP8_E5M2:
+      return act_quant::MXFP8_E5M2;
+    case formats::act_format::BF16:
+      break;
   }
   return act_quant::NONE;
 }
