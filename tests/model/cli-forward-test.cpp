@@ -86,14 +86,19 @@ TEST_F(CliForward, LogitsAndDumpsEqualTheInProcessForward) {
   EXPECT_EQ(ck.entry("layers.3.mla.topk").shape, (std::vector<int64_t>{10, 8}));
   EXPECT_TRUE(ck.contains("layers.3.mla.latent"));
 
-  // Fed in chunks through the cache: the same logits up to the prefill/decode rounding.
+  // Fed in chunks through the cache: the same logits and DSA selections up to the prefill/decode rounding.
   ASSERT_EQ(run("logits --model " + dir_ + "/ckpt --tokens 1,72,101,108,108,111,300,7,9,11 --chunk 3 --out " +
-                dir_ + "/c.safetensors"),
+                dir_ + "/c.safetensors --dump layers.5.mla.topk"),
             0)
       << err_;
-  const auto chunked = read(formats::checkpoint::open(dir_ + "/c.safetensors"), "logits");
+  const auto cck = formats::checkpoint::open(dir_ + "/c.safetensors");
+  const auto chunked = read(cck, "logits");
   ASSERT_EQ(chunked.size(), logits.size());
   for (size_t i = 0; i < logits.size(); ++i) EXPECT_NEAR(chunked[i], logits[i], 1e-4);
+  EXPECT_EQ(cck.entry("layers.5.mla.topk").shape, (std::vector<int64_t>{10, 8}));
+  const auto topk = read(cck, "layers.5.mla.topk");
+  EXPECT_EQ(topk[0], 0.0f);   // the first token sees only itself...
+  EXPECT_EQ(topk[1], -1.0f);  // ...and the rest of its row is padding
 }
 
 TEST_F(CliForward, LogitsRejectsBadTokensAndUnknownDumps) {

@@ -15,6 +15,7 @@
 
 #include "moxi/base/error.h"
 #include "moxi/formats/checkpoint.h"
+#include "moxi/formats/convert.h"
 #include "moxi/formats/model-config.h"
 #include "moxi/model/arch/registry.h"
 #include "moxi/model/init.h"
@@ -215,6 +216,40 @@ TEST(Forward, LoaderReadsExactlyTheManifest) {
       if (decls[s.decl_index].group != model::param_group::VISION) want.insert(s.name);
     EXPECT_EQ(m.tensors_read(), want);
   }
+}
+
+// tie_word_embeddings: no lm_head tensor is read, the logits are the post-norm hidden state times the
+// embedding rows.
+TEST(Forward, TiedEmbeddingsUseTheEmbeddingAsLmHead) {
+  auto doc = read_json(config_path("tiny-kimi-linear.json"));
+  doc["tie_word_embeddings"] = true;
+  const auto c = formats::parse_model_config(doc, "tied");
+  const std::string out = scratch::get().dir() + "/tied.ckpt";
+  model::init_options o;
+  o.seed = 2;
+  o.show_progress = false;
+  model::init_checkpoint(c, out, o);
+  const auto m = model::model::load(c, out);
+  EXPECT_EQ(m.tensors_read().count("lm_head.weight"), 0u);
+  const int64_t d = c.hidden_size, V = c.vocab_size;
+  const auto tokens = random_tokens(5, V, 8);
+  std::vector<float> hidden;
+  model::forward_options fo;
+  fo.hidden = &hidden;
+  auto cache = m.new_cache();
+  const auto logits = m.forward(tokens, *cache, fo);
+  const auto ck = formats::checkpoint::open(out);
+  const auto ev = ck.view("model.embed_tokens.weight");
+  std::vector<float> emb(size_t(ev.numel()));
+  formats::to_f32(ev.type, ev.data, emb.size(), emb.data());
+  std::vector<float> want;
+  for (int64_t t = 0; t < 5; ++t)
+    for (int64_t v = 0; v < V; ++v) {
+      double acc = 0;
+      for (int64_t i = 0; i < d; ++i) acc += double(hidden[size_t(t * d + i)]) * emb[size_t(v * d + i)];
+      want.push_back(float(acc));
+    }
+  EXPECT_LT(rel_max_err(logits, want), 1e-5);
 }
 
 // The MTP head: runs on the main model's post-norm hidden state, chunked == one shot, and it is not the

@@ -3,6 +3,7 @@
 // golden tests against other implementations.
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <map>
@@ -84,6 +85,8 @@ void setup_logits(CLI::App& root) {
       if (s.empty()) {
         s = shape;
       } else {
+        if (!std::equal(s.begin() + 1, s.end(), shape.begin() + 1, shape.end()))
+          throw error("--dump: '" + name + "' changes shape between chunks; dump it without --chunk");
         s[0] += shape[0];
       }
       v.insert(v.end(), data, data + n);

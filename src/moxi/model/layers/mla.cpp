@@ -157,8 +157,11 @@ void mla_forward(const mla_weights& w, const formats::model_config& c, const flo
       ref::indexer_topk(scores.data(), idx.data() + t0 * k, tb, Sb, k);
     }
     if (dump_to && dump_to->wants(name + ".topk")) {
-      std::vector<float> f(idx.begin(), idx.end());
-      dump_to->put(name + ".topk", {T, k}, f.data());
+      // Padded to index_topk columns so that dumps of successive calls line up.
+      std::vector<float> f(size_t(T * d.index_topk), -1.0f);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < k; ++j) f[size_t(t * d.index_topk + j)] = float(idx[size_t(t * k + j)]);
+      dump_to->put(name + ".topk", {T, d.index_topk}, f.data());
     }
     ref::mla_attention_absorbed_sparse(q_lat.data(), view.latent, idx.data(), o_lat.data(), T, S, H, L, Dr, k,
                                        w.softmax_scale);
