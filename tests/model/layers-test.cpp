@@ -588,4 +588,34 @@ TEST(Layers, MtpHeadComposesEmbeddingFirst) {
   EXPECT_LT(rel_max_err(got, want), 2e-5);
 }
 
+// DeepSeek FP8 checkpoints: an F8_E4M3 weight times its F32 weight_scale_inv, one per [128, 128] block
+// (ragged at the edges), decoded once at load.
+TEST(Layers, Fp8BlockWeightsAreScaledPerBlock) {
+  auto doc = read_json(config_path("tiny-deepseek-v3.2.json"));
+  doc["quantization_config"] = {{"quant_method", "fp8"},
+                                {"fmt", "e4m3"},
+                                {"weight_block_size", {128, 128}},
+                                {"activation_scheme", "dynamic"}};
+  const auto c = formats::parse_model_config(doc, "fp8");
+  const int64_t R = 130, C = 200;
+  std::vector<uint8_t> w(size_t(R * C));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = uint8_t((i * 7) % 0x7E);  // finite E4M3 codes only
+  const std::vector<float> scale = {0.5f, 2.0f, 4.0f, 0.25f};            // [ceil(130/128), ceil(200/128)]
+  std::string t = (fs::temp_directory_path() / "moxi-fp8-XXXXXX").string();
+  ASSERT_TRUE(::mkdtemp(t.data()));
+  formats::write_safetensors(t + "/w.safetensors",
+                             {{{"x.weight", dtype::F8_E4M3, {R, C}}, w.data()},
+                              {{"x.weight_scale_inv", dtype::F32, {2, 2}}, scale.data()}});
+  const auto ck = formats::checkpoint::open(t + "/w.safetensors");
+  model::weight_loader ld(ck, c, {});
+  const auto got = ld.f32("x.weight", {R, C});
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t col = 0; col < C; ++col)
+      ASSERT_EQ(got[size_t(r * C + col)],
+                mx::fp8_e4m3_to_f32(w[size_t(r * C + col)]) * scale[size_t((r / 128) * 2 + col / 128)])
+          << r << "," << col;
+  std::error_code ec;
+  fs::remove_all(t, ec);
+}
+
 }  // namespace
