@@ -1,0 +1,537 @@
+// Checkers (see check.h): numeric comparison for math; for terminal and code tasks, workspaces populated
+// on the host, runs through sandbox::pool, and comparisons of what the runs produced.
+#include "moxi/eval/check.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "moxi/base/error.h"
+#include "moxi/sandbox/pool.h"
+
+namespace moxi::eval {
+
+namespace fs = std::filesystem;
+
+struct checker::outcome {
+  bool started = false;
+  std::string error;  // sandbox setup failure
+  int exit_code = -1;
+  sandbox::limit_kind fired = sandbox::limit_kind::none;
+  std::string out, err;
+  bool out_truncated = false;
+  // files mode: relative path -> "d", "f:<content>" or "l:<link target>"; tree_error when unreadable.
+  std::map<std::string, std::string> tree;
+  std::string tree_error;
+
+  bool ok() const { return started && exit_code == 0 && fired == sandbox::limit_kind::none; }
+};
+
+namespace {
+
+using outcome = checker::outcome;
+
+constexpr size_t kChunk = 64;             // items per batch: bounds the workspaces on disk at once
+constexpr size_t kMaxTreeEntries = 4096;  // a candidate that makes more files fails
+constexpr uint64_t kMaxTreeBytes = 8 << 20;
+
+std::string trim(std::string_view s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return {};
+  const size_t e = s.find_last_not_of(" \t\r\n");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+std::vector<std::string> split_lines(std::string_view s) {
+  std::vector<std::string> v;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t nl = s.find('\n', pos);
+    if (nl == std::string_view::npos) {
+      if (pos < s.size()) v.emplace_back(s.substr(pos));
+      break;
+    }
+    v.emplace_back(s.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  return v;
+}
+
+std::string fenced_block(std::string_view reply) {
+  const size_t open = reply.find("```");
+  if (open == std::string_view::npos) return std::string(reply);
+  size_t body = reply.find('\n', open);
+  if (body == std::string_view::npos) return std::string(reply.substr(open + 3));
+  ++body;  // skip the language tag line
+  const size_t close = reply.find("```", body);
+  return std::string(
+      reply.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body));
+}
+
+std::string last_line(const std::string& s) {
+  const auto lines = split_lines(s);
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+    const auto t = trim(*it);
+    if (!t.empty()) return t.size() > 300 ? t.substr(0, 300) + "..." : t;
+  }
+  return {};
+}
+
+std::string make_workspace(const std::string& work_dir) {
+  std::string tmpl = work_dir + "/moxi-eval-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) throw io_error("mkdtemp", tmpl, errno);
+  return tmpl;
+}
+
+void write_file(const fs::path& path, const std::string& content) {
+  fs::create_directories(path.parent_path());
+  std::ofstream f(path, std::ios::binary);
+  f.write(content.data(), std::streamsize(content.size()));
+  if (!f) throw io_error("write", path.string(), errno);
+}
+
+// The workspace as it is after the run; links are recorded, never followed, and only regular files are
+// opened (a FIFO the candidate made would block a read).
+void snapshot(const std::string& root, outcome& o) {
+  std::error_code ec;
+  uint64_t bytes = 0;
+  fs::recursive_directory_iterator it(root, fs::directory_options::none, ec);
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (o.tree.size() >= kMaxTreeEntries) {
+      o.tree_error = "more than " + std::to_string(kMaxTreeEntries) + " files";
+      return;
+    }
+    const std::string rel = fs::relative(it->path(), root, ec).generic_string();
+    const auto st = it->symlink_status(ec);
+    if (ec) break;
+    if (fs::is_symlink(st)) {
+      o.tree[rel] = "l:" + fs::read_symlink(it->path(), ec).string();
+    } else if (fs::is_directory(st)) {
+      o.tree[rel] = "d";
+    } else if (fs::is_regular_file(st)) {
+      std::ifstream f(it->path(), std::ios::binary);
+      std::string content((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      bytes += content.size();
+      if (bytes > kMaxTreeBytes) {
+        o.tree_error = "more than " + std::to_string(kMaxTreeBytes) + " bytes of files";
+        return;
+      }
+      o.tree[rel] = "f:" + content;
+    } else {
+      o.tree[rel] = "o";  // FIFO, socket, device: compared by kind only
+    }
+  }
+  if (ec) o.tree_error = "cannot read the workspace: " + ec.message();
+}
+
+std::string normalize_stdout(const std::string& s) {
+  auto lines = split_lines(s);
+  for (auto& l : lines) {
+    const size_t e = l.find_last_not_of(" \t\r");
+    l = e == std::string::npos ? "" : l.substr(0, e + 1);
+  }
+  while (!lines.empty() && lines.back().empty()) lines.pop_back();
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+std::vector<std::string> normalize_lines(const std::string& s) {
+  std::vector<std::string> v;
+  for (const auto& l : split_lines(s)) {
+    std::string t = trim(l);
+    while (t.rfind("./", 0) == 0) t = t.substr(2);
+    if (!t.empty()) v.push_back(std::move(t));
+  }
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+// "12" or "12 notes.txt" -> 12; anything else (a file's contents, several numbers) -> nullopt.
+std::optional<std::string> count_of(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> tokens;
+  for (std::string tok; in >> tok;) tokens.push_back(tok);
+  if (tokens.empty() || tokens.size() > 2) return std::nullopt;
+  const auto& n = tokens[0];
+  if (n.empty() || !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  const size_t nz = n.find_first_not_of('0');
+  return nz == std::string::npos ? "0" : n.substr(nz);
+}
+
+std::string quote_short(const std::string& s, size_t max = 120) {
+  std::string t = s.size() > max ? s.substr(0, max) + "..." : s;
+  for (auto& c : t) {
+    if (c == '\n') c = '|';
+  }
+  return "'" + t + "'";
+}
+
+std::string first_tree_difference(const outcome& want, const outcome& got) {
+  for (const auto& [path, v] : want.tree) {
+    auto it = got.tree.find(path);
+    if (it == got.tree.end()) return path + " is missing";
+    if (it->second != v) {
+      if (v[0] != it->second[0]) return path + " has the wrong kind";
+      return path + " differs";
+    }
+  }
+  for (const auto& [path, v] : got.tree) {
+    if (!want.tree.count(path)) return path + " should not exist";
+  }
+  return {};
+}
+
+const char* limit_name(sandbox::limit_kind k) {
+  return sandbox::to_string(k);
+}
+
+std::string run_failure(const outcome& o) {
+  if (!o.started) return "sandbox: " + o.error;
+  if (o.fired != sandbox::limit_kind::none)
+    return std::string("killed by the ") + limit_name(o.fired) + " limit";
+  std::string d = "exit status " + std::to_string(o.exit_code);
+  const auto l = last_line(o.err);
+  if (!l.empty()) d += ": " + l;
+  return d;
+}
+
+check_result compare_terminal(const task& t, const outcome& ref, const outcome& cand) {
+  check_result r;
+  if (!ref.ok()) {
+    r.error = true;
+    r.detail = "the reference command failed (" + run_failure(ref) + ")";
+    return r;
+  }
+  if (!cand.started) {
+    r.error = true;
+    r.detail = run_failure(cand);
+    return r;
+  }
+  if (!cand.ok()) {
+    r.detail = run_failure(cand);
+    return r;
+  }
+  switch (t.compare) {
+    case compare_mode::stdout_text: {
+      const auto want = normalize_stdout(ref.out), got = normalize_stdout(cand.out);
+      r.pass = want == got && !cand.out_truncated;
+      r.detail = r.pass ? "output matches" : "output " + quote_short(got) + ", expected " + quote_short(want);
+      break;
+    }
+    case compare_mode::lines: {
+      const auto want = normalize_lines(ref.out), got = normalize_lines(cand.out);
+      r.pass = want == got && !cand.out_truncated;
+      std::string w, g;
+      for (const auto& l : want) w += l + "\n";
+      for (const auto& l : got) g += l + "\n";
+      r.detail = r.pass ? "lines match" : "lines " + quote_short(g) + ", expected " + quote_short(w);
+      break;
+    }
+    case compare_mode::count: {
+      const auto want = count_of(ref.out), got = count_of(cand.out);
+      if (!want) {
+        r.error = true;
+        r.detail = "the reference printed no count: " + quote_short(ref.out);
+      } else if (!got) {
+        r.detail = "expected a count, got " + quote_short(cand.out);
+      } else {
+        r.pass = *want == *got;
+        r.detail = *got + (r.pass ? " == " : " != ") + *want;
+      }
+      break;
+    }
+    case compare_mode::files: {
+      if (!ref.tree_error.empty()) {
+        r.error = true;
+        r.detail = "reference tree: " + ref.tree_error;
+      } else if (!cand.tree_error.empty()) {
+        r.detail = cand.tree_error;
+      } else {
+        const auto diff = first_tree_difference(ref, cand);
+        r.pass = diff.empty();
+        r.detail = r.pass ? "files match" : diff;
+      }
+      break;
+    }
+  }
+  return r;
+}
+
+check_result check_math(const task& t, std::string_view candidate) {
+  check_result r;
+  const auto got = extract_number(candidate);
+  if (!got) {
+    r.detail = "no number in the answer";
+    return r;
+  }
+  const long double want = std::strtold(t.answer.c_str(), nullptr);
+  const long double have = std::strtold(got->c_str(), nullptr);
+  r.pass = std::fabs(double(have - want)) <= 1e-9 * std::max(1.0, std::fabs(double(want)));
+  r.detail = *got + (r.pass ? " == " : " != ") + t.answer;
+  return r;
+}
+
+std::string nonce() {
+  static thread_local std::mt19937_64 gen(std::random_device{}() ^ (uint64_t(::getpid()) << 32));
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(gen()));
+  return buf;
+}
+
+std::string files_key(const task& t) {
+  std::string k = t.id + '\0' + t.reference + '\0' + to_string(t.compare);
+  size_t h = 0;
+  for (const auto& f : t.files) h = h * 1000003u ^ std::hash<std::string>()(f.path + '\0' + f.content);
+  return k + '\0' + std::to_string(h);
+}
+
+}  // namespace
+
+sandbox::limits default_check_limits() {
+  sandbox::limits l;
+  l.timeout_s = 5;
+  l.cpu_s = 5;
+  l.memory_bytes = 256ull << 20;
+  l.pids = 32;
+  l.file_size_bytes = 1ull << 20;
+  l.output_bytes = 64ull << 10;
+  l.tmp_bytes = 16ull << 20;
+  return l;
+}
+
+std::string extract_command(std::string_view reply) {
+  std::string s = trim(fenced_block(reply));
+  if (s.rfind("$ ", 0) == 0) s = s.substr(2);
+  return s;
+}
+
+std::string extract_program(std::string_view reply) {
+  std::string s = fenced_block(reply);
+  // Keep indentation; drop surrounding blank lines only.
+  const size_t b = s.find_first_not_of("\r\n");
+  if (b == std::string::npos) return {};
+  s = s.substr(b);
+  const size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(0, e + 1) + "\n";
+}
+
+std::optional<std::string> extract_number(std::string_view s) {
+  std::optional<std::string> last;
+  auto digit = [&](size_t i) { return i < s.size() && s[i] >= '0' && s[i] <= '9'; };
+  for (size_t i = 0; i < s.size();) {
+    const bool neg = s[i] == '-' && digit(i + 1) &&
+                     (i == 0 || !(std::isalnum(static_cast<unsigned char>(s[i - 1])) || s[i - 1] == '-'));
+    if (!digit(i) && !neg) {
+      ++i;
+      continue;
+    }
+    std::string num;
+    if (neg) {
+      num = "-";
+      ++i;
+    }
+    // Thousands separators: a comma followed by exactly three digits.
+    while (digit(i) ||
+           (i < s.size() && s[i] == ',' && digit(i + 1) && digit(i + 2) && digit(i + 3) && !digit(i + 4))) {
+      if (s[i] != ',') num += s[i];
+      ++i;
+    }
+    if (i < s.size() && s[i] == '.' && digit(i + 1)) {
+      num += '.';
+      ++i;
+      while (digit(i)) num += s[i++];
+    }
+    last = num;
+  }
+  return last;
+}
+
+checker::checker(check_options options) : options_(std::move(options)) {
+  size_t workers = options_.workers;
+  if (workers == 0) workers = std::max<size_t>(2, 2 * std::thread::hardware_concurrency());
+  pool_ = std::make_unique<sandbox::pool>(workers, 2 * kChunk, options_.audit_log);
+}
+
+checker::~checker() = default;
+
+check_result checker::check(const task& t, std::string_view candidate) {
+  return check_all({{&t, std::string(candidate)}}).at(0);
+}
+
+std::vector<check_result> checker::check_all(const std::vector<std::pair<const task*, std::string>>& items) {
+  std::vector<check_result> out;
+  out.reserve(items.size());
+  for (size_t i = 0; i < items.size(); i += kChunk) {
+    std::vector<std::pair<const task*, std::string>> chunk(
+        items.begin() + i, items.begin() + std::min(items.size(), i + kChunk));
+    auto part = check_chunk(chunk);
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
+}
+
+std::vector<check_result> checker::check_chunk(
+    const std::vector<std::pair<const task*, std::string>>& items) {
+  struct run {
+    std::string workspace;
+    bool snapshot = false;
+    std::future<sandbox::run_result> result;
+    std::shared_ptr<outcome> out;
+  };
+  std::vector<run> runs;
+  std::vector<check_result> results(items.size());
+  std::vector<int> cand_run(items.size(), -1), ref_run(items.size(), -1);
+  std::vector<std::shared_ptr<const outcome>> ref_cached(items.size());
+  std::vector<std::string> nonces(items.size());
+  std::map<std::string, int> ref_pending;  // cache key -> run index
+
+  auto cleanup = [&] {
+    std::error_code ec;
+    for (auto& r : runs) {
+      if (r.result.valid()) r.result.wait();
+      if (!r.workspace.empty()) fs::remove_all(r.workspace, ec);
+    }
+  };
+  auto start = [&](const std::vector<file_entry>& files, std::vector<std::string> argv,
+                   std::string stdin_data, bool snap) {
+    run r;
+    r.workspace = make_workspace(options_.work_dir);
+    r.snapshot = snap;
+    runs.push_back(std::move(r));  // registered first so that cleanup removes it on any error
+    for (const auto& f : files) write_file(fs::path(runs.back().workspace) / f.path, f.content);
+    sandbox::run_spec spec;
+    spec.argv = std::move(argv);
+    spec.workspace = runs.back().workspace;
+    spec.keep_workspace = true;  // removed here after the snapshot
+    spec.stdin_data = std::move(stdin_data);
+    spec.limits = options_.limits;
+    spec.env["PYTHONDONTWRITEBYTECODE"] = "1";
+    spec.id = "eval";
+    runs.back().result = pool_->submit(std::move(spec));
+    return int(runs.size() - 1);
+  };
+
+  try {
+    for (size_t i = 0; i < items.size(); ++i) {
+      const task& t = *items[i].first;
+      const std::string& cand = items[i].second;
+      switch (t.domain) {
+        case domain::math:
+          results[i] = check_math(t, cand);
+          break;
+        case domain::terminal: {
+          const bool snap = t.compare == compare_mode::files;
+          const std::string key = files_key(t);
+          {
+            std::lock_guard lock(cache_mutex_);
+            auto it = reference_cache_.find(key);
+            if (it != reference_cache_.end()) ref_cached[i] = it->second;
+          }
+          if (!ref_cached[i]) {
+            auto pend = ref_pending.find(key);
+            if (pend != ref_pending.end()) {
+              ref_run[i] = pend->second;
+            } else {
+              ref_run[i] = start(t.files, {"sh", "-c", t.reference}, "", snap);
+              ref_pending.emplace(key, ref_run[i]);
+            }
+          }
+          const std::string cmd = extract_command(cand);
+          if (cmd.empty()) {
+            results[i].detail = "empty command";
+          } else {
+            cand_run[i] = start(t.files, {"sh", "-c", cmd}, "", snap);
+          }
+          break;
+        }
+        case domain::code: {
+          const std::string prog = extract_program(cand);
+          if (prog.empty()) {
+            results[i].detail = "empty program";
+            break;
+          }
+          std::vector<file_entry> files = {{"solution.py", prog}, {"test_solution.py", t.test}};
+          nonces[i] = nonce();
+          cand_run[i] = start(files, {"python3", "test_solution.py"}, nonces[i] + "\n", false);
+          break;
+        }
+      }
+    }
+    // Collect in order; the pool runs them concurrently meanwhile.
+    std::error_code ec;
+    for (auto& r : runs) {
+      r.out = std::make_shared<outcome>();
+      try {
+        sandbox::run_result res = r.result.get();
+        r.out->started = res.started;
+        r.out->error = res.error;
+        r.out->exit_code = res.exit_code;
+        r.out->fired = res.fired;
+        r.out->out = std::move(res.out.data);
+        r.out->out_truncated = res.out.truncated;
+        r.out->err = std::move(res.err.data);
+      } catch (const std::exception& e) {
+        r.out->started = false;
+        r.out->error = e.what();
+      }
+      if (r.snapshot && r.out->started) snapshot(r.workspace, *r.out);
+      fs::remove_all(r.workspace, ec);
+      r.workspace.clear();
+    }
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+
+  {
+    std::lock_guard lock(cache_mutex_);
+    if (reference_cache_.size() > 100000) reference_cache_.clear();  // bounded for endless RL runs
+    for (const auto& [key, index] : ref_pending) {
+      if (runs[size_t(index)].out->ok()) reference_cache_[key] = runs[size_t(index)].out;
+    }
+  }
+
+  for (size_t i = 0; i < items.size(); ++i) {
+    const task& t = *items[i].first;
+    if (t.domain == domain::math || cand_run[i] < 0) continue;
+    const outcome& cand = *runs[size_t(cand_run[i])].out;
+    if (t.domain == domain::terminal) {
+      const outcome& ref = ref_cached[i] ? *ref_cached[i] : *runs[size_t(ref_run[i])].out;
+      results[i] = compare_terminal(t, ref, cand);
+    } else {
+      check_result& r = results[i];
+      if (!cand.started) {
+        r.error = true;
+        r.detail = run_failure(cand);
+      } else if (cand.ok() && cand.out.find("MOXI-TESTS-PASSED " + nonces[i]) != std::string::npos) {
+        r.pass = true;
+        r.detail = "tests passed";
+      } else if (cand.ok()) {
+        r.detail = "the test did not finish (exited early?)";
+      } else {
+        r.detail = run_failure(cand);
+      }
+    }
+  }
+  return results;
+}
+
+check_result check(const task& t, std::string_view candidate) {
+  static checker shared;
+  return shared.check(t, candidate);
+}
+
+}  // namespace moxi::eval

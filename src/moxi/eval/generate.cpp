@@ -1,0 +1,763 @@
+// Task generator (see generate.h and docs/tasks.md): one portable RNG stream per item, templates per
+// domain with their train and held-out test parameter ranges.
+#include "moxi/eval/generate.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "moxi/base/error.h"
+
+namespace moxi::eval {
+namespace {
+
+using json = nlohmann::json;
+
+// SplitMix64: tiny, fast and identical everywhere; std::uniform_int_distribution is not portable.
+class rng {
+ public:
+  explicit rng(uint64_t seed) : s_(seed) {}
+  uint64_t next() {
+    uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [lo, hi] by rejection (no modulo bias).
+  int64_t range(int64_t lo, int64_t hi) {
+    const uint64_t span = uint64_t(hi - lo) + 1;
+    const uint64_t limit = UINT64_MAX - UINT64_MAX % span;
+    uint64_t x;
+    do {
+      x = next();
+    } while (x >= limit);
+    return lo + int64_t(x % span);
+  }
+  template <class T>
+  const T& pick(const std::vector<T>& v) {
+    return v[size_t(range(0, int64_t(v.size()) - 1))];
+  }
+  template <class T>
+  void shuffle(std::vector<T>& v) {
+    for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[size_t(range(0, int64_t(i) - 1))]);
+  }
+
+ private:
+  uint64_t s_;
+};
+
+uint64_t mix(uint64_t a, uint64_t b) {
+  rng r(a ^ (b * 0xD1B54A32D192ED03ull));
+  return r.next();
+}
+
+struct irange {
+  int64_t lo, hi;
+};
+
+std::string S(int64_t v) {
+  return std::to_string(v);
+}
+
+// Replaces {name} placeholders.
+std::string fill(std::string text, const std::map<std::string, std::string>& vars) {
+  for (const auto& [k, v] : vars) {
+    const std::string key = "{" + k + "}";
+    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + v.size())) {
+      text.replace(at, key.size(), v);
+    }
+  }
+  return text;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// math
+
+const std::vector<template_info>& math_templates() {
+  static const std::vector<template_info> t = {
+      {"add", false, "operands a, b: train 2..99, test 100..999"},
+      {"sub", false, "operands a, b: train 2..99, test 100..999"},
+      {"mul", false, "operands a, b: train 2..99, test 100..999"},
+      {"mixed", false, "operands a, b, c: train 2..99, test 100..999"},
+      {"shop", false, "boxes a, items per box b, sold c: train 2..99, test 100..999"},
+      {"travel", false, "speed a, hours b: train 2..99, test 100..999"},
+      {"wallet", false, "amounts a, b, c: train 2..99, test 100..999"},
+      {"div", true, "test only (operands 2..99)"},
+      {"ages", true, "test only (operands 2..99)"},
+  };
+  return t;
+}
+
+task make_math(rng& r, const std::string& tmpl, irange R) {
+  task t;
+  auto draw = [&] { return r.range(R.lo, R.hi); };
+  const int64_t a = draw();
+  int64_t b = draw();
+  int64_t c = draw();
+  int64_t answer = 0;
+  std::string prompt, expr;
+  json params = {{"a", a}, {"b", b}};
+  static const std::vector<std::string> names = {"Sam", "Ana", "Lee", "Mia", "Tom", "Eva", "Raj", "Kim"};
+  if (tmpl == "add") {
+    prompt =
+        r.pick(std::vector<std::string>{"What is {a} + {b}?", "Compute {a} plus {b}.", "Add {a} and {b}."});
+    expr = "{a} + {b}";
+    answer = a + b;
+  } else if (tmpl == "sub") {
+    prompt = r.pick(
+        std::vector<std::string>{"What is {a} - {b}?", "Subtract {b} from {a}.", "Compute {a} minus {b}."});
+    expr = "{a} - {b}";
+    answer = a - b;
+  } else if (tmpl == "mul") {
+    prompt = r.pick(
+        std::vector<std::string>{"What is {a} * {b}?", "Multiply {a} by {b}.", "Compute {a} times {b}."});
+    expr = "{a} * {b}";
+    answer = a * b;
+  } else if (tmpl == "mixed") {
+    params["c"] = c;
+    switch (r.range(0, 2)) {
+      case 0:
+        expr = "({a} + {b}) * {c}";
+        answer = (a + b) * c;
+        break;
+      case 1:
+        expr = "{a} * {b} - {c}";
+        answer = a * b - c;
+        break;
+      default:
+        expr = "{a} + {b} * {c}";
+        answer = a + b * c;
+        break;
+    }
+    prompt = "What is " + expr + "?";
+  } else if (tmpl == "shop") {
+    c = r.range(R.lo, std::min(R.hi, a * b));
+    params["c"] = c;
+    const std::string item = r.pick(std::vector<std::string>{"pencils", "apples", "eggs", "cards", "cups"});
+    prompt = "A shop has {a} boxes with {b} " + item + " in each box. It sells {c} " + item + ". How many " +
+             item + " are left?";
+    expr = "{a} * {b} - {c}";
+    answer = a * b - c;
+  } else if (tmpl == "travel") {
+    const std::string v = r.pick(std::vector<std::string>{"train", "car", "bus", "boat"});
+    prompt = "A " + v + " travels at {a} km per hour for {b} hours. How many kilometres does it travel?";
+    expr = "{a} * {b}";
+    answer = a * b;
+  } else if (tmpl == "wallet") {
+    b = r.range(R.lo, a);  // never spends more than there is
+    params = {{"a", a}, {"b", b}, {"c", c}};
+    const std::string n = r.pick(names);
+    prompt = n + " has {a} dollars, spends {b} dollars and then earns {c} dollars. How many dollars does " +
+             n + " have now?";
+    expr = "{a} - {b} + {c}";
+    answer = a - b + c;
+  } else if (tmpl == "div") {
+    prompt = r.pick(std::vector<std::string>{"What is {p} divided by {b}?", "Compute {p} / {b}."});
+    expr = "{p} / {b}";
+    answer = a;
+  } else if (tmpl == "ages") {
+    params["c"] = c;
+    const std::string n1 = r.pick(names);
+    std::string n2 = r.pick(names);
+    while (n2 == n1) n2 = r.pick(names);
+    prompt = n1 + " is {a} years old. " + n2 + " is {b} years older than " + n1 + ". How old will " + n2 +
+             " be in {c} years?";
+    expr = "{a} + {b} + {c}";
+    answer = a + b + c;
+  } else {
+    MOXI_ASSERT(false, "unknown math template");
+  }
+  const std::map<std::string, std::string> vars = {{"a", S(a)}, {"b", S(b)}, {"c", S(c)}, {"p", S(a * b)}};
+  t.prompt = fill(prompt, vars) + " Answer with a number.";
+  t.expression = fill(expr, vars);
+  t.answer = S(answer);
+  t.params = params;
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// terminal
+
+const std::vector<template_info>& terminal_templates() {
+  static const std::vector<template_info> t = {
+      {"count_lines", false, "lines of the file: train 3..40, test 41..99"},
+      {"word_count", false, "lines of the file: train 3..40, test 41..99"},
+      {"head_n", false, "k: train 1..5, test 6..12"},
+      {"grep_lines", false, "matching lines: train 1..3, test 4..6"},
+      {"find_larger", false, "threshold in KB: train 1..2, test 3..4"},
+      {"count_ext", false,
+       "matching files: train 1..3, test 4..6; extension: train txt/log/md/csv, test json/ini/yaml"},
+      {"sort_lines", false, "lines of the file: train 3..15, test 16..30"},
+      {"mkdir_copy", false, ".txt files to copy: train 1..2, test 3..4"},
+      {"rename", false, "characters of the new name's stem: train 3..6, test 7..12"},
+      {"append", false, "words in the appended line: train 1..3, test 4..6"},
+      {"tail_n", true, "test only"},
+      {"unique_count", true, "test only"},
+      {"delete_ext", true, "test only"},
+      {"replace_word", true, "test only"},
+      {"largest_file", true, "test only"},
+  };
+  return t;
+}
+
+// Name pools differ by split, so no test file tree reuses a train file name.
+struct name_pools {
+  std::vector<std::string> stems, dirs, words, new_dirs;
+};
+
+const name_pools& pools(split s) {
+  static const name_pools train = {
+      {"notes", "log", "todo", "report", "data", "ideas", "list", "draft", "summary", "plan"},
+      {"docs", "src", "archive"},
+      {"error", "warning", "ticket", "status", "result", "update"},
+      {"backup", "copies", "saved"},
+  };
+  static const name_pools test = {
+      {"journal", "events", "inventory", "letters", "minutes", "tasks", "memo", "records"},
+      {"misc", "work", "old"},
+      {"failure", "urgent", "pending", "invoice", "delay", "notice"},
+      {"stash", "keep", "vault"},
+  };
+  return s == split::train ? train : test;
+}
+
+// Filler words; no pool word above is a substring of one, so grep and sed counts stay exact.
+const std::vector<std::string> kFiller = {
+    "apple", "river", "stone", "cloud", "green", "quick", "table", "light",  "music", "paper",
+    "north", "smile", "water", "happy", "bread", "chair", "dream", "field",  "house", "lemon",
+    "metal", "ocean", "plant", "sound", "tiger", "voice", "wheat", "yellow", "zebra", "orange"};
+const std::vector<std::string> kExts = {"txt", "log", "md", "csv"};
+
+std::string filler_line(rng& r) {
+  std::string line;
+  const int64_t n = r.range(3, 7);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i) line += ' ';
+    line += r.pick(kFiller);
+  }
+  return line;
+}
+
+std::string lines_text(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const auto& l : lines) s += l + "\n";
+  return s;
+}
+
+std::vector<std::string> filler_lines(rng& r, int64_t n) {
+  std::vector<std::string> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(filler_line(r));
+  return v;
+}
+
+struct tree_builder {
+  rng& r;
+  split s;
+  std::vector<file_entry> files;
+  std::string subdir;
+
+  bool exists(const std::string& path) const {
+    return std::any_of(files.begin(), files.end(), [&](const file_entry& f) { return f.path == path; });
+  }
+  // A fresh name `stem.ext` in dir ("" = top level) from the split's pool.
+  std::string fresh(const std::string& dir, const std::vector<std::string>& exts) {
+    for (;;) {
+      const std::string name = r.pick(pools(s).stems) + "." + r.pick(exts);
+      const std::string path = dir.empty() ? name : dir + "/" + name;
+      if (!exists(path)) return path;
+    }
+  }
+  std::string add(const std::string& dir, const std::vector<std::string>& exts, std::string content) {
+    const std::string path = fresh(dir, exts);
+    files.push_back({path, std::move(content)});
+    return path;
+  }
+  // 2..4 top-level files and one subdirectory with 1..2 files, all of 3..20 filler lines.
+  void base(const std::vector<std::string>& exts, int top_min = 2, int top_max = 4) {
+    subdir = r.pick(pools(s).dirs);
+    const int64_t top = r.range(top_min, top_max), sub = r.range(1, 2);
+    for (int64_t i = 0; i < top; ++i) add("", exts, lines_text(filler_lines(r, r.range(3, 20))));
+    for (int64_t i = 0; i < sub; ++i) add(subdir, exts, lines_text(filler_lines(r, r.range(3, 20))));
+  }
+  file_entry& get(const std::string& path) {
+    for (auto& f : files) {
+      if (f.path == path) return f;
+    }
+    MOXI_ASSERT(false, "no such file");
+  }
+};
+
+// Sizes within a band around k*1000..k*1024 bytes (k = 1..5) are avoided so that "larger than k KB" has
+// one answer whether KB means 1000 or 1024 bytes and however find rounds.
+bool ambiguous_size(size_t n) {
+  for (size_t k = 1; k <= 6; ++k) {
+    if (n + 80 >= k * 1000 && n <= k * 1024 + 100) return true;
+  }
+  return false;
+}
+
+std::string content_of_size(rng& r, size_t target) {
+  std::string s;
+  while (s.size() < target || ambiguous_size(s.size())) s += filler_line(r) + "\n";
+  return s;
+}
+
+struct terminal_parts {
+  std::string prompt, reference;
+  compare_mode compare;
+  json params;
+};
+
+terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string& tmpl, tree_builder& tb) {
+  const name_pools& P = pools(s);
+  auto rg = [&](irange train, irange test) {
+    return test_range ? r.range(test.lo, test.hi) : r.range(train.lo, train.hi);
+  };
+  auto phr = [&](std::vector<std::string> v, const std::map<std::string, std::string>& vars) {
+    return fill(r.pick(v), vars);
+  };
+  terminal_parts p;
+  if (tmpl == "count_lines" || tmpl == "word_count") {
+    tb.base(kExts);
+    const int64_t n = rg({3, 40}, {41, 99});
+    const std::string f = tb.add("", kExts, lines_text(filler_lines(r, n)));
+    p.params = {{"lines", n}};
+    p.compare = compare_mode::count;
+    if (tmpl == "count_lines") {
+      p.prompt =
+          phr({"Count the lines of {f}.", "How many lines are in {f}?", "Print the number of lines in {f}."},
+              {{"f", f}});
+      p.reference = "wc -l " + f;
+    } else {
+      p.prompt = phr({"Count the words in {f}.", "How many words does {f} contain?"}, {{"f", f}});
+      p.reference = "wc -w " + f;
+    }
+  } else if (tmpl == "head_n" || tmpl == "tail_n") {
+    tb.base(kExts);
+    const int64_t k = rg({1, 5}, {6, 12});
+    const std::string f = tb.add("", kExts, lines_text(filler_lines(r, k + r.range(2, 10))));
+    p.params = {{"k", k}};
+    p.compare = compare_mode::stdout_text;
+    const bool head = tmpl == "head_n";
+    const std::map<std::string, std::string> vars = {{"f", f}, {"k", S(k)}, {"w", head ? "first" : "last"}};
+    p.prompt = phr({"Show the {w} {k} lines of {f}.", "Print the {w} {k} lines of {f}."}, vars);
+    p.reference = std::string(head ? "head" : "tail") + " -n " + S(k) + " " + f;
+  } else if (tmpl == "grep_lines") {
+    tb.base(kExts);
+    const int64_t m = rg({1, 3}, {4, 6});
+    const std::string w = r.pick(P.words);
+    auto lines = filler_lines(r, m + r.range(3, 10));
+    std::vector<size_t> idx(lines.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    r.shuffle(idx);
+    for (int64_t i = 0; i < m; ++i) lines[idx[size_t(i)]] += " " + w;
+    const std::string f = tb.add("", kExts, lines_text(lines));
+    p.params = {{"matches", m}, {"word", w}};
+    p.compare = compare_mode::stdout_text;
+    p.prompt =
+        phr({"Show the lines of {f} that contain '{w}'.", "Print every line of {f} containing the word {w}."},
+            {{"f", f}, {"w", w}});
+    p.reference = "grep " + w + " " + f;
+  } else if (tmpl == "find_larger") {
+    const int64_t kb = rg({1, 2}, {3, 4});
+    tb.subdir = r.pick(P.dirs);
+    const size_t limit = size_t(kb) * 1024;
+    // At least one file on each side of the threshold, in both directories.
+    const int64_t n = r.range(3, 5);
+    for (int64_t i = 0; i < n; ++i) {
+      const bool big = i == 0 || (i > 1 && r.range(0, 1) == 1);
+      const size_t target = big ? size_t(r.range(int64_t(limit) + 150, int64_t(limit) + 3000))
+                                : size_t(r.range(60, int64_t(limit) - 200));
+      tb.add(i % 2 ? tb.subdir : "", kExts, content_of_size(r, target));
+    }
+    p.params = {{"kb", kb}};
+    p.compare = compare_mode::lines;
+    p.prompt = phr({"List the files larger than {k} KB in this directory and its subdirectories.",
+                    "Find all files bigger than {k} KB, searching subdirectories too."},
+                   {{"k", S(kb)}});
+    p.reference = "find . -type f -size +" + S(kb) + "k";
+  } else if (tmpl == "count_ext") {
+    // The extension is named in the prompt, so the test split asks about extensions train never does.
+    const std::string e =
+        s == split::train ? r.pick(kExts) : r.pick(std::vector<std::string>{"json", "ini", "yaml"});
+    std::vector<std::string> others;
+    for (const auto& x : kExts) {
+      if (x != e) others.push_back(x);
+    }
+    tb.base(others);
+    const int64_t m = rg({1, 3}, {4, 6});
+    for (int64_t i = 0; i < m; ++i)
+      tb.add(i % 2 ? tb.subdir : "", {e}, lines_text(filler_lines(r, r.range(1, 5))));
+    p.params = {{"matches", m}, {"ext", e}};
+    p.compare = compare_mode::count;
+    p.prompt = phr({"How many .{e} files are there in this directory and its subdirectories?",
+                    "Count the .{e} files here, including subdirectories."},
+                   {{"e", e}});
+    p.reference = "find . -type f -name '*." + e + "' | wc -l";
+  } else if (tmpl == "sort_lines") {
+    tb.base(kExts);
+    const int64_t n = rg({3, 15}, {16, 30});
+    const std::string f = tb.add("", kExts, lines_text(filler_lines(r, n)));
+    p.params = {{"lines", n}};
+    p.compare = compare_mode::stdout_text;
+    p.prompt = phr({"Print the lines of {f} sorted alphabetically.", "Sort the lines of {f} and print them."},
+                   {{"f", f}});
+    p.reference = "sort " + f;
+  } else if (tmpl == "mkdir_copy") {
+    tb.base({"log", "md", "csv"});
+    const int64_t n = rg({1, 2}, {3, 4});
+    for (int64_t i = 0; i < n; ++i) tb.add("", {"txt"}, lines_text(filler_lines(r, r.range(1, 6))));
+    tb.add(tb.subdir, {"txt"}, lines_text(filler_lines(r, r.range(1, 6))));  // must not be copied
+    const std::string d = r.pick(P.new_dirs);
+    p.params = {{"files", n}, {"dir", d}};
+    p.compare = compare_mode::files;
+    p.prompt = phr({"Create a directory named {d} and copy every .txt file of this directory into it.",
+                    "Make a new directory {d} and copy all .txt files from the current directory into it."},
+                   {{"d", d}});
+    p.reference = "mkdir " + d + " && cp *.txt " + d + "/";
+  } else if (tmpl == "rename") {
+    tb.base(kExts);
+    const std::string f = tb.files[0].path;
+    const int64_t len = rg({3, 6}, {7, 12});
+    std::string stem;
+    for (int64_t i = 0; i < len; ++i) stem += char('a' + r.range(0, 25));
+    const std::string g = stem + "." + r.pick(kExts);
+    p.params = {{"stem_length", len}};
+    p.compare = compare_mode::files;
+    p.prompt = phr({"Rename {f} to {g}.", "Change the name of {f} to {g}."}, {{"f", f}, {"g", g}});
+    p.reference = "mv " + f + " " + g;
+  } else if (tmpl == "append") {
+    tb.base(kExts);
+    const std::string f = tb.files[size_t(r.range(0, 1))].path;
+    const int64_t m = rg({1, 3}, {4, 6});
+    std::string text;
+    for (int64_t i = 0; i < m; ++i) text += (i ? " " : "") + r.pick(i == 0 ? P.words : kFiller);
+    p.params = {{"words", m}};
+    p.compare = compare_mode::files;
+    p.prompt = phr({"Append the line '{t}' to {f}.", "Add a line saying '{t}' at the end of {f}."},
+                   {{"f", f}, {"t", text}});
+    p.reference = "echo '" + text + "' >> " + f;
+  } else if (tmpl == "unique_count") {
+    tb.base(kExts);
+    const int64_t distinct = r.range(2, 6);
+    const auto pool = filler_lines(r, distinct);
+    std::vector<std::string> lines = pool;  // every distinct line at least once
+    const int64_t extra = r.range(2, 12);
+    for (int64_t i = 0; i < extra; ++i) lines.push_back(r.pick(pool));
+    r.shuffle(lines);
+    const std::string f = tb.add("", kExts, lines_text(lines));
+    p.params = {{"distinct", distinct}};
+    p.compare = compare_mode::count;
+    p.prompt = phr({"How many distinct lines are in {f}?", "Count the unique lines of {f}."}, {{"f", f}});
+    p.reference = "sort -u " + f + " | wc -l";
+  } else if (tmpl == "delete_ext") {
+    tb.base(kExts);
+    const int64_t n = r.range(1, 3);
+    for (int64_t i = 0; i < n; ++i) tb.add("", {"tmp"}, lines_text(filler_lines(r, 2)));
+    tb.add(tb.subdir, {"tmp"}, lines_text(filler_lines(r, 2)));  // must survive
+    p.params = {{"files", n}};
+    p.compare = compare_mode::files;
+    p.prompt = phr({"Delete every .tmp file in this directory, but not in its subdirectories.",
+                    "Remove the .tmp files of the current directory (leave subdirectories alone)."},
+                   {});
+    p.reference = "rm -f *.tmp";
+  } else if (tmpl == "replace_word") {
+    tb.base(kExts);
+    const std::string a = r.pick(P.words);
+    std::string b = r.pick(P.words);
+    while (b == a) b = r.pick(P.words);
+    auto lines = filler_lines(r, r.range(4, 10));
+    const int64_t m = r.range(1, 3);
+    for (int64_t i = 0; i < m; ++i) lines[size_t(r.range(0, int64_t(lines.size()) - 1))] += " " + a;
+    const std::string f = tb.add("", kExts, lines_text(lines));
+    p.params = {{"from", a}, {"to", b}};
+    p.compare = compare_mode::files;
+    p.prompt = phr({"In {f}, replace every occurrence of '{a}' with '{b}'.",
+                    "Change every '{a}' in {f} to '{b}', editing the file in place."},
+                   {{"f", f}, {"a", a}, {"b", b}});
+    p.reference = "sed -i 's/" + a + "/" + b + "/g' " + f;
+  } else if (tmpl == "largest_file") {
+    tb.subdir = r.pick(P.dirs);
+    // The largest file is over 6000 bytes so that directories (4096 bytes on most file systems) never
+    // compete in `ls -S`; the others are distinct and smaller.
+    const std::string big = tb.add("", kExts, content_of_size(r, size_t(r.range(6200, 9000))));
+    const int64_t n = r.range(2, 4);
+    std::set<size_t> sizes = {tb.get(big).content.size()};
+    for (int64_t i = 0; i < n; ++i) {
+      std::string c;
+      do {
+        c = content_of_size(r, size_t(r.range(50, 5000)));
+      } while (sizes.count(c.size()));
+      sizes.insert(c.size());
+      tb.add(i == 0 ? tb.subdir : "", kExts, std::move(c));
+    }
+    p.params = json::object();
+    p.compare = compare_mode::lines;
+    p.prompt = phr({"Print the name of the largest file in this directory (not in subdirectories).",
+                    "Which file in the current directory is the biggest? Print its name."},
+                   {});
+    p.reference = "ls -S | head -n 1";
+  } else {
+    MOXI_ASSERT(false, "unknown terminal template");
+  }
+  return p;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// code
+
+const std::vector<template_info>& code_templates() {
+  static const std::vector<template_info> t = {
+      {"sum_to", false, "tested n: train 2..30, test 31..200"},
+      {"count_above", false, "threshold t: train 2..50, test 51..500"},
+      {"max_of", false, "magnitude k of the tested values: train 2..50, test 51..500"},
+      {"factorial", false, "tested n: train 2..8, test 9..15"},
+      {"average", false, "first tested value k: train 2..50, test 51..500"},
+      {"clamp", false, "lower bound lo: train 2..50, test 51..500"},
+      {"count_vowels", true, "test only"},
+      {"to_fahrenheit", true, "test only"},
+      {"second_largest", true, "test only"},
+  };
+  return t;
+}
+
+struct code_parts {
+  std::string describe, buggy, fixed;
+  std::vector<std::pair<std::string, std::string>> asserts;  // python expression, expected value
+  json params;
+};
+
+std::string py_list(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + S(v[i]);
+  return s + "]";
+}
+
+code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
+  auto rg = [&](irange train, irange test) {
+    return test_range ? r.range(test.lo, test.hi) : r.range(train.lo, train.hi);
+  };
+  code_parts c;
+  if (tmpl == "sum_to") {
+    const int64_t n1 = rg({2, 30}, {31, 200}), n2 = rg({2, 30}, {31, 200});
+    c.describe = "return the sum 1 + 2 + ... + n";
+    c.buggy =
+        "def sum_to(n):\n    \"\"\"Return 1 + 2 + ... + n.\"\"\"\n    total = 0\n    for i in range(1, n):\n"
+        "        total += i\n    return total\n";
+    c.fixed = c.buggy;
+    c.fixed.replace(c.fixed.find("range(1, n)"), 11, "range(1, n + 1)");
+    c.asserts = {{"sum_to(" + S(n1) + ")", S(n1 * (n1 + 1) / 2)},
+                 {"sum_to(" + S(n2) + ")", S(n2 * (n2 + 1) / 2)}};
+    c.params = {{"n", {n1, n2}}};
+  } else if (tmpl == "count_above") {
+    const int64_t t = rg({2, 50}, {51, 500});
+    std::vector<int64_t> xs = {t, t + r.range(1, 9), t - r.range(1, 2), t + r.range(1, 9), t};
+    r.shuffle(xs);
+    int64_t want = 0;
+    for (auto x : xs) want += x > t;
+    c.describe = "count the numbers in xs that are strictly greater than t";
+    c.buggy =
+        "def count_above(xs, t):\n    \"\"\"Count the numbers in xs that are strictly greater than t.\"\"\"\n"
+        "    n = 0\n    for x in xs:\n        if x >= t:\n            n += 1\n    return n\n";
+    c.fixed = c.buggy;
+    c.fixed.replace(c.fixed.find("x >= t"), 6, "x > t");
+    c.asserts = {{"count_above(" + py_list(xs) + ", " + S(t) + ")", S(want)},
+                 {"count_above([], " + S(t) + ")", "0"}};
+    c.params = {{"t", t}};
+  } else if (tmpl == "max_of") {
+    const int64_t k = rg({2, 50}, {51, 500});
+    std::vector<int64_t> neg = {-k, -k - r.range(1, 9), -k - r.range(10, 20)};
+    r.shuffle(neg);
+    std::vector<int64_t> pos = {k, k + 3, 1};
+    r.shuffle(pos);
+    c.describe = "return the largest number of a non-empty list";
+    c.buggy =
+        "def max_of(xs):\n    \"\"\"Return the largest number of the non-empty list xs.\"\"\"\n    best = 0\n"
+        "    for x in xs:\n        if x > best:\n            best = x\n    return best\n";
+    c.fixed = c.buggy;
+    c.fixed.replace(c.fixed.find("best = 0"), 8, "best = xs[0]");
+    c.asserts = {{"max_of(" + py_list(neg) + ")", S(-k)}, {"max_of(" + py_list(pos) + ")", S(k + 3)}};
+    c.params = {{"k", k}};
+  } else if (tmpl == "factorial") {
+    const int64_t n = rg({2, 8}, {9, 15});
+    int64_t f = 1;
+    for (int64_t i = 2; i <= n; ++i) f *= i;
+    c.describe = "return n! (the product 1 * 2 * ... * n)";
+    c.buggy =
+        "def factorial(n):\n    \"\"\"Return n! = 1 * 2 * ... * n.\"\"\"\n    result = 0\n"
+        "    for i in range(2, n + 1):\n        result *= i\n    return result\n";
+    c.fixed = c.buggy;
+    c.fixed.replace(c.fixed.find("result = 0"), 10, "result = 1");
+    c.asserts = {{"factorial(" + S(n) + ")", S(f)}, {"factorial(1)", "1"}};
+    c.params = {{"n", n}};
+  } else if (tmpl == "average") {
+    const int64_t k = rg({2, 50}, {51, 500});
+    c.describe = "return the arithmetic mean of a non-empty list";
+    c.buggy =
+        "def average(xs):\n    \"\"\"Return the arithmetic mean of the non-empty list xs.\"\"\"\n"
+        "    return sum(xs) // len(xs)\n";
+    c.fixed = c.buggy;
+    c.fixed.replace(c.fixed.find("//"), 2, "/");
+    c.asserts = {{"average([" + S(k) + ", " + S(k + 1) + "])", S(k) + ".5"},
+                 {"average([" + S(k) + ", " + S(k) + ", " + S(k + 3) + "])", S(k + 1)}};
+    c.params = {{"k", k}};
+  } else if (tmpl == "clamp") {
+    const int64_t lo = rg({2, 50}, {51, 500}), hi = lo + r.range(5, 40);
+    c.describe = "limit x to the range [lo, hi]";
+    c.buggy =
+        "def clamp(x, lo, hi):\n    \"\"\"Return x limited to the range [lo, hi].\"\"\"\n"
+        "    return min(lo, max(x, hi))\n";
+    c.fixed = c.buggy;
+    c.fixed.replace(c.fixed.find("min(lo, max(x, hi))"), 19, "max(lo, min(x, hi))");
+    c.asserts = {{"clamp(" + S(lo - 1) + ", " + S(lo) + ", " + S(hi) + ")", S(lo)},
+                 {"clamp(" + S(hi + 7) + ", " + S(lo) + ", " + S(hi) + ")", S(hi)},
+                 {"clamp(" + S(lo + 2) + ", " + S(lo) + ", " + S(hi) + ")", S(lo + 2)}};
+    c.params = {{"lo", lo}};
+  } else if (tmpl == "count_vowels") {
+    static const std::vector<std::string> words = {"sun", "cup", "music", "autumn", "future", "umbrella"};
+    const std::string w = r.pick(words);
+    int64_t v = 0;
+    for (char ch : w) v += std::string("aeiou").find(ch) != std::string::npos;
+    c.describe = "count the vowels (a, e, i, o, u) in a lowercase word";
+    c.buggy =
+        "def count_vowels(word):\n    \"\"\"Count the vowels a, e, i, o, u in the lowercase word.\"\"\"\n"
+        "    return sum(1 for ch in word if ch in \"aeio\")\n";
+    c.fixed = c.buggy;
+    c.fixed.replace(c.fixed.find("\"aeio\""), 6, "\"aeiou\"");
+    c.asserts = {{"count_vowels(\"" + w + "\")", S(v)}, {"count_vowels(\"xyz\")", "0"}};
+    c.params = {{"word", w}};
+  } else if (tmpl == "to_fahrenheit") {
+    const int64_t k = 5 * r.range(0, 20);
+    c.describe = "convert degrees Celsius to degrees Fahrenheit";
+    c.buggy =
+        "def to_fahrenheit(c):\n    \"\"\"Convert degrees Celsius to degrees Fahrenheit.\"\"\"\n"
+        "    return c * 9 / 5 - 32\n";
+    c.fixed = c.buggy;
+    c.fixed.replace(c.fixed.find("- 32"), 4, "+ 32");
+    c.asserts = {{"to_fahrenheit(" + S(k) + ")", S(k * 9 / 5 + 32)}, {"to_fahrenheit(100)", "212"}};
+    c.params = {{"c", k}};
+  } else if (tmpl == "second_largest") {
+    std::vector<int64_t> xs;
+    std::set<int64_t> seen;
+    while (xs.size() < 5) {
+      const int64_t x = r.range(2, 99);
+      if (seen.insert(x).second) xs.push_back(x);
+    }
+    c.describe = "return the second largest of a list of distinct numbers";
+    c.buggy =
+        "def second_largest(xs):\n    \"\"\"Return the second largest number of xs (distinct "
+        "numbers).\"\"\"\n"
+        "    return sorted(xs)[1]\n";
+    c.fixed = c.buggy;
+    c.fixed.replace(c.fixed.find("[1]"), 3, "[-2]");
+    c.asserts = {{"second_largest(" + py_list(xs) + ")", S(*std::next(seen.rbegin()))}};
+    c.params = {{"values", xs}};
+  } else {
+    MOXI_ASSERT(false, "unknown code template");
+  }
+  return c;
+}
+
+// The test reads a one-line nonce from stdin before importing the candidate and prints it after every
+// assertion held: an exit status of 0 alone would also reward a solution that exits early on import.
+std::string python_test(const std::string& fn, const code_parts& c) {
+  std::string t =
+      "import sys\n"
+      "_nonce = sys.stdin.readline().strip()\n"
+      "from solution import " +
+      fn + "\n\n";
+  for (const auto& [expr, want] : c.asserts) {
+    t += "_got = " + expr + "\n";
+    std::string msg = expr + " returned %r, expected " + want;
+    std::string quoted = "\"";
+    for (char ch : msg) quoted += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
+    t += "assert _got == " + want + ", " + quoted + "\" % (_got,)\n";
+  }
+  t += "print(\"MOXI-TESTS-PASSED \" + _nonce)\n";
+  return t;
+}
+
+std::vector<std::string> names_for(const std::vector<template_info>& all, split s) {
+  std::vector<std::string> v;
+  for (const auto& t : all) {
+    if (s == split::test || !t.test_only) v.push_back(t.name);
+  }
+  return v;
+}
+
+const std::vector<template_info>& all_templates(domain d) {
+  switch (d) {
+    case domain::math:
+      return math_templates();
+    case domain::terminal:
+      return terminal_templates();
+    case domain::code:
+      return code_templates();
+  }
+  return math_templates();
+}
+
+}  // namespace
+
+std::vector<template_info> templates(domain d) {
+  return all_templates(d);
+}
+
+std::vector<task> generate(domain d, split s, size_t n, uint64_t seed) {
+  const auto& all = all_templates(d);
+  const auto names = names_for(all, s);
+  std::vector<task> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    rng r(mix(mix(mix(seed, uint64_t(d) + 1), uint64_t(s) + 7), i));
+    const std::string tmpl = r.pick(names);
+    const bool test_only = std::any_of(all.begin(), all.end(),
+                                       [&](const template_info& t) { return t.name == tmpl && t.test_only; });
+    // Shared templates draw their parameters from the held-out range in the test split; test-only
+    // templates use the train range (the template is what is held out).
+    const bool test_range = s == split::test && !test_only;
+    task t;
+    switch (d) {
+      case domain::math: {
+        t = make_math(r, tmpl, test_range ? irange{100, 999} : irange{2, 99});
+        t.reference = t.answer;
+        break;
+      }
+      case domain::terminal: {
+        tree_builder tb{r, s, {}, {}};
+        auto p = make_terminal(r, s, test_range, tmpl, tb);
+        t.prompt = p.prompt + " Reply with one shell command.";
+        t.reference = p.reference;
+        t.compare = p.compare;
+        t.params = p.params;
+        t.files = std::move(tb.files);
+        std::sort(t.files.begin(), t.files.end(),
+                  [](const file_entry& a, const file_entry& b) { return a.path < b.path; });
+        break;
+      }
+      case domain::code: {
+        auto c = make_code(r, test_range, tmpl);
+        // The example states a tested value, so the held-out parameter range shows in the prompt too.
+        t.prompt = "This Python program should " + c.describe + " (for example, " + c.asserts[0].first +
+                   " should return " + c.asserts[0].second +
+                   "), but it has one bug. Fix it and reply with the whole corrected program.\n\n" + c.buggy;
+        t.reference = c.fixed;
+        t.program = c.buggy;
+        t.test = python_test(tmpl, c);
+        t.params = c.params;
+        break;
+      }
+    }
+    char num[32];
+    std::snprintf(num, sizeof num, "%05zu", i);
+    t.id = std::string(to_string(d)) + "-" + to_string(s) + "-s" + std::to_string(seed) + "-" + num;
+    t.domain = d;
+    t.split = s;
+    t.template_name = tmpl;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace moxi::eval

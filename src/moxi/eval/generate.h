@@ -1,0 +1,28 @@
+// Deterministic generator of verifiable tasks for SFT, RL and evaluation (`moxi data`): math with numeric
+// answers, terminal requests checked by running commands, and one-bug Python programs checked by a test.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moxi/eval/task.h"
+
+namespace moxi::eval {
+
+// n tasks of one domain and split. Item i depends only on (domain, split, seed, i), through a portable
+// generator (no std:: distributions, whose output differs between standard libraries), so the same
+// arguments give byte-identical JSONL on every machine and --n 10 is a prefix of --n 100.
+std::vector<task> generate(domain d, split s, size_t n, uint64_t seed);
+
+// A generator template and where it appears: `shared` templates appear in both splits, with the test
+// split drawing the parameters named in `holdout` from a range train never uses; `test_only` templates
+// never appear in train (they use train's parameter ranges, so that they measure the template alone).
+struct template_info {
+  std::string name;
+  bool test_only = false;
+  std::string holdout;  // the held-out rule, in words (docs/tasks.md lists the same)
+};
+std::vector<template_info> templates(domain d);
+
+}  // namespace moxi::eval
