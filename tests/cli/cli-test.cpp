@@ -119,3 +119,29 @@ TEST_F(Cli, HelpListsTheSubcommands) {
 }
 
 }  // namespace
+
+namespace {
+
+// Text a random model generates reaches the terminal as valid UTF-8 without escape sequences.
+TEST_F(Cli, GenerateOutputIsTerminalSafe) {
+  auto r = run("init --config " + cfg("tiny-seed.json") + " --out " + dir_ + "/ck --seed 3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run("generate --model " + dir_ + "/ck --prompt Hello --max-tokens 64 --temperature 1 --seed 5");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (unsigned char c : r.out) {
+    EXPECT_TRUE(c >= 0x20 || c == '\n' || c == '\t') << "control byte " << int(c);
+    EXPECT_NE(c, 0x7F);
+  }
+  // Strict UTF-8 check written here, independent of the sanitizer.
+  for (size_t i = 0; i < r.out.size();) {
+    const unsigned char c = r.out[i];
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    ASSERT_NE(len, 0u) << "invalid lead byte at " << i;
+    ASSERT_LE(i + len, r.out.size());
+    for (size_t k = 1; k < len; ++k) ASSERT_EQ(static_cast<unsigned char>(r.out[i + k]) >> 6, 2u) << i;
+    i += len;
+  }
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
+}
+
+}  // namespace
