@@ -124,6 +124,35 @@ void manifest_builder::ffn_block(const std::string& p, int64_t layer, bool moe_l
   }
 }
 
+void manifest_builder::decoder(const model_layout& l) {
+  const int64_t h = c_.hidden_size;
+  add(l.embed, {c_.vocab_size, h}, param_group::EMBEDDING, init_kind::NORMAL);
+  auto block = [&](const layer_layout& layer, int64_t i, const param_group* mtp) {
+    const auto attn_group = mtp ? *mtp : layer.attn == formats::attn_kind::KDA ? param_group::KDA : param_group::MLA;
+    const auto norm_group = mtp ? *mtp : param_group::LAYER_NORM;
+    norm(layer.prefix + ".input_layernorm", h, norm_group, i);
+    if (layer.attn == formats::attn_kind::KDA)
+      kda_block(layer.prefix + ".self_attn", i, attn_group);
+    else
+      mla_block(layer.prefix + ".self_attn", i, attn_group);
+    norm(layer.prefix + ".post_attention_layernorm", h, norm_group, i);
+    ffn_block(layer.prefix, i, layer.moe, l.ffn, mtp);
+  };
+  for (size_t i = 0; i < l.layers.size(); ++i) block(l.layers[i], int64_t(i), nullptr);
+  add(l.final_norm, {h}, param_group::NORM, init_kind::ONES);
+  if (!c_.tie_word_embeddings) add(l.lm_head, {c_.vocab_size, h}, param_group::LM_HEAD, init_kind::NORMAL);
+  const param_group mtp = param_group::MTP;
+  for (size_t k = 0; k < l.mtp_layers.size(); ++k) {
+    const layer_layout& layer = l.mtp_layers[k];
+    const int64_t i = c_.num_layers + int64_t(k);
+    norm(layer.prefix + ".enorm", h, mtp, i);
+    norm(layer.prefix + ".hnorm", h, mtp, i);
+    linear(layer.prefix + ".eh_proj", h, 2 * h, mtp, i);
+    block(layer, i, &mtp);
+    norm(layer.prefix + ".shared_head.norm", h, mtp, i);
+  }
+}
+
 // MoonViT (reference/kda.md §5): patch embedding conv, learned 2D position table, pre-LN blocks with
 // fused wqkv, wo and a 2-layer GELU MLP, a final LayerNorm, then the 2x2-merge projector.
 void manifest_builder::vision_tower() {

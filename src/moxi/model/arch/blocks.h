@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "moxi/formats/model-config.h"
+
 #include "moxi/model/manifest.h"
 
 namespace moxi::model::arch {
@@ -13,6 +15,24 @@ namespace moxi::model::arch {
 struct ffn_names {
   std::string moe_prefix;                 // "block_sparse_moe" (Kimi) or "mlp" (DeepSeek)
   std::string expert_gate, expert_up, expert_down;  // "w1","w3","w2" or "gate_proj","up_proj","down_proj"
+};
+
+// Where the forward pass finds one decoder layer (main or MTP) in the checkpoint and what it computes.
+struct layer_layout {
+  std::string prefix;       // "model.layers.3"; attention under prefix + ".self_attn"
+  formats::attn_kind attn;  // KDA or MLA (Gated DSA when config.dsa is set)
+  bool moe = false;         // MoE FFN under prefix + "." + ffn.moe_prefix, else the dense prefix + ".mlp"
+};
+
+// The names and per-layer structure the model loader reads (model/model.cpp); the manifest of the same
+// architecture declares exactly these tensors (tested in tests/model/forward-test.cpp).
+struct model_layout {
+  std::string embed = "model.embed_tokens.weight";
+  std::string final_norm = "model.norm.weight";
+  std::string lm_head = "lm_head.weight";  // unused when tie_word_embeddings
+  ffn_names ffn;
+  std::vector<layer_layout> layers;      // num_layers
+  std::vector<layer_layout> mtp_layers;  // num_mtp_layers; each also has enorm, hnorm, eh_proj, shared_head
 };
 
 class manifest_builder {
@@ -32,6 +52,11 @@ class manifest_builder {
   void ffn_block(const std::string& p, int64_t layer, bool moe_layer, const ffn_names& names,
                  const param_group* override_group = nullptr);
   void vision_tower();
+
+  // Embedding, every decoder layer of `layout`, final norm, lm_head (unless tied) and the MTP layers
+  // (DeepSeek-V3 layout, reference/dsa_mla_moe_mtp.md §E.1: enorm, hnorm, eh_proj, a decoder block and
+  // shared_head.norm; embedding and lm_head are shared with the main model and not stored again).
+  void decoder(const model_layout& layout);
 
   std::vector<tensor_decl> take() { return std::move(out_); }
   const formats::model_config& config() const { return c_; }

@@ -10,24 +10,6 @@
 
 namespace moxi::model::arch {
 
-// Where the forward pass finds one decoder layer (main or MTP) in the checkpoint and what it computes.
-struct layer_layout {
-  std::string prefix;       // "model.layers.3"; attention under prefix + ".self_attn"
-  formats::attn_kind attn;  // KDA or MLA (Gated DSA when config.dsa is set)
-  bool moe = false;         // MoE FFN under prefix + "." + ffn.moe_prefix, else the dense prefix + ".mlp"
-};
-
-// The names and per-layer structure the model loader reads (model/model.cpp); the manifest of the same
-// architecture declares exactly these tensors (tested in tests/model/forward-test.cpp).
-struct model_layout {
-  std::string embed = "model.embed_tokens.weight";
-  std::string final_norm = "model.norm.weight";
-  std::string lm_head = "lm_head.weight";  // unused when tie_word_embeddings
-  ffn_names ffn;
-  std::vector<layer_layout> layers;      // num_layers
-  std::vector<layer_layout> mtp_layers;  // num_mtp_layers; each also has enorm, hnorm, eh_proj, shared_head
-};
-
 struct architecture {
   const char* name;         // "kimi_linear" (the seed family), "deepseek_v3"
   const char* description;
