@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "moxi/base/error.h"
+#include "moxi/kernels/matmul-dispatch.h"
 #include "moxi/kernels/ref/basic.h"
 #include "moxi/model/arch/registry.h"
 
@@ -56,7 +57,7 @@ std::vector<float> model::head(const float* h, int64_t T, bool last_only) const 
   const float* w = lm_head_.empty() ? embed_.data() : lm_head_.data();
   const int64_t rows = last_only ? 1 : T;
   std::vector<float> logits(size_t(rows * V));  // f32 [rows, vocab]
-  ref::matmul(h + (T - rows) * d, w, nullptr, logits.data(), rows, V, d);
+  kernels::matmul(h + (T - rows) * d, w, nullptr, logits.data(), rows, V, d);
   return logits;
 }
 

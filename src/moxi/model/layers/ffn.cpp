@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "moxi/kernels/matmul-dispatch.h"
 #include "moxi/kernels/ref/basic.h"
 
 namespace moxi::model {
@@ -72,7 +73,7 @@ void moe_forward(const moe_weights& w, const formats::model_config& c, const flo
 
   // Router in fp32 on the full hidden state.
   std::vector<float> logits(size_t(T * E));  // f32 [T, E]
-  ref::matmul(x, w.router.data(), nullptr, logits.data(), T, E, h);
+  kernels::matmul(x, w.router.data(), nullptr, logits.data(), T, E, h);
   std::vector<int32_t> sel(size_t(T * K));  // i32 [T, top_k]
   std::vector<float> wt(size_t(T * K));     // f32 [T, top_k]
   ref::moe_route(logits.data(), w.router_bias.data(), w.route, sel.data(), wt.data(), T);

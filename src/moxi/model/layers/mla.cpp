@@ -51,7 +51,8 @@ mla_weights load_mla(weight_loader& ld, const std::string& p) {
   }
   w.kv_a = ld.lin(p + ".kv_a_proj_with_mqa", L + Dr, h);
   w.kv_a_norm = ld.f32(p + ".kv_a_layernorm.weight", {L});
-  w.kv_b = ld.lin(p + ".kv_b_proj", H * (m.qk_nope_head_dim + m.v_head_dim), L);
+  // f32: the absorbed attention reads kv_b's weights directly, not through linear::apply.
+  w.kv_b = ld.lin(p + ".kv_b_proj", H * (m.qk_nope_head_dim + m.v_head_dim), L, /*need_f32=*/true);
   if (m.output_gate) w.g_proj = ld.lin(p + ".g_proj", H * m.v_head_dim, h);
   w.o_proj = ld.lin(p + ".o_proj", h, H * m.v_head_dim);
   if (c.dsa) {

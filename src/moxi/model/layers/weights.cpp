@@ -1,13 +1,16 @@
 // Weight loading: name and shape checks with messages naming the tensor, dtype conversion to f32 once at
-// load, FP8_BLOCK dequantization, MXFP4 expert views, and the two expert GEMM paths.
+// load (BF16 kept for fast Linear layers), FP8_BLOCK dequantization, MXFP4 expert views and packs, and the
+// expert GEMM paths (fast or reference, chosen per call by kernels::fast_kernels()).
 #include "moxi/model/layers/weights.h"
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include "moxi/base/error.h"
 #include "moxi/base/mx.h"
 #include "moxi/formats/convert.h"
+#include "moxi/kernels/matmul-dispatch.h"
 #include "moxi/kernels/ref/basic.h"
 #include "moxi/model/manifest.h"
 
@@ -38,17 +41,23 @@ const float* quantized_input(const float* x, int64_t T, int64_t K, act_quant aq,
 }  // namespace
 
 void linear::apply(const float* x, float* y, int64_t T) const {
-  kernels::ref::matmul(x, w.data(), nullptr, y, T, out, in);
+  if (!wb.empty())
+    kernels::matmul_bf16(x, wb.data(), nullptr, y, T, out, in);
+  else
+    kernels::matmul(x, w.data(), nullptr, y, T, out, in);
 }
 
 void expert_matrix::apply(const float* x, float* y, int64_t T, act_quant aq) const {
   if (packed()) {
-    kernels::ref::matmul_mxfp4(x, blocks, scales, y, T, N, K, aq);
+    if (fast && kernels::fast_kernels())
+      kernels::matmul_mxfp4(x, *fast, y, T, aq);
+    else
+      kernels::ref::matmul_mxfp4(x, blocks, scales, y, T, N, K, aq);
     return;
   }
   // Same activation fake-quant as matmul_mxfp4, so both storages agree bit for bit (kernels/ref/mxfp4.h).
   std::vector<float> xq;
-  kernels::ref::matmul(quantized_input(x, T, K, aq, xq), f32.data(), nullptr, y, T, N, K);
+  kernels::matmul(quantized_input(x, T, K, aq, xq), f32.data(), nullptr, y, T, N, K);
 }
 
 act_quant activation_quant(const formats::model_config& c) {
@@ -104,9 +113,18 @@ std::vector<float> weight_loader::f32(const std::string& name, const std::vector
   return out;
 }
 
-linear weight_loader::lin(const std::string& prefix, int64_t out, int64_t in) {
+linear weight_loader::lin(const std::string& prefix, int64_t out, int64_t in, bool need_f32) {
   linear l;
-  l.w = f32(prefix + ".weight", {out, in});
+  const std::string name = prefix + ".weight";
+  if (!need_f32 && kernels::fast_kernels() && ckpt_.contains(name) && ckpt_.view(name).type == dtype::BF16) {
+    find(name, {out, in});
+    read_.insert(name);
+    const tensor_view v = ckpt_.view(name);
+    l.wb.resize(size_t(v.numel()));  // memcpy: the mapping does not promise 2-byte alignment
+    std::memcpy(l.wb.data(), v.data, l.wb.size() * sizeof(uint16_t));
+  } else {
+    l.w = f32(name, {out, in});
+  }
   l.out = out;
   l.in = in;
   return l;
@@ -143,6 +161,8 @@ expert_matrix weight_loader::expert(const std::string& name, int64_t N, int64_t 
   } else {
     m.blocks = blocks;
     m.scales = scales;
+    if (kernels::fast_kernels() && kernels::mxfp4_best_variant() != kernels::mxfp4_variant::REF)
+      m.fast = std::make_shared<const kernels::packed_mxfp4>(kernels::pack_mxfp4(blocks, scales, N, K));
   }
   return m;
 }

@@ -1,10 +1,14 @@
-// Loading layer weights from a checkpoint, transformed once (ARCHITECTURE.md §2): every float tensor is
-// converted to f32 at load, MXFP4 routed experts stay packed (pointing into the checkpoint's mapping) and go
-// through ref::matmul_mxfp4. Also the named-intermediate dump hook every layer writes into.
+// Loading layer weights from a checkpoint, transformed once (ARCHITECTURE.md §2): float tensors are
+// converted to f32 at load (with fast kernels on, BF16 Linear weights stay BF16: half the bytes a decode
+// step streams, widened exactly in registers), MXFP4 routed experts stay in the checkpoint's mapping and,
+// with fast kernels on, are also packed once for kernels::matmul_mxfp4. Every matmul goes through the
+// kernel dispatch, which is the scalar reference under MOXI_KERNELS=ref or a kernels::ref_kernels_scope.
+// Also the named-intermediate dump hook every layer writes into.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
@@ -12,17 +16,20 @@
 
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/model-config.h"
+#include "moxi/kernels/mxfp4-dispatch.h"
 #include "moxi/kernels/ref/mxfp4.h"
 
 namespace moxi::model {
 
-// A Linear layer y = x W^T, W f32 [out, in] as HF stores it.
+// A Linear layer y = x W^T, W [out, in] as HF stores it: f32, or (fast kernels, BF16 checkpoint) bf16 bits.
+// Both give the same products: bf16 widens to f32 exactly.
 struct linear {
-  std::vector<float> w;  // f32 [out, in]
+  std::vector<float> w;      // f32 [out, in], or empty when wb holds the weights
+  std::vector<uint16_t> wb;  // bf16 [out, in], or empty
   int64_t out = 0, in = 0;
   // y f32 [T, out] from x f32 [T, in]; y must not alias x.
   void apply(const float* x, float* y, int64_t T) const;
-  bool empty() const { return w.empty(); }
+  bool empty() const { return w.empty() && wb.empty(); }
 };
 
 // How the MXFP4 GEMMs quantize their input rows (MODEL.md §4: activations MXFP8 E4M3 per 32-block).
@@ -35,6 +42,9 @@ struct expert_matrix {
   std::vector<float> f32;           // f32 [N, K] when not packed
   const uint8_t* blocks = nullptr;  // u8 [N, K/32, 16] when packed
   const uint8_t* scales = nullptr;  // u8 [N, K/32]
+  // The same weights packed once at load for the fast kernel (null under MOXI_KERNELS=ref); shared so the
+  // struct stays copyable. The checkpoint view stays for the reference path (ref_kernels_scope).
+  std::shared_ptr<const kernels::packed_mxfp4> fast;
   bool packed() const { return blocks != nullptr; }
   // y f32 [T, N] = q(x) W^T with x f32 [T, K]; q = the activation fake-quant (applied on the f32 path too,
   // so both storages compute the same function of the weights' values).
@@ -55,7 +65,8 @@ class weight_loader {
 
   // A float tensor (F32/F16/BF16/F8 with its FP8_BLOCK scale_inv) converted to f32.
   std::vector<float> f32(const std::string& name, const std::vector<int64_t>& shape);
-  linear lin(const std::string& prefix, int64_t out, int64_t in);  // prefix + ".weight"
+  // prefix + ".weight"; need_f32: keep f32 even where BF16 storage would do (weights read elementwise).
+  linear lin(const std::string& prefix, int64_t out, int64_t in, bool need_f32 = false);
   // A routed-expert weight stored MXFP4 (name_blocks/name_scales) or as a float tensor.
   expert_matrix expert(const std::string& name, int64_t N, int64_t K);
 

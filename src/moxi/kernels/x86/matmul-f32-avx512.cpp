@@ -1,0 +1,141 @@
+// AVX-512 dense matmul y = x W^T (+ bias) for f32 or BF16-stored weights (widened to f32 in registers, so
+// every product is exact and only the fp32 summation order differs from ref::matmul / ref::matmul_bf16).
+// Compiled with AVX-512 F/BW/VL/DQ only; called by matmul-dispatch.cpp after CPUID confirmed support. Only
+// intrinsics and <cstdint> are included, so no shared inline function gets an AVX-512 body.
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace moxi::kernels::x86 {
+namespace {
+
+inline __m512 load_w(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline __m512 load_w(const uint16_t* p) {
+  // bf16 bits are the high half of the f32 bits: widen and shift, exact.
+  const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+inline __m512 load_w(const float* p, __mmask16 m) {
+  return _mm512_maskz_loadu_ps(m, p);
+}
+inline __m512 load_w(const uint16_t* p, __mmask16 m) {
+  const __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+
+// Horizontal sum in a fixed tree (so an output never depends on the tile it was computed in). GCC 12's
+// AVX-512 shuffle intrinsics pass _mm*_undefined_*() as the masked-off source, which -Wuninitialized flags
+// as a false positive once inlined; silenced for this TU's intrinsics only.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+inline float hsum(__m512 v) {
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));  // + the other 256-bit half
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));  // + the neighbouring 128-bit lane
+  __m128 x = _mm512_castps512_ps128(v);
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+  return _mm_cvtss_f32(x);
+}
+
+// R weight rows x TT tokens, each output one zmm of 16 partial sums over K, reduced at the end. The weight
+// rows are loaded once per K-step and reused across the TT tokens (R*TT accumulators + R weight registers
+// fit the 32 zmm registers for R = 4, TT = 6).
+template <class Wt, int R, int TT>
+void tile(const float* x, const Wt* w, const float* bias, float* y, int64_t N, int64_t K, int64_t n,
+          int64_t t) {
+  __m512 acc[R][TT];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < TT; ++j) acc[r][j] = _mm512_setzero_ps();
+  const Wt* wr = w + n * K;
+  const float* xr = x + t * K;
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    __m512 wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) wv[r] = load_w(wr + r * K + k);
+#pragma GCC unroll 8
+    for (int j = 0; j < TT; ++j) {
+      const __m512 xv = _mm512_loadu_ps(xr + j * K + k);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(wv[r], xv, acc[r][j]);
+    }
+  }
+  if (k < K) {
+    const __mmask16 m = __mmask16((1u << (K - k)) - 1);
+    __m512 wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) wv[r] = load_w(wr + r * K + k, m);
+#pragma GCC unroll 8
+    for (int j = 0; j < TT; ++j) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, xr + j * K + k);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(wv[r], xv, acc[r][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < TT; ++j)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float s = hsum(acc[r][j]);
+      y[(t + j) * N + n + r] = bias ? s + bias[n + r] : s;
+    }
+}
+
+template <class Wt, int R>
+void tile_tokens(const float* x, const Wt* w, const float* bias, float* y, int64_t N, int64_t K, int64_t n,
+                 int64_t t, int64_t tn) {
+  switch (tn) {
+    case 1:
+      return tile<Wt, R, 1>(x, w, bias, y, N, K, n, t);
+    case 2:
+      return tile<Wt, R, 2>(x, w, bias, y, N, K, n, t);
+    case 3:
+      return tile<Wt, R, 3>(x, w, bias, y, N, K, n, t);
+    case 4:
+      return tile<Wt, R, 4>(x, w, bias, y, N, K, n, t);
+    case 5:
+      return tile<Wt, R, 5>(x, w, bias, y, N, K, n, t);
+    default:
+      return tile<Wt, R, 6>(x, w, bias, y, N, K, n, t);
+  }
+}
+
+constexpr int64_t kRows = 4, kTokens = 6;
+
+template <class Wt>
+void matmul_rows(const float* x, const Wt* w, const float* bias, float* y, int64_t T, int64_t N, int64_t K,
+                 int64_t n0, int64_t n1) {
+  // Tokens in chunks whose activations stay in L2 (~192 KiB) while this thread's rows stream past them; the
+  // 4-row weight panel stays in L1 across the chunk's 6-token tiles. At T <= 6 (decode) W is read once.
+  int64_t chunk = (int64_t(192) << 10) / (K * 4);
+  chunk = chunk < kTokens ? kTokens : chunk / kTokens * kTokens;
+  for (int64_t tc = 0; tc < T; tc += chunk) {
+    const int64_t te = tc + chunk < T ? tc + chunk : T;
+    int64_t n = n0;
+    for (; n + kRows <= n1; n += kRows)
+      for (int64_t t = tc; t < te; t += kTokens)
+        tile_tokens<Wt, kRows>(x, w, bias, y, N, K, n, t, te - t < kTokens ? te - t : kTokens);
+    for (; n < n1; ++n)
+      for (int64_t t = tc; t < te; t += kTokens)
+        tile_tokens<Wt, 1>(x, w, bias, y, N, K, n, t, te - t < kTokens ? te - t : kTokens);
+  }
+}
+
+}  // namespace
+
+void matmul_f32_avx512(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t N,
+                       int64_t K, int64_t n0, int64_t n1) {
+  matmul_rows(x, w, bias, y, T, N, K, n0, n1);
+}
+
+void matmul_bf16w_avx512(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T, int64_t N,
+                         int64_t K, int64_t n0, int64_t n1) {
+  matmul_rows(x, w, bias, y, T, N, K, n0, n1);
+}
+
+}  // namespace moxi::kernels::x86
+#endif  // __x86_64__
