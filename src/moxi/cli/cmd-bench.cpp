@@ -1,6 +1,7 @@
 // `moxi bench <name>`: the benchmarks in bench/. Each benchmark adds its own subcommand through an
 // `add_*_bench(CLI::App&)` function; adding one is an include and one line in kBenches.
 #include "bench/kernels-bench.h"
+#include "bench/model-bench.h"
 #include "bench/sandbox-bench.h"
 #include "moxi/cli/command.h"
 
@@ -17,6 +18,8 @@ constexpr bench_entry kBenches[] = {
     {"membw", bench::add_membw_bench},
     {"gemv", bench::add_gemv_bench},
     {"gemm", bench::add_gemm_bench},
+    {"decode", bench::add_decode_bench},
+    {"prefill", bench::add_prefill_bench},
 };
 
 void setup(CLI::App& root) {

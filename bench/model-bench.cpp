@@ -1,0 +1,242 @@
+// End-to-end model benchmarks. The model is generated from the config with init_checkpoint (random
+// weights, BF16 floats, MXFP4 experts as configured), loaded once with the fast kernels; the reference
+// rate is measured on the same loaded model under kernels::ref_kernels_scope, and the roofline from the
+// bandwidth measured in this run, so every reported ratio comes from one run on one (noisy) machine.
+#include "bench/model-bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <vector>
+
+#include "bench/kernels-bench.h"
+#include "moxi/base/error.h"
+#include "moxi/base/thread-pool.h"
+#include "moxi/formats/model-config.h"
+#include "moxi/kernels/matmul-dispatch.h"
+#include "moxi/kernels/mxfp4-dispatch.h"
+#include "moxi/model/init.h"
+#include "moxi/model/model.h"
+#include "moxi/model/plan.h"
+
+namespace moxi::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+std::vector<token_id> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::vector<token_id> t(static_cast<size_t>(n));
+  for (auto& v : t) v = token_id(gen() % uint64_t(vocab));
+  return t;
+}
+
+// Seconds per decoded token: prefill `prompt` tokens, then `steps` single-token forwards (last_only, as
+// generation runs them), timing only the steps.
+double decode_seconds_per_token(const model::model& m, const std::vector<token_id>& prompt,
+                                const std::vector<token_id>& steps) {
+  auto cache = m.new_cache();
+  model::forward_options fo;
+  fo.last_only = true;
+  m.forward(prompt, *cache, fo);
+  const auto t0 = clock_type::now();
+  for (const auto tok : steps) m.forward(std::span(&tok, 1), *cache, fo);
+  return seconds_since(t0) / double(steps.size());
+}
+
+// Seconds per prompt token of one prefill forward (the first call is a warm-up of scratch buffers).
+double prefill_seconds_per_token(const model::model& m, const std::vector<token_id>& prompt, int reps) {
+  model::forward_options fo;
+  fo.last_only = true;
+  double best = 1e300;
+  for (int r = 0; r < reps; ++r) {
+    auto cache = m.new_cache();
+    const auto t0 = clock_type::now();
+    m.forward(prompt, *cache, fo);
+    best = std::min(best, seconds_since(t0));
+  }
+  return best / double(prompt.size());
+}
+
+class temp_dir {
+ public:
+  temp_dir() {
+    std::string t = (fs::temp_directory_path() / "moxi-bench-XXXXXX").string();
+    if (!::mkdtemp(t.data())) throw error("bench: cannot create a temp directory");
+    dir_ = t;
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
+}  // namespace
+
+model_bench_result run_model_bench(const std::string& mode, const model_bench_options& o) {
+  if (o.prompt < 1 || o.tokens < 1 || o.ref_tokens < 1)
+    throw error("bench: --prompt, --tokens, --ref-tokens >= 1");
+  const auto config = formats::load_model_config(o.config);
+  model_bench_result r;
+  r.mode = mode;
+  r.config = o.config;
+  r.threads = thread_pool::global().size();
+  r.mxfp4_variant = kernels::to_string(kernels::mxfp4_best_variant());
+  r.matmul_variant = kernels::to_string(kernels::matmul_best_variant());
+  r.prompt = o.prompt;
+  r.tokens = mode == "decode" ? o.tokens : o.prompt;
+
+  // The checkpoint: generated once (kept in --keep-dir when given, reused if already there).
+  std::unique_ptr<temp_dir> tmp;
+  std::string ck;
+  if (!o.keep_dir.empty()) {
+    ck = o.keep_dir;
+  } else {
+    tmp = std::make_unique<temp_dir>();
+    ck = tmp->dir() + "/model";
+  }
+  if (!fs::exists(ck)) {
+    model::init_options io;
+    io.show_progress = false;
+    const auto t0 = clock_type::now();
+    model::init_checkpoint(config, ck, io);
+    r.init_s = seconds_since(t0);
+  }
+  const auto t0 = clock_type::now();
+  const auto m = model::model::load(config, ck, {});
+  r.load_s = seconds_since(t0);
+
+  model::plan_options po;
+  po.context = o.prompt + o.tokens;
+  po.num_shards = 1;
+  po.gpus_per_node = 1;
+  const auto plan = model::make_plan(config, po);
+  r.total_params = double(plan.total_params);
+  r.active_params = plan.active_params;
+
+  const auto prompt = random_tokens(o.prompt, config.vocab_size, 1);
+  if (mode == "decode") {
+    const auto steps = random_tokens(o.tokens, config.vocab_size, 2);
+    decode_seconds_per_token(m, prompt,
+                             std::vector(steps.begin(), steps.begin() + std::min<int64_t>(2, o.tokens)));
+    const double s = decode_seconds_per_token(m, prompt, steps);
+    r.ref_tokens = std::min(o.ref_tokens, o.tokens);
+    double ref_s;
+    {
+      kernels::ref_kernels_scope ref;
+      ref_s = decode_seconds_per_token(m, prompt, std::vector(steps.begin(), steps.begin() + r.ref_tokens));
+    }
+    r.tokens_per_s = 1.0 / s;
+    r.ms_per_token = s * 1e3;
+    r.ref_tokens_per_s = 1.0 / ref_s;
+    r.speedup_vs_ref = ref_s / s;
+    r.bytes_per_token = plan.bytes_per_token_batch1;
+    r.membw_gbs = run_membw(1024, 3).best_gbs;
+    r.roofline_tokens_per_s = r.membw_gbs * 1e9 / r.bytes_per_token;
+    r.share_of_roofline = r.tokens_per_s / r.roofline_tokens_per_s;
+  } else {
+    const double s = prefill_seconds_per_token(m, prompt, 3);
+    r.ref_tokens = std::min(o.ref_tokens, o.prompt);
+    double ref_s;
+    {
+      kernels::ref_kernels_scope ref;
+      ref_s = prefill_seconds_per_token(m, std::vector(prompt.begin(), prompt.begin() + r.ref_tokens), 1);
+    }
+    r.tokens_per_s = 1.0 / s;
+    r.ms_per_token = s * 1e3;
+    r.ref_tokens_per_s = 1.0 / ref_s;
+    r.speedup_vs_ref = ref_s / s;
+  }
+  return r;
+}
+
+namespace {
+
+void print(const model_bench_result& r, bool json) {
+  if (json) {
+    nlohmann::json j = {{"bench", r.mode},
+                        {"config", r.config},
+                        {"threads", r.threads},
+                        {"mxfp4_variant", r.mxfp4_variant},
+                        {"matmul_variant", r.matmul_variant},
+                        {"total_params", r.total_params},
+                        {"active_params", r.active_params},
+                        {"init_s", r.init_s},
+                        {"load_s", r.load_s},
+                        {"prompt", r.prompt},
+                        {"tokens", r.tokens},
+                        {"tokens_per_s", r.tokens_per_s},
+                        {"ms_per_token", r.ms_per_token},
+                        {"ref_tokens", r.ref_tokens},
+                        {"ref_tokens_per_s", r.ref_tokens_per_s},
+                        {"speedup_vs_ref", r.speedup_vs_ref}};
+    if (r.mode == "decode") {
+      j["bytes_per_token"] = r.bytes_per_token;
+      j["membw_gbs"] = r.membw_gbs;
+      j["roofline_tokens_per_s"] = r.roofline_tokens_per_s;
+      j["share_of_roofline"] = r.share_of_roofline;
+    }
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("%s bench: %s, %.3g B params (%.3g B active), %d threads, kernels mxfp4=%s dense=%s\n",
+              r.mode.c_str(), r.config.c_str(), r.total_params / 1e9, r.active_params / 1e9, r.threads,
+              r.mxfp4_variant.c_str(), r.matmul_variant.c_str());
+  std::printf("  init %.1f s, load %.1f s\n", r.init_s, r.load_s);
+  if (r.mode == "decode") {
+    std::printf("  decode after %lld-token prompt: %.2f tok/s (%.1f ms/token) over %lld steps\n",
+                (long long)r.prompt, r.tokens_per_s, r.ms_per_token, (long long)r.tokens);
+    std::printf("  roofline: %.2f GB/s / %.1f MB per token = %.2f tok/s -> %.0f %% of roofline\n",
+                r.membw_gbs, r.bytes_per_token / 1e6, r.roofline_tokens_per_s, 100 * r.share_of_roofline);
+  } else {
+    std::printf("  prefill of %lld tokens: %.1f tok/s (%.2f ms/token)\n", (long long)r.prompt, r.tokens_per_s,
+                r.ms_per_token);
+  }
+  std::printf("  ref (%lld tokens): %.3f tok/s -> fast is %.1fx ref\n", (long long)r.ref_tokens,
+              r.ref_tokens_per_s, r.speedup_vs_ref);
+}
+
+void add_model_bench(CLI::App& bench, const std::string& mode, const char* help) {
+  struct options {
+    model_bench_options b;
+    bool json = false;
+  };
+  auto o = std::make_shared<options>();
+  if (mode == "prefill") o->b.prompt = 128;
+  auto* cmd = bench.add_subcommand(mode, help);
+  cmd->add_option("--config", o->b.config, "Model config JSON (e.g. configs/bench-1.5b.json)")->required();
+  cmd->add_option("--prompt", o->b.prompt,
+                  mode == "decode" ? "Context tokens before the timed steps" : "Tokens in the timed prefill")
+      ->capture_default_str();
+  if (mode == "decode") cmd->add_option("--tokens", o->b.tokens, "Timed decode steps")->capture_default_str();
+  cmd->add_option("--ref-tokens", o->b.ref_tokens, "Tokens the scalar reference runs")->capture_default_str();
+  cmd->add_option("--keep-dir", o->b.keep_dir, "Generate the checkpoint here (reused when it exists)");
+  cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
+  cmd->callback([o, mode] { print(run_model_bench(mode, o->b), o->json); });
+}
+
+}  // namespace
+
+void add_decode_bench(CLI::App& bench) {
+  add_model_bench(bench, "decode", "Decode tokens/s of a generated model and its share of the roofline");
+}
+void add_prefill_bench(CLI::App& bench) {
+  add_model_bench(bench, "prefill", "Prefill tokens/s of a generated model, against the reference");
+}
+
+}  // namespace moxi::bench

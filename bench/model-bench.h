@@ -1,0 +1,40 @@
+// `moxi bench decode | prefill --config FILE`: end-to-end tokens/s of a random-weight model generated from
+// the config (moxi::model::init_checkpoint into a temp dir), with the fast kernels and, in the same run,
+// the scalar reference (kernels::ref_kernels_scope); decode also as a share of its roofline = read
+// bandwidth measured in this run / bytes read per decoded token from the planner.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+namespace moxi::bench {
+
+struct model_bench_options {
+  std::string config;
+  int64_t prompt = 64;     // prefill: tokens per forward; decode: context before the timed steps
+  int64_t tokens = 32;     // decode: timed steps
+  int64_t ref_tokens = 4;  // tokens the reference runs (it is slow; its rate is per token either way)
+  std::string keep_dir;    // reuse/keep the generated checkpoint here instead of a temp dir
+};
+
+struct model_bench_result {
+  std::string mode;  // "decode" or "prefill"
+  std::string config, mxfp4_variant, matmul_variant;
+  int threads = 0;
+  double total_params = 0, active_params = 0;
+  double init_s = 0, load_s = 0;
+  int64_t prompt = 0, tokens = 0, ref_tokens = 0;
+  double tokens_per_s = 0, ms_per_token = 0;
+  double ref_tokens_per_s = 0, speedup_vs_ref = 0;
+  // decode only
+  double bytes_per_token = 0;  // planner, batch 1 at the decode context
+  double membw_gbs = 0, roofline_tokens_per_s = 0, share_of_roofline = 0;
+};
+
+model_bench_result run_model_bench(const std::string& mode, const model_bench_options& opts);
+
+void add_decode_bench(CLI::App& bench);
+void add_prefill_bench(CLI::App& bench);
+
+}  // namespace moxi::bench
