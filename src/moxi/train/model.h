@@ -1,0 +1,89 @@
+// The trainer's model: the architecture of shared/MODEL.md §3 as differentiable libtorch ops over parameters
+// named exactly like the engine's checkpoint tensors (the manifest of arch/), so the trainer loads what the
+// engine serves and writes what it loads. Semantics follow docs/model.md choice for choice; the golden test
+// (tests/train/golden-test.cpp) holds the logits equal to the engine's.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "moxi/formats/model-config.h"
+#include "moxi/model/arch/registry.h"
+#include "moxi/model/manifest.h"
+
+namespace moxi::train {
+
+struct train_options {
+  // QAT: fake-quantize routed-expert weights to MXFP4 in the forward (straight-through backward). MXFP8
+  // activation fake-quant of the expert GEMM inputs follows quantization_config, as in the engine.
+  bool qat = false;
+};
+
+// Named intermediates, the engine's dump names (docs/model.md), each [B, T, ...] as float.
+using dump_map = std::map<std::string, torch::Tensor>;
+
+// Routing decisions of one MoE layer (what the aux-free bias update and the balance loss read).
+struct moe_stats {
+  torch::Tensor experts;  // i64 [N, top_k]
+  torch::Tensor scores;   // f32 [N, E] unbiased sigmoid scores (differentiable)
+};
+
+class train_model {
+ public:
+  // Parameters shaped by the manifest, zero-filled (load() or an initializer fills them).
+  explicit train_model(formats::model_config config, train_options opts = {});
+  // dir holds config.json and the checkpoint; the second form reads a checkpoint under a given config.
+  static train_model load(const std::string& dir, train_options opts = {});
+  static train_model load(formats::model_config config, const std::string& checkpoint_path,
+                          train_options opts = {});
+  // Writes config.json and one safetensors checkpoint in the engine's layout: routed experts as real MXFP4
+  // when the config quantizes them, everything else F32.
+  void save(const std::string& out_dir) const;
+
+  struct output {
+    torch::Tensor logits;  // f32 [B, T, vocab]
+    torch::Tensor hidden;  // f32 [B, T, hidden] after the final norm (what the MTP head reads)
+  };
+  // tokens i64 [B, T] (positions 0..T-1, no cache: training runs whole sequences).
+  output forward(const torch::Tensor& tokens, dump_map* dump = nullptr,
+                 std::vector<moe_stats>* routing = nullptr) const;
+  // MTP depth k: h' = Block(eh_proj([enorm(emb(t_{i+1})) ; hnorm(h_i)])) -> shared_head.norm -> lm_head.
+  // hidden f32 [B, T, hidden], next_tokens i64 [B, T]; logits f32 [B, T, vocab] predicting t_{i+2}.
+  torch::Tensor mtp_forward(const torch::Tensor& hidden, const torch::Tensor& next_tokens, int64_t depth = 0,
+                            dump_map* dump = nullptr, std::vector<moe_stats>* routing = nullptr) const;
+
+  const formats::model_config& config() const { return config_; }
+  // Every parameter by checkpoint name (routed experts by their logical ".weight" name, dequantized).
+  std::map<std::string, torch::Tensor>& params() { return params_; }
+  const std::map<std::string, torch::Tensor>& params() const { return params_; }
+  // The manifest the parameters follow (vision tensors excluded: the trainer has no vision tower yet).
+  const std::vector<model::tensor_decl>& manifest() const { return manifest_; }
+  const train_options& options() const { return opts_; }
+
+ private:
+  const torch::Tensor& p(const std::string& name) const;
+  torch::Tensor lin(const torch::Tensor& x, const std::string& prefix) const;  // x W^T, W = prefix.weight
+  torch::Tensor rms(const torch::Tensor& x, const std::string& weight) const;
+  torch::Tensor block(const torch::Tensor& h, const model::arch::layer_layout& lay, const std::string& name,
+                      dump_map* dump, std::vector<moe_stats>* routing) const;
+  torch::Tensor kda(const torch::Tensor& x, const std::string& prefix, const std::string& name,
+                    dump_map* dump) const;
+  torch::Tensor mla(const torch::Tensor& x, const std::string& prefix, const std::string& name,
+                    dump_map* dump) const;
+  torch::Tensor moe(const torch::Tensor& x, const std::string& prefix, const std::string& name,
+                    dump_map* dump, std::vector<moe_stats>* routing) const;
+  torch::Tensor mlp(const torch::Tensor& x, const std::string& prefix) const;
+  torch::Tensor head(const torch::Tensor& h) const;
+
+  formats::model_config config_;
+  train_options opts_;
+  model::arch::model_layout layout_;
+  std::vector<model::tensor_decl> manifest_;
+  std::map<std::string, torch::Tensor> params_;
+};
+
+}  // namespace moxi::train
