@@ -42,9 +42,13 @@ inline float hsum(__m512 v) {
 // R weight rows x TT tokens, each output one zmm of 16 partial sums over K, reduced at the end. The weight
 // rows are loaded once per K-step and reused across the TT tokens (R*TT accumulators + R weight registers
 // fit the 32 zmm registers for R = 4, TT = 6).
+// pf: a later weight panel (same K offsets) to prefetch, or null. A row of a decode-sized matrix is only
+// 2-4 KiB, too short for the hardware prefetcher to train on the R interleaved row streams before they end;
+// software prefetch two panels ahead took a 1024x1024 BF16 GEMV from ~4 to ~13 GB/s on Zen 4 (one panel
+// ahead: ~10.5, four: ~10).
 template <class Wt, int R, int TT>
 void tile(const float* x, const Wt* w, const float* bias, float* y, int64_t N, int64_t K, int64_t n,
-          int64_t t) {
+          int64_t t, const Wt* pf) {
   __m512 acc[R][TT];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -57,6 +61,9 @@ void tile(const float* x, const Wt* w, const float* bias, float* y, int64_t N, i
     __m512 wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) wv[r] = load_w(wr + r * K + k);
+    if (pf)
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(pf + r * K + k), _MM_HINT_T0);
 #pragma GCC unroll 8
     for (int j = 0; j < TT; ++j) {
       const __m512 xv = _mm512_loadu_ps(xr + j * K + k);
@@ -87,20 +94,20 @@ void tile(const float* x, const Wt* w, const float* bias, float* y, int64_t N, i
 
 template <class Wt, int R>
 void tile_tokens(const float* x, const Wt* w, const float* bias, float* y, int64_t N, int64_t K, int64_t n,
-                 int64_t t, int64_t tn) {
+                 int64_t t, int64_t tn, const Wt* pf) {
   switch (tn) {
     case 1:
-      return tile<Wt, R, 1>(x, w, bias, y, N, K, n, t);
+      return tile<Wt, R, 1>(x, w, bias, y, N, K, n, t, pf);
     case 2:
-      return tile<Wt, R, 2>(x, w, bias, y, N, K, n, t);
+      return tile<Wt, R, 2>(x, w, bias, y, N, K, n, t, pf);
     case 3:
-      return tile<Wt, R, 3>(x, w, bias, y, N, K, n, t);
+      return tile<Wt, R, 3>(x, w, bias, y, N, K, n, t, pf);
     case 4:
-      return tile<Wt, R, 4>(x, w, bias, y, N, K, n, t);
+      return tile<Wt, R, 4>(x, w, bias, y, N, K, n, t, pf);
     case 5:
-      return tile<Wt, R, 5>(x, w, bias, y, N, K, n, t);
+      return tile<Wt, R, 5>(x, w, bias, y, N, K, n, t, pf);
     default:
-      return tile<Wt, R, 6>(x, w, bias, y, N, K, n, t);
+      return tile<Wt, R, 6>(x, w, bias, y, N, K, n, t, pf);
   }
 }
 
@@ -116,12 +123,16 @@ void matmul_rows(const float* x, const Wt* w, const float* bias, float* y, int64
   for (int64_t tc = 0; tc < T; tc += chunk) {
     const int64_t te = tc + chunk < T ? tc + chunk : T;
     int64_t n = n0;
-    for (; n + kRows <= n1; n += kRows)
+    for (; n + kRows <= n1; n += kRows) {
+      // Prefetch two panels ahead while the first token tile streams this one (later tiles hit the cache).
+      const Wt* pf = n + 3 * kRows <= n1 ? w + (n + 2 * kRows) * K : nullptr;
       for (int64_t t = tc; t < te; t += kTokens)
-        tile_tokens<Wt, kRows>(x, w, bias, y, N, K, n, t, te - t < kTokens ? te - t : kTokens);
+        tile_tokens<Wt, kRows>(x, w, bias, y, N, K, n, t, te - t < kTokens ? te - t : kTokens,
+                               t == tc ? pf : nullptr);
+    }
     for (; n < n1; ++n)
       for (int64_t t = tc; t < te; t += kTokens)
-        tile_tokens<Wt, 1>(x, w, bias, y, N, K, n, t, te - t < kTokens ? te - t : kTokens);
+        tile_tokens<Wt, 1>(x, w, bias, y, N, K, n, t, te - t < kTokens ? te - t : kTokens, nullptr);
   }
 }
 
