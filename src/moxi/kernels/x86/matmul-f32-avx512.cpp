@@ -111,28 +111,34 @@ void tile_tokens(const float* x, const Wt* w, const float* bias, float* y, int64
   }
 }
 
-constexpr int64_t kRows = 4, kTokens = 6;
+constexpr int64_t kRows = 4, kTokens = 6, kSeqTokens = 2;
 
 template <class Wt>
 void matmul_rows(const float* x, const Wt* w, const float* bias, float* y, int64_t T, int64_t N, int64_t K,
                  int64_t n0, int64_t n1) {
   // Tokens in chunks whose activations stay in L2 (~192 KiB) while this thread's rows stream past them; the
-  // 4-row weight panel stays in L1 across the chunk's 6-token tiles. At T <= 6 (decode) W is read once.
+  // 4-row weight panel stays in L1 across the chunk's 6-token tiles. At T <= 6 W is read once.
   int64_t chunk = (int64_t(192) << 10) / (K * 4);
   chunk = chunk < kTokens ? kTokens : chunk / kTokens * kTokens;
   for (int64_t tc = 0; tc < T; tc += chunk) {
     const int64_t te = tc + chunk < T ? tc + chunk : T;
     int64_t n = n0;
-    for (; n + kRows <= n1; n += kRows) {
+    // Decode (T <= kSeqTokens): one row at a time, so each thread reads one purely sequential stream (the
+    // hardware prefetcher's best case); one FMA chain per output still outruns a core's share of DRAM. Same
+    // per-output summation order as the 4-row tiles, so results do not depend on T.
+    for (; T > kSeqTokens && n + kRows <= n1; n += kRows) {
       // Prefetch two panels ahead while the first token tile streams this one (later tiles hit the cache).
       const Wt* pf = n + 3 * kRows <= n1 ? w + (n + 2 * kRows) * K : nullptr;
       for (int64_t t = tc; t < te; t += kTokens)
         tile_tokens<Wt, kRows>(x, w, bias, y, N, K, n, t, te - t < kTokens ? te - t : kTokens,
                                t == tc ? pf : nullptr);
     }
-    for (; n < n1; ++n)
+    for (; n < n1; ++n) {
+      const Wt* pf = n + 2 < n1 ? w + (n + 2) * K : nullptr;  // two rows ahead, as for the panels
       for (int64_t t = tc; t < te; t += kTokens)
-        tile_tokens<Wt, 1>(x, w, bias, y, N, K, n, t, te - t < kTokens ? te - t : kTokens, nullptr);
+        tile_tokens<Wt, 1>(x, w, bias, y, N, K, n, t, te - t < kTokens ? te - t : kTokens,
+                           t == tc ? pf : nullptr);
+    }
   }
 }
 
