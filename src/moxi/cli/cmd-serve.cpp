@@ -1,0 +1,83 @@
+// `moxi serve --model DIR [--host --port --api-key KEY | --api-key-file F --max-batch-tokens N
+// --max-running N ...]`: the OpenAI-compatible HTTP server (serve/server.h, docs/serving.md) until SIGTERM
+// or SIGINT, then a graceful shutdown (stop taking requests, finish or cancel in-flight ones) and exit 0.
+#include <csignal>
+#include <cstdio>
+
+#include "moxi/cli/command.h"
+#include "moxi/serve/http-auth.h"
+#include "moxi/serve/server.h"
+
+namespace moxi::cli {
+namespace {
+
+void setup_serve(CLI::App& root) {
+  auto* cmd = root.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  struct args {
+    serve::server_config cfg;
+    std::string key, key_file;
+    bool no_prefix_cache = false;
+  };
+  auto a = std::make_shared<args>();
+  auto& c = a->cfg;
+  cmd->add_option("--model", c.model_dir, "checkpoint directory (config.json, safetensors, tokenizer.json)")
+      ->required();
+  cmd->add_option("--served-model-name", c.served_name, "model id in the API (default: the directory name)");
+  cmd->add_option("--host", c.host, "address to listen on")->capture_default_str();
+  cmd->add_option("--port", c.port, "port to listen on (0: any free port)")->capture_default_str();
+  auto* key = cmd->add_option("--api-key", a->key, "require 'Authorization: Bearer KEY' on /v1/*");
+  cmd->add_option("--api-key-file", a->key_file, "file with accepted API keys, one per line")->excludes(key);
+  cmd->add_option("--max-batch-tokens", c.max_batch_tokens, "token budget per engine step")
+      ->capture_default_str();
+  cmd->add_option("--max-running", c.max_running, "requests in the running batch at most")
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", c.max_model_len, "prompt + max_tokens limit (0: the model's)")
+      ->capture_default_str();
+  cmd->add_option("--block-size", c.block_size, "tokens per KV-cache block")->capture_default_str();
+  cmd->add_option("--num-blocks", c.num_blocks, "KV-cache blocks (0: automatic)")->capture_default_str();
+  cmd->add_option("--num-snapshot-slots", c.num_snapshot_slots,
+                  "KDA prefix-cache snapshots (-1: 2 x max-running)")
+      ->capture_default_str();
+  cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "disable prefix caching");
+  cmd->add_option("--max-body-bytes", c.max_body_bytes, "request body limit")->capture_default_str();
+  cmd->add_option("--max-prompt-tokens", c.max_prompt_tokens, "prompt length limit (0: max-model-len - 1)")
+      ->capture_default_str();
+  cmd->add_option("--max-tokens-limit", c.max_tokens_limit,
+                  "largest max_tokens accepted (0: max-model-len - 1)")
+      ->capture_default_str();
+  cmd->add_option("--max-concurrent-requests", c.max_concurrent_requests, "completions in flight; 429 beyond")
+      ->capture_default_str();
+  cmd->add_option("--request-timeout", c.request_timeout_s, "seconds a request may run")
+      ->capture_default_str();
+  cmd->add_option("--io-timeout", c.io_timeout_s, "read/write timeout for slow clients, seconds")
+      ->capture_default_str();
+  cmd->add_option("--drain-timeout", c.drain_timeout_s, "seconds in-flight requests get at shutdown")
+      ->capture_default_str();
+  cmd->add_flag("--log-requests", c.log_requests, "log every request to stderr");
+  cmd->callback([a] {
+    auto& cfg = a->cfg;
+    if (!a->key.empty()) cfg.api_keys = {a->key};
+    if (!a->key_file.empty()) cfg.api_keys = serve::read_api_key_file(a->key_file);
+    cfg.prefix_caching = !a->no_prefix_cache;
+    // Signals are taken by sigwait below: blocked before any thread starts, so every thread inherits it.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    serve::server srv(cfg);
+    srv.start();
+    std::fprintf(stderr, "moxi serve: %s on http://%s:%d (OpenAI API under /v1)\n",
+                 srv.config().served_name.c_str(), cfg.host.c_str(), srv.port());
+    int sig = 0;
+    sigwait(&set, &sig);
+    std::fprintf(stderr, "moxi serve: signal %d, shutting down\n", sig);
+    srv.shutdown();
+    std::fprintf(stderr, "moxi serve: stopped\n");
+  });
+}
+
+MOXI_COMMAND("serve", setup_serve);
+
+}  // namespace
+}  // namespace moxi::cli

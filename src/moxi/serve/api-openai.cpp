@@ -1,0 +1,252 @@
+// api-openai: request validation follows the OpenAI API reference ranges (temperature [0, 2], top_p (0, 1],
+// penalties [-2, 2], at most 4 stop strings, top_logprobs [0, 20]) and vLLM's behaviour where OpenAI says
+// nothing (token-id prompts, seed, n > 1 rejected here because the scheduler has no parallel sampling yet).
+#include "moxi/serve/api-openai.h"
+
+#include <cmath>
+
+namespace moxi::serve {
+
+using nlohmann::json;
+
+namespace {
+
+std::string default_type(int status) {
+  switch (status) {
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "service_unavailable_error";
+    default:
+      return status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw api_error(400, message, param);
+}
+
+std::string type_name(const json& v) {
+  return v.type_name();
+}
+
+double number(const json& body, const char* key, double lo, double hi, bool lo_open = false) {
+  const json& v = body.at(key);
+  if (!v.is_number()) bad(key, std::string("'") + key + "' must be a number, got " + type_name(v));
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
+    bad(key, std::string("'") + key + "' must be in " + (lo_open ? "(" : "[") + std::to_string(lo) + ", " +
+                 std::to_string(hi) + "], got " + v.dump());
+  return x;
+}
+
+int64_t integer(const json& body, const char* key, int64_t lo, int64_t hi) {
+  const json& v = body.at(key);
+  if (!v.is_number_integer() && !v.is_number_unsigned())
+    bad(key, std::string("'") + key + "' must be an integer, got " + type_name(v));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+    bad(key, std::string("'") + key + "' is out of range: " + v.dump());
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi)
+    bad(key, std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                 "], got " + std::to_string(x));
+  return x;
+}
+
+bool boolean(const json& body, const char* key) {
+  const json& v = body.at(key);
+  if (!v.is_boolean()) bad(key, std::string("'") + key + "' must be a boolean, got " + type_name(v));
+  return v.get<bool>();
+}
+
+bool has(const json& body, const char* key) {
+  return body.contains(key) && !body.at(key).is_null();
+}
+
+std::string message_content(const json& c, size_t i) {
+  const std::string p = "messages[" + std::to_string(i) + "].content";
+  if (c.is_string()) return c.get<std::string>();
+  if (c.is_null()) return "";
+  if (!c.is_array()) bad(p, "'" + p + "' must be a string or an array of content parts");
+  std::string text;
+  for (const auto& part : c) {
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+        !part["text"].is_string())
+      bad(p, "'" + p + "': only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string error_body(int status, const std::string& message, const std::string& param,
+                       const std::string& type) {
+  json e = {{"message", message},
+            {"type", type.empty() ? default_type(status) : type},
+            {"param", param.empty() ? json(nullptr) : json(param)},
+            {"code", status}};
+  return dump(json{{"error", e}});
+}
+
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+completion_request parse_completion_request(const std::string& text, bool chat,
+                                            const std::string& served_model) {
+  const json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) throw api_error(400, "the request body is not valid JSON (UTF-8)");
+  if (!body.is_object()) throw api_error(400, "the request body must be a JSON object");
+  completion_request r;
+  r.chat = chat;
+
+  if (has(body, "model")) {
+    if (!body["model"].is_string()) bad("model", "'model' must be a string");
+    r.model = body["model"].get<std::string>();
+    if (r.model != served_model)
+      throw api_error(404, "The model `" + r.model + "` does not exist.", "model", "not_found_error");
+  } else {
+    r.model = served_model;
+  }
+
+  if (chat) {
+    if (!has(body, "messages") || !body["messages"].is_array() || body["messages"].empty())
+      bad("messages", "'messages' must be a non-empty array");
+    size_t i = 0;
+    for (const auto& m : body["messages"]) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+        bad("messages", "messages[" + std::to_string(i) + "] must be an object with a string 'role'");
+      const std::string role = m["role"].get<std::string>();
+      if (role != "system" && role != "user" && role != "assistant" && role != "developer" && role != "tool")
+        bad("messages", "messages[" + std::to_string(i) + "].role '" + role + "' is not a known role");
+      r.messages.push_back({role, message_content(m.contains("content") ? m["content"] : json(), i)});
+      ++i;
+    }
+  } else {
+    if (!has(body, "prompt")) bad("prompt", "'prompt' is required");
+    const json& p = body["prompt"];
+    if (p.is_string()) {
+      r.prompt_text = p.get<std::string>();
+    } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
+      r.prompt_text = p[0].get<std::string>();
+    } else if (p.is_array() && !p.empty() && p[0].is_number()) {
+      for (const auto& t : p) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+          bad("prompt", "token-id prompts must be arrays of non-negative integers");
+        r.prompt_ids.push_back(token_id(t.get<int64_t>()));
+      }
+    } else if (p.is_array() && p.size() > 1) {
+      bad("prompt", "batched prompts (more than one prompt per request) are not supported");
+    } else {
+      bad("prompt", "'prompt' must be a string, an array of one string or an array of token ids");
+    }
+  }
+
+  if (has(body, "max_completion_tokens")) r.max_tokens = integer(body, "max_completion_tokens", 1, INT32_MAX);
+  if (has(body, "max_tokens")) r.max_tokens = integer(body, "max_tokens", 1, INT32_MAX);
+  if (has(body, "temperature")) r.sampling.temperature = float(number(body, "temperature", 0, 2));
+  if (has(body, "top_p")) r.sampling.top_p = float(number(body, "top_p", 0, 1, /*lo_open=*/true));
+  if (has(body, "top_k")) r.sampling.top_k = int(integer(body, "top_k", -1, INT32_MAX));
+  if (has(body, "presence_penalty"))
+    r.sampling.presence_penalty = float(number(body, "presence_penalty", -2, 2));
+  if (has(body, "frequency_penalty"))
+    r.sampling.frequency_penalty = float(number(body, "frequency_penalty", -2, 2));
+  if (has(body, "seed")) r.sampling.seed = uint64_t(integer(body, "seed", INT64_MIN, INT64_MAX));
+  if (has(body, "n") && integer(body, "n", 1, 128) != 1)
+    bad("n", "n > 1 (parallel sampling) is not supported by this server yet; send n separate requests");
+  if (has(body, "best_of") && integer(body, "best_of", 1, 128) != 1)
+    bad("best_of", "best_of > 1 is not supported");
+  if (has(body, "echo") && boolean(body, "echo")) bad("echo", "echo is not supported");
+  if (has(body, "stream")) r.stream = boolean(body, "stream");
+  if (has(body, "stream_options")) {
+    const json& so = body["stream_options"];
+    if (!so.is_object()) bad("stream_options", "'stream_options' must be an object");
+    if (!r.stream) bad("stream_options", "'stream_options' is only allowed with stream: true");
+    if (has(so, "include_usage")) r.include_usage = boolean(so, "include_usage");
+  }
+  if (has(body, "stop")) {
+    const json& s = body["stop"];
+    if (s.is_string()) {
+      r.stop.push_back(s.get<std::string>());
+    } else if (s.is_array()) {
+      if (s.size() > 4) bad("stop", "at most 4 stop sequences are allowed");
+      for (const auto& x : s) {
+        if (!x.is_string()) bad("stop", "'stop' must be a string or an array of strings");
+        r.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      bad("stop", "'stop' must be a string or an array of strings");
+    }
+    for (const auto& x : r.stop)
+      if (x.empty()) bad("stop", "stop sequences must not be empty");
+  }
+  if (chat) {
+    const bool lp = has(body, "logprobs") && boolean(body, "logprobs");
+    if (has(body, "top_logprobs")) {
+      const int64_t k = integer(body, "top_logprobs", 0, 20);
+      if (!lp) bad("top_logprobs", "'top_logprobs' requires 'logprobs': true");
+      r.top_logprobs = int(k);
+    } else if (lp) {
+      r.top_logprobs = 0;
+    }
+  } else if (has(body, "logprobs")) {
+    r.top_logprobs = int(integer(body, "logprobs", 0, 20));
+  }
+  if (has(body, "ignore_eos")) r.ignore_eos = boolean(body, "ignore_eos");
+  if (has(body, "return_tokens_as_token_ids")) r.tokens_as_ids = boolean(body, "return_tokens_as_token_ids");
+  return r;
+}
+
+std::string render_chat(const std::vector<chat_message>& messages) {
+  std::string s;
+  for (const auto& m : messages) s += "<|" + m.role + "|>\n" + m.content + "\n";
+  return s + "<|assistant|>\n";
+}
+
+json usage_counts::to_json() const {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+}
+
+json logprobs_json(bool chat, const std::vector<logprob_entry>& entries) {
+  auto bytes = [](const std::string& s) {
+    json b = json::array();
+    for (unsigned char c : s) b.push_back(int(c));
+    return b;
+  };
+  if (chat) {
+    json content = json::array();
+    for (const auto& e : entries) {
+      json top = json::array();
+      for (const auto& [t, lp] : e.top) top.push_back({{"token", t}, {"logprob", lp}, {"bytes", bytes(t)}});
+      content.push_back({{"token", e.token_text},
+                         {"logprob", e.logprob},
+                         {"bytes", bytes(e.token_text)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  size_t offset = 0;
+  for (const auto& e : entries) {
+    tokens.push_back(e.token_text);
+    lps.push_back(e.logprob);
+    json top = json::object();
+    for (const auto& [t, lp] : e.top) top[t] = lp;
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += e.token_text.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+}  // namespace moxi::serve

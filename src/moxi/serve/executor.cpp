@@ -1,0 +1,187 @@
+// executor: model::model over the hybrid memory. The adapter below is the one docs/serving.md describes:
+// KDA state is the sequence's slot, used in place; an MLA layer sees its old rows gathered from the paged
+// cache followed by a scratch area for the rows of this step, which is scattered back into the sequence's
+// blocks after the forward (rows below length() are shared and never written).
+#include "moxi/serve/executor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <exception>
+#include <mutex>
+
+#include "moxi/base/error.h"
+
+namespace moxi::serve {
+namespace {
+
+class paged_cache final : public model::sequence_cache {
+ public:
+  paged_cache(memory::hybrid_memory& mem, memory::seq_id s)
+      : mem_(mem), seq_(s), start_(mem.length(s)), length_(start_), layers_(mem.spec().layers.size()) {}
+
+  int64_t length() const override { return length_; }
+  int64_t mtp_length() const override { return 0; }
+  void advance(int64_t n) override { length_ += n; }
+  // The serving path does not run the MTP head (no speculative decoding yet).
+  void advance_mtp(int64_t) override { throw error("serve: the paged cache does not hold MTP positions"); }
+
+  model::kda_state_ref kda(int64_t layer) override {
+    const auto v = mem_.kda(seq_, layer);
+    return {v.conv_q, v.conv_k, v.conv_v, v.recurrent};
+  }
+  model::mla_append_ref mla_append(int64_t layer, int64_t T) override {
+    auto& b = gathered(layer);
+    const auto& sp = mem_.spec();
+    b.appended += T;
+    b.latent.resize(size_t((start_ + b.appended) * sp.latent_width));
+    b.index.resize(size_t((start_ + b.appended) * sp.index_width));
+    const int64_t row = start_ + b.appended - T;
+    return {b.latent.data() + row * sp.latent_width,
+            sp.index_width ? b.index.data() + row * sp.index_width : nullptr};
+  }
+  model::mla_view mla(int64_t layer) override {
+    auto& b = gathered(layer);
+    return {b.latent.data(), mem_.spec().index_width ? b.index.data() : nullptr, start_ + b.appended};
+  }
+  size_t bytes() const override { return 0; }
+
+  // Writes this step's new rows into the sequence's blocks.
+  void flush() {
+    const auto& sp = mem_.spec();
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const auto& b = layers_[l];
+      if (!b.loaded || b.appended == 0) continue;
+      mem_.write_latents(seq_, int64_t(l), start_, b.appended, b.latent.data() + start_ * sp.latent_width,
+                         sp.index_width ? b.index.data() + start_ * sp.index_width : nullptr);
+    }
+  }
+
+ private:
+  struct layer_rows {
+    bool loaded = false;
+    int64_t appended = 0;
+    std::vector<float> latent, index;  // [start + appended, width]
+  };
+  layer_rows& gathered(int64_t layer) {
+    MOXI_ASSERT(layer >= 0 && size_t(layer) < layers_.size(), "cache slot out of range");
+    auto& b = layers_[size_t(layer)];
+    if (!b.loaded) {
+      const auto& sp = mem_.spec();
+      b.latent.resize(size_t(start_ * sp.latent_width));
+      b.index.resize(size_t(start_ * sp.index_width));
+      if (start_ > 0)
+        mem_.read_latents(seq_, layer, 0, start_, b.latent.data(), sp.index_width ? b.index.data() : nullptr);
+      b.loaded = true;
+    }
+    return b;
+  }
+
+  memory::hybrid_memory& mem_;
+  memory::seq_id seq_;
+  int64_t start_, length_;
+  std::vector<layer_rows> layers_;
+};
+
+token_logprobs logprobs_of(std::span<const float> logits, token_id chosen, int top) {
+  // log-softmax in double: max-shifted log-sum-exp, NaN treated as -inf.
+  double mx = -INFINITY;
+  for (float x : logits)
+    if (!std::isnan(x)) mx = std::max(mx, double(x));
+  double sum = 0;
+  for (float x : logits)
+    if (!std::isnan(x)) sum += std::exp(double(x) - mx);
+  const double lse = mx + std::log(sum);
+  auto lp = [&](token_id t) {
+    return std::isnan(logits[size_t(t)]) ? -INFINITY : float(double(logits[size_t(t)]) - lse);
+  };
+  token_logprobs r;
+  r.token = chosen;
+  r.logprob = lp(chosen);
+  if (top > 0) {
+    std::vector<token_id> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = token_id(i);
+    const size_t k = std::min(ids.size(), size_t(top));
+    std::partial_sort(ids.begin(), ids.begin() + std::ptrdiff_t(k), ids.end(), [&](token_id a, token_id b) {
+      const float la = lp(a), lb = lp(b);
+      return la != lb ? la > lb : a < b;
+    });
+    for (size_t i = 0; i < k; ++i) r.top.emplace_back(ids[i], lp(ids[i]));
+  }
+  return r;
+}
+
+}  // namespace
+
+executor::executor(const model::model& m, memory::hybrid_memory& memory, bool parallel)
+    : model_(m), memory_(memory), parallel_(parallel) {}
+
+void executor::add(request_id id, const sampling_params& params, std::span<const token_id> prompt,
+                   int top_logprobs) {
+  auto st = std::unique_ptr<request_state>(new request_state{sampler(params, prompt), top_logprobs});
+  requests_[id] = std::move(st);
+}
+
+void executor::remove(request_id id) {
+  requests_.erase(id);
+}
+
+std::map<request_id, token_id> executor::execute(const scheduler_output& step) {
+  const auto& reqs = step.scheduled;
+  std::vector<token_id> sampled(reqs.size(), -1);
+  std::vector<std::optional<token_logprobs>> lps(reqs.size());
+  std::vector<request_state*> states(reqs.size(), nullptr);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (!reqs[i].sample) continue;
+    auto it = requests_.find(reqs[i].id);
+    MOXI_ASSERT(it != requests_.end(), "executor: a scheduled request has no sampler");
+    states[i] = it->second.get();
+  }
+  auto run_one = [&](size_t i) {
+    const auto& r = reqs[i];
+    paged_cache cache(memory_, r.seq);
+    MOXI_ASSERT(cache.length() == r.start, "scheduled start != computed tokens in memory");
+    model::forward_options o;
+    o.last_only = true;
+    const std::vector<float> logits = model_.forward(r.tokens, cache, o);
+    cache.flush();
+    if (!r.sample) return;
+    request_state& st = *states[i];
+    const token_id t = st.smp.sample(logits);
+    st.smp.accept(t);
+    sampled[i] = t;
+    if (st.top_logprobs >= 0) lps[i] = logprobs_of(logits, t, st.top_logprobs);
+  };
+
+  if (reqs.size() == 1 || !parallel_) {
+    for (size_t i = 0; i < reqs.size(); ++i) run_one(i);
+  } else {
+    // Requests are claimed dynamically (their sizes differ: prefill chunks next to single decode tokens);
+    // each touches only its own sequence's state slot and blocks, and reads shared blocks read-only.
+    std::atomic<size_t> next{0};
+    std::exception_ptr failure;
+    std::mutex failure_mutex;
+    thread_pool::global().run([&](int, int) {
+      for (size_t i; (i = next.fetch_add(1)) < reqs.size();) {
+        try {
+          run_one(i);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(failure_mutex);
+          if (!failure) failure = std::current_exception();
+        }
+      }
+    });
+    if (failure) std::rethrow_exception(failure);
+  }
+
+  std::map<request_id, token_id> next_tokens;
+  logprobs_.clear();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (!reqs[i].sample) continue;
+    next_tokens[reqs[i].id] = sampled[i];
+    if (lps[i]) logprobs_[reqs[i].id] = std::move(*lps[i]);
+  }
+  return next_tokens;
+}
+
+}  // namespace moxi::serve

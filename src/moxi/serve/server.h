@@ -1,0 +1,79 @@
+// server: the OpenAI-compatible HTTP server (cpp-httplib). One engine thread owns the scheduler, the hybrid
+// memory and the executor and runs steps while there is work (continuous batching); HTTP handler threads
+// tokenize, enqueue requests and stream tokens back (SSE or one JSON body). A client that goes away
+// cancels its request, freed at the next step. Endpoints, limits and metrics: docs/serving.md "HTTP API".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "moxi/memory/hybrid-memory.h"
+#include "moxi/serve/metrics.h"
+#include "moxi/serve/scheduler.h"
+
+namespace moxi::serve {
+
+struct server_config {
+  std::string model_dir;    // config.json, safetensors, tokenizer.json
+  std::string served_name;  // the model id of the API; default: the directory's name
+  std::string host = "127.0.0.1";
+  int port = 8000;                    // 0: an ephemeral port (see server::port())
+  std::vector<std::string> api_keys;  // empty: no authentication
+
+  // Engine.
+  int64_t max_batch_tokens = 2048;  // token budget per step
+  int32_t max_running = 64;         // running requests at most
+  int64_t max_model_len = 0;        // prompt + max_tokens; 0: the model's max_position_embeddings
+  int32_t block_size = 16;
+  int32_t num_blocks = 0;           // 0: max_running * max_model_len / block_size, at most 65536
+  int32_t num_snapshot_slots = -1;  // KDA prefix snapshots; -1: 2 * max_running
+  bool prefix_caching = true;
+  bool parallel_requests = true;  // run a step's requests on the thread pool
+
+  // Limits.
+  size_t max_body_bytes = 1 << 20;
+  int64_t max_prompt_tokens = 0;          // 0: max_model_len - 1
+  int64_t max_tokens_limit = 0;           // largest max_tokens accepted; 0: max_model_len - 1
+  int64_t default_max_tokens = 16;        // when the request gives none (OpenAI's default for completions)
+  int32_t max_concurrent_requests = 256;  // completions in flight; 429 beyond
+  double request_timeout_s = 600;         // a request still generating after this is cancelled
+  int io_timeout_s = 30;                  // read/write timeout for slow clients
+  double drain_timeout_s = 30;            // graceful shutdown: in-flight requests get this long to finish
+  bool log_requests = false;
+};
+
+// What the engine thread published after its last step (for tests and /metrics).
+struct engine_snapshot {
+  engine_gauges gauges;
+  memory::memory_stats memory;
+  int64_t live_requests = 0;  // requests the engine still tracks
+  int64_t active_http = 0;    // completion requests inside handlers
+};
+
+class server {
+ public:
+  // Loads the model and tokenizer; throws moxi::error on a bad directory or config.
+  explicit server(server_config config);
+  ~server();
+  server(const server&) = delete;
+  server& operator=(const server&) = delete;
+
+  // Binds and starts the engine and HTTP threads; returns once requests can be served.
+  void start();
+  // Graceful shutdown: new completions get 503, in-flight ones get drain_timeout_s to finish and are then
+  // cancelled, then the listener stops. Idempotent; also run by the destructor.
+  void shutdown();
+  int port() const;
+  const server_config& config() const;
+  engine_snapshot snapshot() const;
+  std::string metrics_text() const;
+
+  struct impl;
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace moxi::serve

@@ -1,0 +1,113 @@
+// Drives a running `moxi serve` with the official openai npm client: chat and completions, streaming and
+// not, usage (cached tokens), logprobs, and the client-side errors it raises for 4xx answers. Invoked by
+// tests/serve/http-openai-client-test.cpp with MOXI_BASE_URL, MOXI_API_KEY and MOXI_MODEL set.
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+const baseURL = process.env.MOXI_BASE_URL;
+const model = process.env.MOXI_MODEL;
+assert.ok(baseURL && model, 'MOXI_BASE_URL and MOXI_MODEL must be set');
+const client = new OpenAI({ baseURL, apiKey: process.env.MOXI_API_KEY, maxRetries: 0, timeout: 60000 });
+
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log(`ok - ${name}`);
+  } catch (e) {
+    console.log(`not ok - ${name}: ${e.stack || e}`);
+    process.exitCode = 1;
+  }
+}
+
+await check('models.list', async () => {
+  const page = await client.models.list();
+  assert.ok(page.data.some((m) => m.id === model));
+});
+
+let chatText;
+await check('chat non-stream', async () => {
+  const r = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Say hello' }], max_tokens: 8, temperature: 0,
+  });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(typeof r.choices[0].message.content, 'string');
+  assert.ok(['stop', 'length'].includes(r.choices[0].finish_reason));
+  assert.ok(r.usage.prompt_tokens > 0 && r.usage.completion_tokens > 0);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  assert.equal(typeof r.usage.prompt_tokens_details.cached_tokens, 'number');
+  chatText = r.choices[0].message.content;
+});
+
+await check('chat stream equals non-stream (greedy), usage chunk', async () => {
+  const stream = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Say hello' }], max_tokens: 8, temperature: 0, stream: true,
+    stream_options: { include_usage: true },
+  });
+  let text = '';
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    chunks++;
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      text += c.delta.content ?? '';
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert.ok(chunks >= 2);
+  assert.equal(text, chatText);
+  assert.ok(['stop', 'length'].includes(finish));
+  assert.ok(usage && usage.completion_tokens > 0);
+  assert.ok(usage.prompt_tokens_details.cached_tokens >= 0);
+});
+
+await check('completions non-stream with logprobs and seed', async () => {
+  const a = await client.completions.create({
+    model, prompt: 'Once upon a time', max_tokens: 6, temperature: 0.8, top_p: 0.9, seed: 7, logprobs: 2,
+  });
+  const b = await client.completions.create({
+    model, prompt: 'Once upon a time', max_tokens: 6, temperature: 0.8, top_p: 0.9, seed: 7, logprobs: 2,
+  });
+  assert.equal(a.object, 'text_completion');
+  assert.equal(a.choices[0].text, b.choices[0].text, 'same seed, same text');
+  const lp = a.choices[0].logprobs;
+  assert.equal(lp.tokens.length, a.usage.completion_tokens);
+  assert.ok(lp.token_logprobs.every((x) => x <= 0));
+  assert.ok(lp.top_logprobs.every((t) => Object.keys(t).length >= 1));
+});
+
+await check('completions stream', async () => {
+  const stream = await client.completions.create({
+    model, prompt: 'Once upon a time', max_tokens: 6, temperature: 0, stream: true,
+  });
+  let text = '';
+  let finish = null;
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      text += c.text;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  const ref = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 6, temperature: 0 });
+  assert.equal(text, ref.choices[0].text);
+  assert.equal(finish, ref.choices[0].finish_reason);
+});
+
+await check('errors: unknown model is NotFoundError, bad parameter is BadRequestError', async () => {
+  await assert.rejects(
+    client.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] }),
+    (e) => e instanceof OpenAI.NotFoundError && e.status === 404 && /does not exist/.test(e.message));
+  await assert.rejects(
+    client.completions.create({ model, prompt: 'x', temperature: 5 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'temperature');
+});
+
+await check('errors: wrong API key is AuthenticationError', async () => {
+  if (!process.env.MOXI_API_KEY) return;
+  const bad = new OpenAI({ baseURL, apiKey: 'wrong-key', maxRetries: 0 });
+  await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);
+});
