@@ -219,7 +219,7 @@ torch::Tensor train_model::kda(const torch::Tensor& x, const std::string& pre, c
 }
 
 torch::Tensor train_model::mla(const torch::Tensor& x, const std::string& pre, const std::string& name,
-                               dump_map* dump) const {
+                               dump_map* dump, forward_stats* stats) const {
   const auto& m = *config_.mla;
   const int64_t B = x.size(0), T = x.size(1), H = m.num_heads, Dn = m.qk_nope_head_dim;
   const int64_t Dr = m.qk_rope_head_dim, Dv = m.v_head_dim, L = m.kv_lora_rank;
@@ -257,17 +257,20 @@ torch::Tensor train_model::mla(const torch::Tensor& x, const std::string& pre, c
   if (config_.dsa) {
     const auto& d = *config_.dsa;
     const int64_t HI = d.index_n_heads, DI = d.index_head_dim;
-    auto qI = lin(cq, pre + ".indexer.wq_b").view({B, T, HI, DI});
-    auto kI = F::layer_norm(lin(x, pre + ".indexer.wk"), F::LayerNormFuncOptions({DI})
-                                                             .weight(p(pre + ".indexer.k_norm.weight"))
-                                                             .bias(p(pre + ".indexer.k_norm.bias"))
-                                                             .eps(kIndexerKeyNormEps));
+    // The indexer reads detached inputs: only its KL objective trains it, never the language-model loss
+    // (DeepSeek-V3.2), and the top-k it produces is a discrete choice anyway.
+    const auto xd = x.detach();
+    auto qI = lin(cq.detach(), pre + ".indexer.wq_b").view({B, T, HI, DI});
+    auto kI = F::layer_norm(lin(xd, pre + ".indexer.wk"), F::LayerNormFuncOptions({DI})
+                                                              .weight(p(pre + ".indexer.k_norm.weight"))
+                                                              .bias(p(pre + ".indexer.k_norm.bias"))
+                                                              .eps(kIndexerKeyNormEps));
     if (!m.use_nope) {  // half-split, rope dims first (not interleaved: the reference note's trap)
       qI = torch::cat({rope(qI.slice(-1, 0, Dr), cos_t, sin_t, false), qI.slice(-1, Dr)}, -1);
       kI = torch::cat({rope(kI.slice(-1, 0, Dr), cos_t, sin_t, false), kI.slice(-1, Dr)}, -1);
     }
     const float wscale = float(1.0 / std::sqrt(double(HI)) / std::sqrt(double(DI)));
-    const auto wts = lin(x, pre + ".indexer.weights_proj") * wscale;  // [B, T, HI]
+    const auto wts = lin(xd, pre + ".indexer.weights_proj") * wscale;  // [B, T, HI]
     auto I = (wts.unsqueeze(-1) * torch::relu(torch::einsum("btjd,bsd->btjs", {qI, kI}))).sum(2);  // [B,T,S]
     I = I.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
     put(dump, name + ".index_scores", I);
@@ -277,7 +280,8 @@ torch::Tensor train_model::mla(const torch::Tensor& x, const std::string& pre, c
     const auto order = std::get<1>(I.detach().sort(/*stable=*/true, /*dim=*/-1, /*descending=*/true));
     const auto idx = order.slice(-1, 0, kk);
     auto sel = torch::zeros({B, T, T}, torch::kBool).scatter(-1, idx, true);
-    allowed = allowed.logical_and(sel);
+    if (!opts_.dsa_dense) allowed = allowed.logical_and(sel);
+    if (stats) stats->indexer.push_back({I, {}, allowed});
     if (dump) {
       // Padded with -1 to index_topk, as the engine dumps: query t sees min(t+1, k) positions.
       auto f = torch::full({B, T, d.index_topk}, -1.0f);
@@ -288,7 +292,13 @@ torch::Tensor train_model::mla(const torch::Tensor& x, const std::string& pre, c
     }
   }
   scores = scores.masked_fill(allowed.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
-  auto o = torch::einsum("bhts,bshv->bthv", {torch::softmax(scores, -1), v});  // [B, T, H, Dv]
+  const auto probs = torch::softmax(scores, -1);  // [B, H, T, S]
+  if (stats && config_.dsa) {
+    // KL target: the attention summed over heads, L1-normalized per query (DeepSeek-V3.2 §2.1).
+    const auto t = probs.detach().sum(1);
+    stats->indexer.back().target = t / t.sum(-1, true);
+  }
+  auto o = torch::einsum("bhts,bshv->bthv", {probs, v});  // [B, T, H, Dv]
   put(dump, name + ".o", o);
   if (m.output_gate) {
     o = o * torch::sigmoid(lin(x, pre + ".g_proj").view({B, T, H, Dv}));
@@ -302,7 +312,7 @@ torch::Tensor train_model::mlp(const torch::Tensor& x, const std::string& pre) c
 }
 
 torch::Tensor train_model::moe(const torch::Tensor& x, const std::string& pre, const std::string& name,
-                               dump_map* dump, std::vector<moe_stats>* routing) const {
+                               dump_map* dump, forward_stats* stats) const {
   const auto& mc = config_.moe;
   const auto& names = layout_.ffn;
   const int64_t B = x.size(0), T = x.size(1), h = config_.hidden_size, N = B * T;
@@ -331,7 +341,8 @@ torch::Tensor train_model::moe(const torch::Tensor& x, const std::string& pre, c
   w = w * float(mc.routed_scaling_factor);
   put(dump, name + ".experts", sel.view({B, T, K}));
   put(dump, name + ".weights", w.view({B, T, K}));
-  if (routing) routing->push_back({sel, s});
+  if (stats)
+    stats->moe.push_back({pre + ".gate.e_score_correction_bias", sel.view({B, T, K}), s.view({B, T, E})});
 
   torch::Tensor xe = xf;
   if (mc.latent_size) {
@@ -379,18 +390,17 @@ torch::Tensor train_model::moe(const torch::Tensor& x, const std::string& pre, c
 }
 
 torch::Tensor train_model::block(const torch::Tensor& h0, const model::arch::layer_layout& lay,
-                                 const std::string& name, dump_map* dump,
-                                 std::vector<moe_stats>* routing) const {
+                                 const std::string& name, dump_map* dump, forward_stats* stats) const {
   auto xn = rms(h0, lay.prefix + ".input_layernorm.weight");
   put(dump, name + ".attn_norm", xn);
   const auto a = lay.attn == formats::attn_kind::KDA
                      ? kda(xn, lay.prefix + ".self_attn", name + ".kda", dump)
-                     : mla(xn, lay.prefix + ".self_attn", name + ".mla", dump);
+                     : mla(xn, lay.prefix + ".self_attn", name + ".mla", dump, stats);
   put(dump, name + ".attn_out", a);
   auto h = h0 + a;
   xn = rms(h, lay.prefix + ".post_attention_layernorm.weight");
   put(dump, name + ".ffn_norm", xn);
-  const auto f = lay.moe ? moe(xn, lay.prefix + "." + layout_.ffn.moe_prefix, name + ".moe", dump, routing)
+  const auto f = lay.moe ? moe(xn, lay.prefix + "." + layout_.ffn.moe_prefix, name + ".moe", dump, stats)
                          : mlp(xn, lay.prefix + ".mlp");
   put(dump, name + ".ffn_out", f);
   h = h + f;
@@ -403,7 +413,7 @@ torch::Tensor train_model::head(const torch::Tensor& h) const {
 }
 
 train_model::output train_model::forward(const torch::Tensor& tokens, dump_map* dump,
-                                         std::vector<moe_stats>* routing) const {
+                                         forward_stats* stats) const {
   if (tokens.dim() != 2) throw error("train_model::forward: tokens must be [B, T]");
   const int64_t B = tokens.size(0), T = tokens.size(1);
   if (tokens.numel() &&
@@ -412,7 +422,7 @@ train_model::output train_model::forward(const torch::Tensor& tokens, dump_map* 
   auto h = p(layout_.embed).index_select(0, tokens.reshape({-1})).view({B, T, config_.hidden_size});
   put(dump, "embed", h);
   for (size_t i = 0; i < layout_.layers.size(); ++i)
-    h = block(h, layout_.layers[i], "layers." + std::to_string(i), dump, routing);
+    h = block(h, layout_.layers[i], "layers." + std::to_string(i), dump, stats);
   h = rms(h, layout_.final_norm);
   put(dump, "final_norm", h);
   auto logits = head(h);
@@ -421,7 +431,7 @@ train_model::output train_model::forward(const torch::Tensor& tokens, dump_map* 
 }
 
 torch::Tensor train_model::mtp_forward(const torch::Tensor& hidden, const torch::Tensor& next_tokens,
-                                       int64_t depth, dump_map* dump, std::vector<moe_stats>* routing) const {
+                                       int64_t depth, dump_map* dump, forward_stats* stats) const {
   if (depth < 0 || size_t(depth) >= layout_.mtp_layers.size())
     throw error(config_.source + ": MTP depth " + std::to_string(depth) + " requested, the model has " +
                 std::to_string(layout_.mtp_layers.size()) + " MTP layer(s) (num_nextn_predict_layers)");
@@ -435,7 +445,7 @@ torch::Tensor train_model::mtp_forward(const torch::Tensor& hidden, const torch:
       torch::cat({rms(e, lay.prefix + ".enorm.weight"), rms(hidden, lay.prefix + ".hnorm.weight")}, -1);
   auto h = lin(cat, lay.prefix + ".eh_proj");
   put(dump, name + ".eh_proj", h);
-  h = block(h, lay, name, dump, routing);
+  h = block(h, lay, name, dump, stats);
   h = rms(h, lay.prefix + ".shared_head.norm.weight");
   put(dump, name + ".head_norm", h);
   auto logits = head(h);

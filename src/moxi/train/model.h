@@ -21,6 +21,8 @@ struct train_options {
   // QAT: fake-quantize routed-expert weights to MXFP4 in the forward (straight-through backward). MXFP8
   // activation fake-quant of the expert GEMM inputs follows quantization_config, as in the engine.
   bool qat = false;
+  // DSA dense warm-up (DeepSeek-V3.2): attention stays dense while the indexer learns to match it.
+  bool dsa_dense = false;
 };
 
 // Named intermediates, the engine's dump names (docs/model.md), each [B, T, ...] as float.
@@ -28,8 +30,23 @@ using dump_map = std::map<std::string, torch::Tensor>;
 
 // Routing decisions of one MoE layer (what the aux-free bias update and the balance loss read).
 struct moe_stats {
-  torch::Tensor experts;  // i64 [N, top_k]
-  torch::Tensor scores;   // f32 [N, E] unbiased sigmoid scores (differentiable)
+  std::string bias;       // name of the layer's e_score_correction_bias parameter
+  torch::Tensor experts;  // i64 [B, T, top_k]
+  torch::Tensor scores;   // f32 [B, T, E] unbiased sigmoid scores (differentiable)
+};
+
+// What the DSA indexer's KL objective (DeepSeek-V3.2) reads from one Gated DSA layer.
+struct indexer_stats {
+  torch::Tensor scores;   // f32 [B, T, S] index scores, -inf outside the causal window; gradient reaches
+                          // only the indexer (its inputs are detached from the main model)
+  torch::Tensor target;   // f32 [B, T, S] main attention summed over heads, L1-normalized (detached)
+  torch::Tensor support;  // bool [B, T, S] positions the attention used (top-k, or all causal when dense)
+};
+
+// Side outputs of a forward pass for the training losses.
+struct forward_stats {
+  std::vector<moe_stats> moe;
+  std::vector<indexer_stats> indexer;
 };
 
 class train_model {
@@ -49,12 +66,11 @@ class train_model {
     torch::Tensor hidden;  // f32 [B, T, hidden] after the final norm (what the MTP head reads)
   };
   // tokens i64 [B, T] (positions 0..T-1, no cache: training runs whole sequences).
-  output forward(const torch::Tensor& tokens, dump_map* dump = nullptr,
-                 std::vector<moe_stats>* routing = nullptr) const;
+  output forward(const torch::Tensor& tokens, dump_map* dump = nullptr, forward_stats* stats = nullptr) const;
   // MTP depth k: h' = Block(eh_proj([enorm(emb(t_{i+1})) ; hnorm(h_i)])) -> shared_head.norm -> lm_head.
   // hidden f32 [B, T, hidden], next_tokens i64 [B, T]; logits f32 [B, T, vocab] predicting t_{i+2}.
   torch::Tensor mtp_forward(const torch::Tensor& hidden, const torch::Tensor& next_tokens, int64_t depth = 0,
-                            dump_map* dump = nullptr, std::vector<moe_stats>* routing = nullptr) const;
+                            dump_map* dump = nullptr, forward_stats* stats = nullptr) const;
 
   const formats::model_config& config() const { return config_; }
   // Every parameter by checkpoint name (routed experts by their logical ".weight" name, dequantized).
@@ -69,13 +85,13 @@ class train_model {
   torch::Tensor lin(const torch::Tensor& x, const std::string& prefix) const;  // x W^T, W = prefix.weight
   torch::Tensor rms(const torch::Tensor& x, const std::string& weight) const;
   torch::Tensor block(const torch::Tensor& h, const model::arch::layer_layout& lay, const std::string& name,
-                      dump_map* dump, std::vector<moe_stats>* routing) const;
+                      dump_map* dump, forward_stats* stats) const;
   torch::Tensor kda(const torch::Tensor& x, const std::string& prefix, const std::string& name,
                     dump_map* dump) const;
   torch::Tensor mla(const torch::Tensor& x, const std::string& prefix, const std::string& name,
-                    dump_map* dump) const;
+                    dump_map* dump, forward_stats* stats) const;
   torch::Tensor moe(const torch::Tensor& x, const std::string& prefix, const std::string& name,
-                    dump_map* dump, std::vector<moe_stats>* routing) const;
+                    dump_map* dump, forward_stats* stats) const;
   torch::Tensor mlp(const torch::Tensor& x, const std::string& prefix) const;
   torch::Tensor head(const torch::Tensor& h) const;
 
