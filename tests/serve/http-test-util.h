@@ -150,8 +150,8 @@ bool eventually(F pred, double seconds = 10) {
 // free, no request anywhere.
 inline bool at_baseline(const server& s) {
   const auto snap = s.snapshot();
-  return snap.live_requests == 0 && snap.active_http == 0 && snap.gauges.running == 0 &&
-         snap.gauges.waiting == 0 && snap.memory.live_sequences == 0 &&
+  return snap.memory.num_blocks > 0 && snap.live_requests == 0 && snap.active_http == 0 &&
+         snap.gauges.running == 0 && snap.gauges.waiting == 0 && snap.memory.live_sequences == 0 &&
          snap.memory.free_blocks == snap.memory.num_blocks &&
          snap.memory.free_state_slots == snap.memory.num_state_slots;
 }

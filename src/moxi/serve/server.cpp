@@ -133,6 +133,7 @@ struct server::impl {
   }
 
   void engine_loop() {
+    publish();  // the idle baseline, before any request
     for (;;) {
       std::vector<pending_add> new_adds;
       std::vector<request_id> new_cancels;
