@@ -8,6 +8,8 @@
 #include <cstring>
 
 #include "moxi/base/error.h"
+#include "moxi/base/thread-pool.h"
+#include "moxi/kernels/matmul-dispatch.h"
 #include "moxi/kernels/ref/basic.h"
 #include "moxi/kernels/ref/dsa.h"
 #include "moxi/kernels/ref/mla.h"
@@ -164,8 +166,20 @@ void mla_forward(const mla_weights& w, const formats::model_config& c, const flo
         for (int64_t j = 0; j < k; ++j) f[size_t(t * d.index_topk + j)] = float(idx[size_t(t * k + j)]);
       dump_to->put(name + ".topk", {T, d.index_topk}, f.data());
     }
-    ref::mla_attention_absorbed_sparse(q_lat.data(), view.latent, idx.data(), o_lat.data(), T, S, H, L, Dr, k,
-                                       w.softmax_scale);
+    if (kernels::fast_kernels() && T > 1) {
+      // Queries are independent here (each attends to its own selected rows, no positional mask), so
+      // splitting them over the pool is bit-identical to one call.
+      thread_pool::global().run([&](int tid, int nt) {
+        const range r = split_range(T, tid, nt);
+        if (r.begin < r.end)
+          ref::mla_attention_absorbed_sparse(q_lat.data() + r.begin * H * Wl, view.latent,
+                                             idx.data() + r.begin * k, o_lat.data() + r.begin * H * L,
+                                             r.end - r.begin, S, H, L, Dr, k, w.softmax_scale);
+      });
+    } else {
+      ref::mla_attention_absorbed_sparse(q_lat.data(), view.latent, idx.data(), o_lat.data(), T, S, H, L, Dr,
+                                         k, w.softmax_scale);
+    }
   } else {
     const mla_view view = cache.mla(layer);
     ref::mla_attention_absorbed(q_lat.data(), view.latent, o_lat.data(), T, view.length, H, L, Dr,
