@@ -326,6 +326,21 @@ TEST(GoldenCheck, MismatchNamesTheLayerAndTensor) {
   EXPECT_NE(r.first_bad.find("model.layers.3.*"), std::string::npos) << r.first_bad;
 }
 
+// Training runs batches: each row of a [B, T] forward equals that sequence alone (DSA selection, routing and
+// expert dispatch are per token, the KDA state per row).
+TEST(GoldenCheck, BatchRowsEqualSingleSequences) {
+  for (const auto& v : {variants()[0], variants()[5]}) {
+    const auto trainer = train::train_model::load(scratch::get().checkpoint(v));
+    torch::NoGradGuard no_grad;
+    const auto a = as_tensor(random_tokens(kTokens, trainer.config().vocab_size, 21));
+    const auto b = as_tensor(random_tokens(kTokens, trainer.config().vocab_size, 22));
+    const auto both = trainer.forward(torch::cat({a, b}, 0)).logits;
+    const auto la = trainer.forward(a).logits, lb = trainer.forward(b).logits;
+    EXPECT_LE((both.slice(0, 0, 1) - la).abs().max().item<double>(), 1e-5) << v.name;
+    EXPECT_LE((both.slice(0, 1, 2) - lb).abs().max().item<double>(), 1e-5) << v.name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Configs, Golden, ::testing::ValuesIn(variants()),
                          [](const ::testing::TestParamInfo<variant>& i) {
                            std::string n = i.param.name;
