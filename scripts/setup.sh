@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libseccomp-dev libxxhash-dev libpcre2-dev bubblewrap libcpp-httplib-dev
-  prometheus
+  prometheus libtorch-dev
 )
 
 missing=()
