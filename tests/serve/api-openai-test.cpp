@@ -71,7 +71,7 @@ TEST(api_openai, RejectsBadBodiesNamingTheParameter) {
       {R"({"prompt": "x", "temperature": 2.5})", "temperature"},
       {R"({"prompt": "x", "top_p": 1.5})", "top_p"},
       {R"({"prompt": "x", "presence_penalty": 3})", "presence_penalty"},
-      {R"({"prompt": "x", "n": 3})", "n"},
+      {R"({"prompt": "x", "n": 17})", "n"},
       {R"({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", "stop"},
       {R"({"prompt": "x", "stop": [""]})", "stop"},
       {R"({"prompt": "x", "logprobs": 21})", "logprobs"},

@@ -222,6 +222,35 @@ TEST_F(http_server, SeededSamplingIsReproducibleAndLogprobsAreShaped) {
   }
 }
 
+TEST_F(http_server, SeveralChoicesStreamAndNonStream) {
+  const json body = {{"prompt", "abc"}, {"max_tokens", 6}, {"temperature", 0}, {"n", 3}};
+  const auto j = post("/v1/completions", body);
+  ASSERT_EQ(j["choices"].size(), 3u);
+  int64_t total = 0;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["text"], j["choices"][0]["text"]);  // greedy: the same continuation
+  }
+  const auto one = post("/v1/completions", {{"prompt", "abc"}, {"max_tokens", 6}, {"temperature", 0}});
+  total = one["usage"]["completion_tokens"].get<int64_t>() * 3;
+  EXPECT_EQ(j["usage"]["completion_tokens"], total);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], one["usage"]["prompt_tokens"]);
+  json chat = {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+               {"max_tokens", 5},
+               {"temperature", 0.9},
+               {"seed", 3},
+               {"n", 2},
+               {"stream_options", {{"include_usage", true}}}};
+  const auto s = stream("/v1/chat/completions", chat);
+  ASSERT_TRUE(s.ok) << s.error;
+  ASSERT_EQ(s.texts.size(), 2u);
+  ASSERT_EQ(s.finishes.size(), 2u);
+  chat.erase("stream_options");
+  const auto ns = post("/v1/chat/completions", chat);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(s.texts.at(i), ns["choices"][i]["message"]["content"]) << i;
+  EXPECT_TRUE(eventually([] { return at_baseline(*srv_); }));
+}
+
 TEST_F(http_server, StopStringsEndTheOutputBeforeTheMatch) {
   const auto full = post("/v1/completions", {{"prompt", "hello"}, {"max_tokens", 16}, {"temperature", 0}});
   const std::string text = full["choices"][0]["text"];
@@ -261,7 +290,7 @@ TEST_F(http_server, HostileBodiesGetJsonErrorsAndTheServerKeepsServing) {
       {"/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 18446744073709551615}", 400, "max_tokens"},
       {"/v1/completions", "{\"prompt\": \"x\", \"temperature\": -1}", 400, "temperature"},
       {"/v1/completions", "{\"prompt\": \"x\", \"top_p\": 0}", 400, "top_p"},
-      {"/v1/completions", "{\"prompt\": \"x\", \"n\": 2}", 400, "n"},
+      {"/v1/completions", "{\"prompt\": \"x\", \"n\": 17}", 400, "n"},
       {"/v1/completions", "{\"prompt\": \"x\", \"stop\": [1]}", 400, "stop"},
       {"/v1/completions", "{\"prompt\": \"x\", \"stream\": \"yes\"}", 400, "stream"},
       {"/v1/completions", "{\"prompt\": \"x\", \"model\": \"gpt-4\"}", 404, "model"},

@@ -7,6 +7,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -65,8 +66,9 @@ struct sse_result {
   bool ok = false;    // well-formed: only data events, JSON chunks, exactly one [DONE] at the end
   std::string error;  // why not
   std::vector<json> chunks;
-  std::string text;  // concatenated text (completions) or delta content (chat)
-  std::string finish_reason;
+  std::string text;           // choice 0: concatenated text (completions) or delta content (chat)
+  std::string finish_reason;  // choice 0
+  std::map<int, std::string> texts, finishes;  // per choice index
   json usage;
 };
 
@@ -108,18 +110,17 @@ inline sse_result parse_sse(const std::string& body, bool chat) {
     }
     if (j.contains("usage") && !j["usage"].is_null()) r.usage = j["usage"];
     for (const auto& c : j["choices"]) {
+      const int index = c["index"].get<int>();
+      if (r.finishes.count(index)) {
+        r.error = "a chunk for choice " + std::to_string(index) + " after its finish_reason";
+        return r;
+      }
       if (chat) {
-        if (c["delta"].contains("content")) r.text += c["delta"]["content"].get<std::string>();
+        if (c["delta"].contains("content")) r.texts[index] += c["delta"]["content"].get<std::string>();
       } else {
-        r.text += c["text"].get<std::string>();
+        r.texts[index] += c["text"].get<std::string>();
       }
-      if (!c["finish_reason"].is_null()) {
-        if (!r.finish_reason.empty()) {
-          r.error = "two finish reasons";
-          return r;
-        }
-        r.finish_reason = c["finish_reason"].get<std::string>();
-      }
+      if (!c["finish_reason"].is_null()) r.finishes[index] = c["finish_reason"].get<std::string>();
     }
     r.chunks.push_back(std::move(j));
   }
@@ -127,10 +128,17 @@ inline sse_result parse_sse(const std::string& body, bool chat) {
     r.error = "no [DONE]";
     return r;
   }
-  if (r.finish_reason.empty()) {
+  for (const auto& [index, text] : r.texts)
+    if (!r.finishes.count(index)) {
+      r.error = "no finish_reason for choice " + std::to_string(index);
+      return r;
+    }
+  if (!r.finishes.count(0)) {
     r.error = "no finish_reason";
     return r;
   }
+  r.text = r.texts[0];
+  r.finish_reason = r.finishes[0];
   r.ok = true;
   return r;
 }

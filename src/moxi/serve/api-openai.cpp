@@ -1,6 +1,6 @@
 // api-openai: request validation follows the OpenAI API reference ranges (temperature [0, 2], top_p (0, 1],
 // penalties [-2, 2], at most 4 stop strings, top_logprobs [0, 20]) and vLLM's behaviour where OpenAI says
-// nothing (token-id prompts, seed, n > 1 rejected here because the scheduler has no parallel sampling yet).
+// nothing (token-id prompts, seed; n at most 16, each choice one engine request).
 #include "moxi/serve/api-openai.h"
 
 #include <cmath>
@@ -159,8 +159,7 @@ completion_request parse_completion_request(const std::string& text, bool chat,
   if (has(body, "frequency_penalty"))
     r.sampling.frequency_penalty = float(number(body, "frequency_penalty", -2, 2));
   if (has(body, "seed")) r.sampling.seed = uint64_t(integer(body, "seed", INT64_MIN, INT64_MAX));
-  if (has(body, "n") && integer(body, "n", 1, 128) != 1)
-    bad("n", "n > 1 (parallel sampling) is not supported by this server yet; send n separate requests");
+  if (has(body, "n")) r.n = int(integer(body, "n", 1, 16));
   if (has(body, "best_of") && integer(body, "best_of", 1, 128) != 1)
     bad("best_of", "best_of > 1 is not supported");
   if (has(body, "echo") && boolean(body, "echo")) bad("echo", "echo is not supported");

@@ -46,6 +46,7 @@ struct completion_request {
   std::optional<int64_t> max_tokens;       // max_tokens or max_completion_tokens
   sampling_params sampling;
   std::vector<std::string> stop;
+  int n = 1;  // choices (independent samples of one prompt)
   bool stream = false, include_usage = false;
   int top_logprobs = -1;       // -1: no logprobs; else sampled token + this many alternatives
   bool ignore_eos = false;     // vLLM's ignore_eos: generate max_tokens whatever comes

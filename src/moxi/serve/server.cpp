@@ -450,65 +450,99 @@ void server::impl::handle_completion(const httplib::Request& req, httplib::Respo
     return send_error(res, 400, e.what());
   }
 
-  auto lr = std::make_shared<live_request>();
-  lr->id = next_id.fetch_add(1);
-  pending_add a;
-  a.lr = lr;
-  a.params.prompt = prompt;
-  a.params.max_tokens = max_tokens;
-  if (eos && !r.ignore_eos) a.params.stop_tokens.push_back(*eos);
-  a.sampling = r.sampling;
-  a.top_logprobs = r.top_logprobs;
-  mets.request_started();
-  submit(std::move(a));
+  // n > 1: one engine request per choice (the prompt's blocks are shared through the prefix cache once the
+  // first has computed them); a seeded request gives choice i the seed + i, so choices differ but repeat.
+  std::vector<std::shared_ptr<generation>> gens;
   std::vector<token_id> stop_ids;
   if (eos && !r.ignore_eos) stop_ids.push_back(*eos);
-  auto g = std::make_shared<generation>(*this, std::move(r), lr, arrival, stop_ids);
-  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + hex_id(lr->id);
+  for (int i = 0; i < r.n; ++i) {
+    auto lr = std::make_shared<live_request>();
+    lr->id = next_id.fetch_add(1);
+    pending_add a;
+    a.lr = lr;
+    a.params.prompt = prompt;
+    a.params.max_tokens = max_tokens;
+    a.params.stop_tokens = stop_ids;
+    a.sampling = r.sampling;
+    if (a.sampling.seed) a.sampling.seed = *a.sampling.seed + uint64_t(i);
+    a.top_logprobs = r.top_logprobs;
+    mets.request_started();
+    submit(std::move(a));
+    gens.push_back(std::make_shared<generation>(*this, r, lr, arrival, stop_ids));
+  }
+  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + hex_id(gens[0]->lr->id);
   const int64_t created = unix_now();
   const auto deadline = arrival + std::chrono::milliseconds(int64_t(cfg.request_timeout_s * 1000));
+  auto all_finished = [gens] {
+    for (const auto& g : gens)
+      if (!g->finished()) return false;
+    return true;
+  };
+  auto usage = [gens] {
+    usage_counts u = gens[0]->usage();
+    for (size_t i = 1; i < gens.size(); ++i) u.completion_tokens += gens[i]->completion_tokens;
+    return u;
+  };
+  // Waits on the first unfinished choice, then collects from all without waiting.
+  auto poll_all = [gens](std::chrono::milliseconds wait, std::vector<std::string>& texts,
+                         std::vector<std::vector<logprob_entry>>& lps) {
+    bool waited = false;
+    for (size_t i = 0; i < gens.size(); ++i) {
+      if (gens[i]->finished()) continue;
+      gens[i]->poll(waited ? std::chrono::milliseconds(0) : wait, texts[i], lps[i]);
+      waited = true;
+    }
+  };
+  const size_t n = gens.size();
 
-  if (!g->req.stream) {
-    std::string text;
-    std::vector<logprob_entry> lps;
-    while (!g->finished()) {
-      g->poll(std::chrono::milliseconds(200), text, lps);
-      if (!g->finished() && clock_type::now() > deadline) {
-        g->abandon();
-        g->finish = "abort";
-        g->record_finish();
+  if (!r.stream) {
+    std::vector<std::string> texts(n);
+    std::vector<std::vector<logprob_entry>> lps(n);
+    while (!all_finished()) {
+      poll_all(std::chrono::milliseconds(200), texts, lps);
+      if (!all_finished() && clock_type::now() > deadline) {
+        for (auto& g : gens) {
+          g->abandon();
+          if (!g->finished()) g->finish = "abort";
+          g->record_finish();
+        }
         return send_error(res, 504,
                           "the request timed out after " + std::to_string(cfg.request_timeout_s) + " s");
       }
     }
-    g->record_finish();
-    if (g->finish == "error") return send_error(res, 500, g->error);
-    json choice = {{"index", 0}, {"finish_reason", g->finish}, {"logprobs", nullptr}};
-    if (g->req.top_logprobs >= 0) choice["logprobs"] = logprobs_json(chat, lps);
-    if (chat)
-      choice["message"] = {{"role", "assistant"}, {"content", text}};
-    else
-      choice["text"] = text;
-    json body = {{"id", id},
-                 {"object", chat ? "chat.completion" : "text_completion"},
-                 {"created", created},
-                 {"model", cfg.served_name},
-                 {"choices", json::array({choice})},
-                 {"usage", g->usage().to_json()}};
+    json choices = json::array();
+    for (size_t i = 0; i < n; ++i) {
+      const auto& g = gens[i];
+      g->record_finish();
+      if (g->finish == "error") return send_error(res, 500, g->error);
+      json choice = {{"index", i}, {"finish_reason", g->finish}, {"logprobs", nullptr}};
+      if (r.top_logprobs >= 0) choice["logprobs"] = logprobs_json(chat, lps[i]);
+      if (chat)
+        choice["message"] = {{"role", "assistant"}, {"content", texts[i]}};
+      else
+        choice["text"] = texts[i];
+      choices.push_back(std::move(choice));
+    }
+    json body = {{"id", id},           {"object", chat ? "chat.completion" : "text_completion"},
+                 {"created", created}, {"model", cfg.served_name},
+                 {"choices", choices}, {"usage", usage().to_json()}};
     res.set_content(dump(body), "application/json");
     return;
   }
 
-  // Streaming: one SSE event per engine wake-up that produced text, then the final chunk (finish_reason),
-  // the usage chunk when asked for, and [DONE]. A failed write means the client left: cancel.
+  // Streaming: one SSE event per choice per engine wake-up that produced text, then each choice's final
+  // chunk (finish_reason), the usage chunk when asked for, and [DONE]. A failed write means the client
+  // left: cancel.
   struct stream_state {
-    bool sent_role = false, sent_final = false;
+    bool sent_role = false, failed = false;
+    std::vector<bool> sent_final;
     clock_type::time_point last_write = clock_type::now();
   };
   auto st = std::make_shared<stream_state>();
-  auto chunk = [this, id, created, chat](const std::string& text, const json& logprobs, const json& finish,
-                                         bool role) {
-    json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish}};
+  st->sent_final.assign(n, false);
+  auto chunk = [this, id, created, chat](size_t index, const std::string& text, const json& logprobs,
+                                         const json& finish, bool role) {
+    json choice = {{"index", index}, {"logprobs", logprobs}, {"finish_reason", finish}};
     if (chat) {
       json delta = json::object();
       if (role) delta["role"] = "assistant";
@@ -524,63 +558,79 @@ void server::impl::handle_completion(const httplib::Request& req, httplib::Respo
               {"choices", json::array({choice})}};
     return "data: " + dump(c) + "\n\n";
   };
+  const bool include_usage = r.include_usage, want_logprobs = r.top_logprobs >= 0;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, g, st, chunk, chat, id, created, deadline, guard](size_t, httplib::DataSink& sink) {
+      [this, gens, st, chunk, chat, id, created, deadline, guard, n, include_usage, want_logprobs,
+       all_finished, usage, poll_all](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) {
           st->last_write = clock_type::now();
           return sink.write(s.data(), s.size());
         };
         if (chat && !st->sent_role) {
           st->sent_role = true;
-          if (!write(chunk("", nullptr, nullptr, true))) return false;
+          for (size_t i = 0; i < n; ++i)
+            if (!write(chunk(i, "", nullptr, nullptr, true))) return false;
         }
-        std::string text;
-        std::vector<logprob_entry> lps;
-        g->poll(std::chrono::milliseconds(100), text, lps);
-        if (!g->finished() && clock_type::now() > deadline) {
-          g->abandon();
-          g->finish = "abort";
-          g->error = "the request timed out";
-        }
-        if (g->finished() && g->finish == "error") {
-          write("data: " + error_body(500, g->error) + "\n\n");
-        } else {
-          const json lp = g->req.top_logprobs >= 0 && !lps.empty() ? logprobs_json(chat, lps) : json(nullptr);
-          if (!text.empty() || !lps.empty()) {
-            if (!write(chunk(text, lp, nullptr, false))) return false;
+        std::vector<std::string> texts(n);
+        std::vector<std::vector<logprob_entry>> lps(n);
+        poll_all(std::chrono::milliseconds(100), texts, lps);
+        const bool timed_out = !all_finished() && clock_type::now() > deadline;
+        bool wrote = false;
+        for (size_t i = 0; i < n; ++i) {
+          auto& g = *gens[i];
+          if (timed_out && !g.finished()) {
+            g.abandon();
+            g.finish = "abort";
           }
-          if (g->finished()) {
-            if (!write(chunk("", nullptr, g->finish, false))) return false;
-            if (g->req.include_usage) {
-              json u = {{"id", id},
-                        {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                        {"created", created},
-                        {"model", cfg.served_name},
-                        {"choices", json::array()},
-                        {"usage", g->usage().to_json()}};
-              if (!write("data: " + dump(u) + "\n\n")) return false;
+          if (g.finish == "error") {
+            write("data: " + error_body(500, g.error) + "\n\n");
+            for (auto& other : gens) {
+              other->abandon();
+              if (!other->finished()) other->finish = "abort";
             }
-          } else if (seconds_since(st->last_write) > 1.0) {
-            // An SSE comment while nothing is produced (queue, long prefill): clients ignore it, and a
-            // client that left is noticed by the failed write.
-            if (!write(": keep-alive\n\n")) return false;
+            write("data: [DONE]\n\n");
+            sink.done();
+            return true;
+          }
+          const json lp = want_logprobs && !lps[i].empty() ? logprobs_json(chat, lps[i]) : json(nullptr);
+          if (!texts[i].empty() || !lps[i].empty()) {
+            if (!write(chunk(i, texts[i], lp, nullptr, false))) return false;
+            wrote = true;
+          }
+          if (g.finished() && !st->sent_final[i]) {
+            st->sent_final[i] = true;
+            if (!write(chunk(i, "", nullptr, g.finish, false))) return false;
+            wrote = true;
           }
         }
-        if (g->finished()) {
+        if (all_finished()) {
+          if (include_usage) {
+            json u = {{"id", id},
+                      {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                      {"created", created},
+                      {"model", cfg.served_name},
+                      {"choices", json::array()},
+                      {"usage", usage().to_json()}};
+            if (!write("data: " + dump(u) + "\n\n")) return false;
+          }
           write("data: [DONE]\n\n");
           sink.done();
+        } else if (!wrote && seconds_since(st->last_write) > 1.0) {
+          // An SSE comment while nothing is produced (queue, long prefill): clients ignore it, and a
+          // client that left is noticed by the failed write.
+          if (!write(": keep-alive\n\n")) return false;
         }
         return true;
       },
-      [g](bool) {
+      [gens](bool) {
         // Runs when the response ends, normally or because the client went away.
-        if (!g->finished()) {
-          g->finish = "abort";
+        for (auto& g : gens) {
+          if (!g->finished()) g->finish = "abort";
+          g->abandon();
+          g->record_finish();
         }
-        g->abandon();
-        g->record_finish();
       });
 }
 
