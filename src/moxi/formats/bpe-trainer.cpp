@@ -25,28 +25,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::string utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += char(cp);
-  } else if (cp < 0x800) {
-    s += char(0xC0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3F));
-  } else {
-    s += char(0xE0 | (cp >> 12));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
-
-// Raw bytes spelled in GPT-2's byte alphabet, as byte-level vocabularies store them.
-std::string byte_level_spelling(std::string_view bytes) {
-  std::string s;
-  for (char c : bytes) s += utf8(byte_level_codepoint(static_cast<uint8_t>(c)));
-  return s;
-}
-
 uint64_t pair_key(int32_t a, int32_t b) {
   return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
 }

@@ -8,24 +8,6 @@
 #include "moxi/formats/tokenizer.h"
 
 namespace moxi::formats {
-namespace {
-
-std::string utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += char(cp);
-  } else if (cp < 0x800) {
-    s += char(0xC0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3F));
-  } else {
-    s += char(0xE0 | (cp >> 12));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
-
-}  // namespace
 
 std::string byte_level_tokenizer_json(int64_t vocab_size, const std::map<int64_t, std::string>& specials) {
   if (vocab_size < 256 + int64_t(specials.size()))
@@ -48,7 +30,7 @@ std::string byte_level_tokenizer_json(int64_t vocab_size, const std::map<int64_t
   int64_t next_id = 0;
   for (uint32_t b = 0; b < 256; ++b) {
     while (specials.count(next_id)) ++next_id;
-    vocab[utf8(byte_level_codepoint(uint8_t(b)))] = next_id++;
+    vocab[byte_level_spelling(std::string(1, char(b)))] = next_id++;
   }
   nlohmann::json doc = {
       {"version", "1.0"},

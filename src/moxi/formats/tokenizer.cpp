@@ -873,4 +873,18 @@ std::optional<token_id> tokenizer::find(std::string_view text_or_bytes) const {
 
 uint32_t byte_level_codepoint(uint8_t b) { return byte_to_codepoint()[b]; }
 
+std::string byte_level_spelling(std::string_view bytes) {
+  std::string s;
+  for (char c : bytes) {
+    const uint32_t cp = byte_level_codepoint(static_cast<uint8_t>(c));  // < 0x144: one or two UTF-8 bytes
+    if (cp < 0x80) {
+      s += char(cp);
+    } else {
+      s += char(0xC0 | (cp >> 6));
+      s += char(0x80 | (cp & 0x3F));
+    }
+  }
+  return s;
+}
+
 }  // namespace moxi

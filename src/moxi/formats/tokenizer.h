@@ -104,5 +104,7 @@ bool utf8_valid(std::string_view text);
 
 // GPT-2's bytes_to_unicode alphabet: the code point that spells byte b in byte-level vocabularies.
 uint32_t byte_level_codepoint(uint8_t b);
+// Raw bytes spelled in that alphabet (UTF-8), as byte-level vocabularies store them.
+std::string byte_level_spelling(std::string_view bytes);
 
 }  // namespace moxi
