@@ -1,2 +1,0 @@
-// placeholder so the kernels library has a source until the first kernel lands.
-namespace moxi::kernels {}
