@@ -60,7 +60,7 @@ std::string S(int64_t v) {
   return std::to_string(v);
 }
 
-// Replaces {name} placeholders.
+// Fills the {name} fields of a task template with their values.
 std::string fill(std::string text, const std::map<std::string, std::string>& vars) {
   for (const auto& [k, v] : vars) {
     const std::string key = "{" + k + "}";
