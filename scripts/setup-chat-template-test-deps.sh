@@ -3,7 +3,7 @@
 # reference templates, in tests/chat-template-ref (pinned by its package-lock.json), and the renderings
 # they produce in tests/chat-template-ref/generated/ (git-ignored; read by
 # tests/formats/chat-template-test.cpp). Safe to rerun: it regenerates only when the lock file, the
-# generator or moxi's own templates changed.
+# generator or moxi's own templates (there and in configs/chat-templates/) changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,7 +17,7 @@ fi
 
 ref=tests/chat-template-ref
 stamp=$ref/generated/.stamp
-want="$(cat "$ref/package-lock.json" "$ref/generate.mjs" "$ref"/templates/*.jinja | sha256sum | cut -d' ' -f1)"
+want="$(cat "$ref/package-lock.json" "$ref/generate.mjs" "$ref"/templates/*.jinja configs/chat-templates/*.jinja | sha256sum | cut -d' ' -f1)"
 if [[ -f $stamp && "$(cat "$stamp")" == "$want" && -d $ref/node_modules ]]; then
   echo "setup-chat-template-test-deps: chat template reference data is up to date"
   exit 0

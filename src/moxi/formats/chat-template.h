@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace moxi::formats {
@@ -72,5 +73,18 @@ class chat_template {
   std::string eos_token_;
   chat_template_limits limits_;
 };
+
+// moxi-tiny's chat template (configs/chat-templates/moxi-tiny.jinja, compiled in): specials <|system|>,
+// <|user|>, <|assistant|>, <|end|>; each turn ends with <|end|>, where generation stops. `moxi init` gives
+// every checkpoint it writes this template.
+std::string_view moxi_tiny_chat_template();
+inline constexpr const char* kMoxiTinyChatSpecials[] = {"<|system|>", "<|user|>", "<|assistant|>", "<|end|>"};
+// The token that ends an assistant turn in moxi-tiny's template (a stop token for generation).
+inline constexpr std::string_view kMoxiTinyEndOfTurn = "<|end|>";
+
+// A model directory's own template: `chat_template` of DIR/tokenizer_config.json, with its bos/eos tokens.
+// nullopt when the directory has no tokenizer_config.json or the file has no chat_template (a base model);
+// a file that exists but is broken (bad JSON, a template that does not parse) throws moxi::error.
+std::optional<chat_template> load_chat_template(const std::string& model_dir, chat_template_limits limits = {});
 
 }  // namespace moxi::formats

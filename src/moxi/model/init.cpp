@@ -7,13 +7,17 @@
 #include "moxi/model/init.h"
 
 #include <cmath>
+#include <iterator>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 #include "moxi/base/error.h"
 #include "moxi/base/mx.h"
 #include "moxi/base/progress.h"
 #include "moxi/formats/byte-tokenizer.h"
+#include "moxi/formats/chat-template.h"
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/convert.h"
 #include "moxi/model/manifest.h"
@@ -117,8 +121,39 @@ void init_checkpoint(const formats::model_config& c, const std::string& out_dir,
   if (c.pad_token_id) specials[*c.pad_token_id] = "<|pad|>";
   if (c.bos_token_id) specials[*c.bos_token_id] = "<|bos|>";
   if (c.eos_token_id) specials[*c.eos_token_id] = "<|eos|>";
-  if (c.vocab_size >= 256 + int64_t(specials.size()))
+  if (c.vocab_size >= 256 + int64_t(specials.size())) {
+    // With room for them, moxi-tiny's chat specials take the top ids and the checkpoint gets that chat
+    // template (tokenizer_config.json) and <|end|> as a stop token (generation_config.json), so chat, eval
+    // and the server can talk to any random checkpoint the way they talk to a trained one.
+    const int64_t num_chat = int64_t(std::size(formats::kMoxiTinyChatSpecials));
+    bool chat = c.vocab_size >= 256 + int64_t(specials.size()) + num_chat;
+    for (int64_t i = 0; chat && i < num_chat; ++i) chat = !specials.count(c.vocab_size - num_chat + i);
+    if (chat) {
+      for (int64_t i = 0; i < num_chat; ++i)
+        specials[c.vocab_size - num_chat + i] = formats::kMoxiTinyChatSpecials[i];
+    }
     writer.add_file("tokenizer.json", formats::byte_level_tokenizer_json(c.vocab_size, specials));
+    if (chat) {
+      const auto name = [&](const std::optional<int64_t>& id) -> nlohmann::json {
+        return id ? nlohmann::json(specials.at(*id)) : nlohmann::json(nullptr);
+      };
+      nlohmann::json stops = nlohmann::json::array();
+      if (c.eos_token_id) stops.push_back(*c.eos_token_id);
+      static_assert(std::string_view(formats::kMoxiTinyChatSpecials[3]) == formats::kMoxiTinyEndOfTurn);
+      stops.push_back(c.vocab_size - 1);  // <|end|>, the last chat special
+      const nlohmann::json tok_config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                         {"bos_token", name(c.bos_token_id)},
+                                         {"eos_token", name(c.eos_token_id)},
+                                         {"pad_token", name(c.pad_token_id)},
+                                         {"clean_up_tokenization_spaces", false},
+                                         {"chat_template", std::string(formats::moxi_tiny_chat_template())}};
+      nlohmann::json gen_config = {{"eos_token_id", stops}};
+      if (c.bos_token_id) gen_config["bos_token_id"] = *c.bos_token_id;
+      if (c.pad_token_id) gen_config["pad_token_id"] = *c.pad_token_id;
+      writer.add_file("tokenizer_config.json", tok_config.dump(2) + "\n");
+      writer.add_file("generation_config.json", gen_config.dump(2) + "\n");
+    }
+  }
 
   progress bar("init", total, /*bytes=*/true);
   std::vector<float> values;
