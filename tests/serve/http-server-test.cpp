@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "moxi/model/model.h"
@@ -104,6 +105,20 @@ std::vector<token_id> ids(int n, int seed) {
   std::vector<token_id> v;
   for (int i = 0; i < n; ++i) v.push_back(token_id(3 + (i * 37 + seed * 101) % 250));
   return v;
+}
+
+// A raw loopback TCP connection to the server, for clients no HTTP library would imitate.
+int raw_connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 TEST_F(http_server, HealthModelsAndUnknownRoutes) {
@@ -249,6 +264,60 @@ TEST_F(http_server, SeveralChoicesStreamAndNonStream) {
   const auto ns = post("/v1/chat/completions", chat);
   for (int i = 0; i < 2; ++i) EXPECT_EQ(s.texts.at(i), ns["choices"][i]["message"]["content"]) << i;
   EXPECT_TRUE(eventually([] { return at_baseline(*srv_); }));
+}
+
+TEST_F(http_server, SeveralChoicesForkOnePrefillAndEqualSeparateSeededRequests) {
+  ASSERT_TRUE(eventually([] { return at_baseline(*srv_); }));
+  // 11 tokens, inside one block: no prefix hit can make the separate requests' prefill differ.
+  const auto prompt = ids(11, 5);
+  const int64_t max_tokens = 8;
+  json body = {{"prompt", prompt},      {"max_tokens", max_tokens}, {"temperature", 1.0},
+               {"seed", 77},            {"ignore_eos", true},       {"logprobs", 0},
+               {"return_tokens_as_token_ids", true}};
+  const auto before = srv_->snapshot();
+  json forked = body;
+  forked["n"] = 3;
+  const auto j = post("/v1/completions", forked);
+  ASSERT_EQ(j["choices"].size(), 3u);
+  ASSERT_TRUE(eventually([] { return at_baseline(*srv_); }));
+  const auto after = srv_->snapshot();
+  // The prompt computed once, then each choice's tokens but its last.
+  EXPECT_EQ(after.computed_tokens - before.computed_tokens, 11 + 3 * (max_tokens - 1));
+  EXPECT_EQ(after.memory.free_blocks, before.memory.free_blocks);
+  EXPECT_EQ(after.memory.free_state_slots, before.memory.free_state_slots);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 11);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3 * max_tokens);
+  // Choice i is what a single request with seed 77 + i samples.
+  std::set<std::vector<int64_t>> distinct;
+  for (int i = 0; i < 3; ++i) {
+    json single = body;
+    single["seed"] = 77 + i;
+    const auto one = post("/v1/completions", single);
+    EXPECT_EQ(token_ids(j["choices"][i]), token_ids(one["choices"][0])) << "choice " << i;
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    distinct.insert(token_ids(j["choices"][i]));
+  }
+  EXPECT_GT(distinct.size(), 1u) << "seeded choices sample independently";
+}
+
+TEST_F(http_server, NonStreamClientThatClosesEarlyIsCancelled) {
+  ASSERT_TRUE(eventually([] { return at_baseline(*srv_); }));
+  const auto before = srv_->snapshot();
+  const int fd = raw_connect(srv_->port());
+  ASSERT_GE(fd, 0);
+  const std::string body =
+      json{{"prompt", "x"}, {"max_tokens", 4000}, {"ignore_eos", true}, {"temperature", 0}}.dump();
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+  const std::string msg = head + body;
+  ASSERT_EQ(::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL), ssize_t(msg.size()));
+  ASSERT_TRUE(eventually([] { return srv_->snapshot().live_requests == 1; }));
+  ::close(fd);
+  EXPECT_TRUE(eventually([] { return at_baseline(*srv_); }, 20)) << "memory not back to baseline";
+  const auto after = srv_->snapshot();
+  EXPECT_EQ(after.aborted, before.aborted + 1) << "cancelled, not run to max_tokens";
+  EXPECT_LT(after.computed_tokens - before.computed_tokens, 4000);
+  EXPECT_EQ(after.memory.free_blocks, before.memory.free_blocks);
 }
 
 TEST_F(http_server, StopStringsEndTheOutputBeforeTheMatch) {
@@ -496,20 +565,6 @@ TEST(http_server_alone, ConcurrentRequestsBeyondTheLimitGet429) {
   auto ok = c->Post("/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 1}", "application/json");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
-}
-
-// A raw loopback TCP connection to the server, for clients no HTTP library would imitate.
-int raw_connect(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 TEST(http_server_alone, SlowAndVanishingClientsAreCutOffAndTheServerKeepsServing) {

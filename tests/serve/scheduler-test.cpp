@@ -8,6 +8,7 @@
 
 #include <map>
 #include <random>
+#include <set>
 
 #include "moxi/base/error.h"
 #include "moxi/serve/engine-core.h"
@@ -56,6 +57,7 @@ struct workload_request {
   request_params params;
   int arrival_step = 0;  // added before this step
   int cancel_step = -1;  // cancelled before this step (if still running)
+  std::vector<request_id> forks = {};  // parallel sampling: more choices of the same prompt
 };
 
 struct result {
@@ -84,10 +86,14 @@ run_summary run(const cache_spec& spec, const memory_options& mo, const schedule
   fake_model model(memory, kVocab);
   run_summary sum;
   std::map<request_id, const workload_request*> by_id;
-  for (const auto& w : work) by_id[w.id] = &w;
+  std::map<request_id, size_t> fork_index;  // a fork's 1-based position among its parent's forks
+  for (const auto& w : work) {
+    by_id[w.id] = &w;
+    for (size_t k = 0; k < w.forks.size(); ++k) by_id[w.forks[k]] = &w, fork_index[w.forks[k]] = k + 1;
+  }
   for (int step = 0;; ++step) {
     for (const auto& w : work) {
-      if (w.arrival_step == step) sched.add_request(w.id, w.params);
+      if (w.arrival_step == step) sched.add_request(w.id, w.params, w.forks);
       if (w.cancel_step == step) sched.cancel(w.id);
     }
     const bool more_arrivals = std::any_of(work.begin(), work.end(), [&](const auto& w) {
@@ -104,6 +110,10 @@ run_summary run(const cache_spec& spec, const memory_options& mo, const schedule
     bool prefill = false, decode = false;
     for (const auto& s : out.scheduled) {
       EXPECT_GE(s.n_tokens(), 1);
+      if (!s.forks.empty()) {
+        EXPECT_TRUE(s.sample);
+        EXPECT_EQ(s.start + s.n_tokens(), int64_t(by_id.at(s.id)->params.prompt.size())) << "fork at prompt end";
+      }
       total += s.n_tokens();
       (s.sample && s.n_tokens() == 1 ? decode : prefill) = true;
     }
@@ -129,7 +139,15 @@ run_summary run(const cache_spec& spec, const memory_options& mo, const schedule
     if (r.reason == finish_reason::ABORT) continue;
     std::vector<token_id> history = by_id.at(id)->params.prompt;
     for (size_t k = 0; k < r.tokens.size(); ++k) {
-      EXPECT_EQ(r.tokens[k], model.reference_next(history)) << "request " << id << " token " << k;
+      const token_id ref = model.reference_next(history);
+      if (k == 0 && fork_index.count(id)) {
+        // Forked: the fake model's k-th candidate; or the plain next token when its parent was cancelled
+        // before the prefill ended and the fork ran as a request of its own.
+        const token_id forked = token_id((ref + fork_index.at(id)) % kVocab);
+        EXPECT_TRUE(r.tokens[k] == forked || r.tokens[k] == ref) << "fork " << id;
+      } else {
+        EXPECT_EQ(r.tokens[k], ref) << "request " << id << " token " << k;
+      }
       history.push_back(r.tokens[k]);
     }
     EXPECT_NE(r.reason, finish_reason::NONE);
@@ -312,12 +330,61 @@ TEST(Scheduler, RandomWorkloadsNeverLeak) {
     std::mt19937 rng(seed * 7);
     for (auto& w : work)
       if (rng() % 4 == 0) w.cancel_step = w.arrival_step + int(rng() % 12);
+    for (auto& w : work)  // some requests sample several choices
+      if (rng() % 5 == 0) w.forks = {w.id + 1000, w.id + 2000};
     const bool hybrid = seed % 2;
     const auto s =
         run(hybrid ? hybrid_spec() : mla_only_spec(), mem(16 + int32_t(seed % 5) * 6, 6, 3 + seed % 3),
             cfg(4 + seed % 13, 1 + int32_t(seed % 6), seed % 3 ? 0 : 3), work);
-    EXPECT_EQ(s.results.size(), work.size()) << "every request finished or was aborted, seed " << seed;
+    size_t choices = 0;
+    for (const auto& w : work) choices += 1 + w.forks.size();
+    EXPECT_EQ(s.results.size(), choices) << "every request finished or was aborted, seed " << seed;
   }
+}
+
+TEST(Scheduler, ForksComputeThePromptOnceAndContinueIndependently) {
+  std::mt19937 rng(23);
+  const auto prompt = random_tokens(rng, 23);  // 5 full blocks of 4 + a partial one (copied at the fork)
+  const int64_t max_tokens = 10;
+  workload_request w{1, {prompt, max_tokens, {}}, 0, -1, {2, 3, 4}};
+  for (const auto& spec : {hybrid_spec(), mla_only_spec()}) {
+    const auto s = run(spec, mem(256), cfg(64, 8), {w});
+    ASSERT_EQ(s.results.size(), 4u);
+    std::set<std::vector<token_id>> distinct;
+    for (request_id id : {1, 2, 3, 4}) {
+      EXPECT_EQ(s.results.at(id).reason, finish_reason::LENGTH);
+      EXPECT_EQ(int64_t(s.results.at(id).tokens.size()), max_tokens);
+      distinct.insert(s.results.at(id).tokens);
+    }
+    EXPECT_EQ(distinct.size(), 4u) << "the choices diverge from their first token";
+    // The prompt once, then every choice's own tokens but its last.
+    EXPECT_EQ(s.stats.scheduled_tokens, 23 + 4 * (max_tokens - 1));
+    // Alone, the same four prompts compute the prompt four times.
+    std::vector<workload_request> separate;
+    for (request_id id : {1, 2, 3, 4}) separate.push_back({id, {prompt, max_tokens, {}}, 0, -1});
+    EXPECT_EQ(run(spec, mem(256, 16, 64, false), cfg(64, 8), separate).stats.scheduled_tokens,
+              4 * (23 + max_tokens - 1));
+  }
+}
+
+TEST(Scheduler, ForksWithoutMemoryOrSlotsRecomputeAndStillAgree) {
+  std::mt19937 rng(24);
+  std::vector<workload_request> work;
+  for (request_id id = 1; id <= 3; ++id)
+    work.push_back({id, {random_tokens(rng, 9 + int(id)), 12, {}}, 0, -1, {id + 10, id + 20, id + 30}});
+  for (const auto& spec : {hybrid_spec(), mla_only_spec()}) {
+    // 3 state slots for 12 choices; a running cap of 2; blocks for about 5 sequences.
+    const auto s = run(spec, mem(24, 3, 8), cfg(16, 2), work);
+    EXPECT_EQ(s.results.size(), 12u);
+    EXPECT_GT(s.stats.scheduled_tokens, (10 + 11 + 12) + 12 * (12 - 1)) << "some forks had to recompute";
+    for (const auto& [id, r] : s.results) EXPECT_EQ(r.reason, finish_reason::LENGTH) << id;
+  }
+  // A parent cancelled before its prefill ends leaves its forks running as requests of their own.
+  work = {{1, {random_tokens(rng, 30), 6, {}}, 0, 1, {2, 3}}};
+  const auto s = run(hybrid_spec(), mem(64), cfg(4, 4), work);
+  EXPECT_EQ(s.results.at(1).reason, finish_reason::ABORT);
+  EXPECT_EQ(s.results.at(2).reason, finish_reason::LENGTH);
+  EXPECT_EQ(s.results.at(3).reason, finish_reason::LENGTH);
 }
 
 TEST(Scheduler, RejectsRequestsThatCanNeverRun) {
@@ -331,8 +398,10 @@ TEST(Scheduler, RejectsRequestsThatCanNeverRun) {
   } catch (const error& e) {
     EXPECT_NE(std::string(e.what()).find("request 7"), std::string::npos) << e.what();
   }
-  sched.add_request(1, {{1, 2}, 4, {}});
+  sched.add_request(1, {{1, 2}, 4, {}}, {2});
   EXPECT_THROW(sched.add_request(1, {{1, 2}, 4, {}}), error);
+  EXPECT_THROW(sched.add_request(3, {{1, 2}, 4, {}}, {2}), error) << "fork id already in use";
+  EXPECT_THROW(sched.add_request(4, {{1, 2}, 4, {}}, {5, 5}), error);
 }
 
 }  // namespace

@@ -128,14 +128,23 @@ void executor::remove(request_id id) {
 
 std::map<request_id, token_id> executor::execute(const scheduler_output& step) {
   const auto& reqs = step.scheduled;
-  std::vector<token_id> sampled(reqs.size(), -1);
-  std::vector<std::optional<token_logprobs>> lps(reqs.size());
-  std::vector<request_state*> states(reqs.size(), nullptr);
+  // One sampler per choice: the request's own, then its forks' (parallel sampling draws every fork's first
+  // token from the same logits with the fork's own sampler and seed).
+  struct choice {
+    request_id id;
+    request_state* state;
+    token_id token = -1;
+    std::optional<token_logprobs> lps;
+  };
+  std::vector<std::vector<choice>> choices(reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) {
     if (!reqs[i].sample) continue;
-    auto it = requests_.find(reqs[i].id);
-    MOXI_ASSERT(it != requests_.end(), "executor: a scheduled request has no sampler");
-    states[i] = it->second.get();
+    for (size_t k = 0; k <= reqs[i].forks.size(); ++k) {
+      const request_id id = k == 0 ? reqs[i].id : reqs[i].forks[k - 1];
+      auto it = requests_.find(id);
+      MOXI_ASSERT(it != requests_.end(), "executor: a scheduled request has no sampler");
+      choices[i].push_back({id, it->second.get()});
+    }
   }
   auto run_one = [&](size_t i) {
     const auto& r = reqs[i];
@@ -145,12 +154,11 @@ std::map<request_id, token_id> executor::execute(const scheduler_output& step) {
     o.last_only = true;
     const std::vector<float> logits = model_.forward(r.tokens, cache, o);
     cache.flush();
-    if (!r.sample) return;
-    request_state& st = *states[i];
-    const token_id t = st.smp.sample(logits);
-    st.smp.accept(t);
-    sampled[i] = t;
-    if (st.top_logprobs >= 0) lps[i] = logprobs_of(logits, t, st.top_logprobs);
+    for (auto& c : choices[i]) {
+      c.token = c.state->smp.sample(logits);
+      c.state->smp.accept(c.token);
+      if (c.state->top_logprobs >= 0) c.lps = logprobs_of(logits, c.token, c.state->top_logprobs);
+    }
   };
 
   if (reqs.size() == 1 || !parallel_) {
@@ -176,11 +184,11 @@ std::map<request_id, token_id> executor::execute(const scheduler_output& step) {
 
   std::map<request_id, token_id> next_tokens;
   logprobs_.clear();
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    if (!reqs[i].sample) continue;
-    next_tokens[reqs[i].id] = sampled[i];
-    if (lps[i]) logprobs_[reqs[i].id] = std::move(*lps[i]);
-  }
+  for (auto& cs : choices)
+    for (auto& c : cs) {
+      next_tokens[c.id] = c.token;
+      if (c.lps) logprobs_[c.id] = std::move(*c.lps);
+    }
   return next_tokens;
 }
 

@@ -141,7 +141,10 @@ std::map<request_id, token_id> fake_model::execute(const scheduler_output& step)
       }
     }
     tokens_computed_ += r.n_tokens();
-    if (r.sample) next[r.id] = readout(h, vocab_);
+    if (!r.sample) continue;
+    next[r.id] = readout(h, vocab_);
+    // Forks "sample" the k-th next candidate, so that their histories diverge from the parent's.
+    for (size_t k = 0; k < r.forks.size(); ++k) next[r.forks[k]] = token_id((next[r.id] + k + 1) % vocab_);
   }
   return next;
 }

@@ -2,7 +2,8 @@
 // executor must (KDA state updated in place, latent rows written for new positions, all rows read back for
 // attention), so that any paging, prefix-cache, snapshot or scheduling bug changes the tokens it returns.
 // Its next token is a function of the whole token history; reference_next() computes the same function
-// from scratch with plain vectors and no cache: the independent oracle of the serve tests.
+// from scratch with plain vectors and no cache: the independent oracle of the serve tests. The k-th fork
+// (1-based) of a request gets reference_next(prompt) + k (mod vocab) as its first token.
 #pragma once
 
 #include <cstdint>

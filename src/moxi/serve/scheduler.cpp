@@ -23,22 +23,34 @@ scheduler::scheduler(memory::hybrid_memory& memory, const scheduler_config& conf
     throw error("scheduler: max_num_batched_tokens and max_num_running must be >= 1");
 }
 
-void scheduler::add_request(request_id id, request_params params) {
+void scheduler::add_request(request_id id, request_params params, const std::vector<request_id>& fork_ids) {
   const std::string name = "request " + std::to_string(id);
   if (params.prompt.empty()) throw error(name + ": the prompt is empty; at least one token is needed");
   if (params.max_tokens < 1)
     throw error(name + ": max_tokens must be >= 1, got " + std::to_string(params.max_tokens));
-  if (requests_.count(id)) throw error(name + ": a request with this id is already running");
   const int64_t need = int64_t(params.prompt.size()) + params.max_tokens;
   if (need > config_.max_model_len)
     throw error(name + ": prompt (" + std::to_string(params.prompt.size()) + " tokens) + max_tokens (" +
                 std::to_string(params.max_tokens) + ") exceeds the maximum of " +
                 std::to_string(config_.max_model_len) + " tokens");
+  std::unordered_set<request_id> ids{id};
+  for (request_id f : fork_ids)
+    if (!ids.insert(f).second) throw error(name + ": fork id " + std::to_string(f) + " is given twice");
+  for (request_id x : ids)
+    if (requests_.count(x))
+      throw error(name + ": a request with id " + std::to_string(x) + " is already running");
   request r;
   r.id = id;
   r.tokens = params.prompt;
   r.num_prompt = int64_t(params.prompt.size());
   r.params = std::move(params);
+  for (request_id f : fork_ids) {
+    request c = r;
+    c.id = f;
+    c.fork_of = id;
+    requests_.emplace(f, std::move(c));
+  }
+  r.forks = fork_ids;
   requests_.emplace(id, std::move(r));
   waiting_.push_back(id);
 }
@@ -82,9 +94,18 @@ void scheduler::drop_cancelled(scheduler_output& out) {
       memory_.free(*r.seq);
       r.seq.reset();
       running_.erase(std::find(running_.begin(), running_.end(), id));
+    } else if (r.fork_of) {
+      auto& siblings = requests_.at(*r.fork_of).forks;
+      siblings.erase(std::find(siblings.begin(), siblings.end(), id));
     } else {
       waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
     }
+    // A parent cancelled before its prefill ended: its forks become requests of their own.
+    for (request_id f : r.forks) {
+      requests_.at(f).fork_of.reset();
+      waiting_.push_back(f);
+    }
+    r.forks.clear();
     out.aborted.push_back(id);
     ++stats_.aborted;
   }
@@ -103,6 +124,7 @@ scheduler_output scheduler::schedule() {
     s.start = r.num_computed;
     s.tokens.assign(r.tokens.begin() + r.num_computed, r.tokens.begin() + r.num_computed + n);
     s.sample = r.num_computed + n == int64_t(r.tokens.size());
+    if (s.sample) s.forks = r.forks;  // only the first sample (the prompt's end) has forks
     out.scheduled.push_back(std::move(s));
     out.total_tokens += n;
     budget -= n;
@@ -162,6 +184,52 @@ request_output scheduler::report(const request& r) const {
   return o;
 }
 
+request_output scheduler::accept(request& r, token_id t) {
+  r.tokens.push_back(t);
+  auto o = report(r);
+  o.new_tokens.push_back(t);
+  const auto& stops = r.params.stop_tokens;
+  if (std::find(stops.begin(), stops.end(), t) != stops.end())
+    o.finished = finish_reason::STOP;
+  else if (int64_t(r.tokens.size()) - r.num_prompt >= r.params.max_tokens)
+    o.finished = finish_reason::LENGTH;
+  if (o.finished != finish_reason::NONE) {
+    if (r.seq) {
+      memory_.free(*r.seq);
+      running_.erase(std::find(running_.begin(), running_.end(), r.id));
+    }
+    cancelled_.erase(r.id);  // finished before its cancellation took effect
+    requests_.erase(r.id);   // r is gone from here on
+  }
+  return o;
+}
+
+void scheduler::fork_children(request& parent, const scheduled_request& s,
+                              const std::map<request_id, token_id>& sampled, std::vector<request_output>& events) {
+  for (request_id id : s.forks) {
+    request& c = requests_.at(id);  // a fork cancelled since schedule() is still here until the next one
+    auto it = sampled.find(id);
+    MOXI_ASSERT(it != sampled.end(), "the runner returned no token for a fork");
+    c.fork_of.reset();
+    c.num_cached_tokens = parent.num_cached_tokens;  // counted once, in the parent's admission
+    auto o = accept(c, it->second);
+    const bool done = o.finished != finish_reason::NONE;
+    events.push_back(std::move(o));
+    if (done) continue;
+    std::optional<memory::seq_id> seq;
+    if (int32_t(running_.size()) < config_.max_num_running) seq = memory_.fork(*parent.seq);
+    if (seq) {
+      c.seq = seq;
+      c.num_computed = memory_.length(*seq);
+      running_.push_back(id);
+    } else {
+      c.num_computed = 0;  // recomputes prompt + first token, mostly from the prefix cache
+      waiting_.push_front(id);
+    }
+  }
+  parent.forks.clear();
+}
+
 std::vector<request_output> scheduler::update(const scheduler_output& out,
                                               const std::map<request_id, token_id>& sampled) {
   std::vector<request_output> events;
@@ -179,21 +247,10 @@ std::vector<request_output> scheduler::update(const scheduler_output& out,
     if (!s.sample) continue;
     auto it = sampled.find(s.id);
     MOXI_ASSERT(it != sampled.end(), "the runner returned no token for a request that samples");
-    r.tokens.push_back(it->second);
-    auto o = report(r);
-    o.new_tokens.push_back(it->second);
-    const auto& stops = r.params.stop_tokens;
-    if (std::find(stops.begin(), stops.end(), it->second) != stops.end())
-      o.finished = finish_reason::STOP;
-    else if (int64_t(r.tokens.size()) - r.num_prompt >= r.params.max_tokens)
-      o.finished = finish_reason::LENGTH;
-    if (o.finished != finish_reason::NONE) {
-      memory_.free(*r.seq);
-      running_.erase(std::find(running_.begin(), running_.end(), s.id));
-      cancelled_.erase(s.id);  // finished before its cancellation took effect
-      requests_.erase(s.id);
-    }
-    events.push_back(std::move(o));
+    std::vector<request_output> fork_events;
+    if (!s.forks.empty()) fork_children(r, s, sampled, fork_events);
+    events.push_back(accept(r, it->second));
+    for (auto& e : fork_events) events.push_back(std::move(e));
   }
   return events;
 }

@@ -44,6 +44,9 @@ struct scheduled_request {
   int64_t start = 0;             // position of the first token fed = tokens computed before the step
   std::vector<token_id> tokens;  // the tokens at positions [start, start + tokens.size())
   bool sample = false;           // the step reaches the last known token: the runner returns the next one
+  // Parallel sampling (n > 1): requests forked from this one once the step ends (its last prompt chunk).
+  // The runner samples one token for each of them too, from this step's logits with their own samplers.
+  std::vector<request_id> forks;
   int64_t n_tokens() const { return int64_t(tokens.size()); }
 };
 
@@ -79,7 +82,14 @@ class scheduler {
 
   // Throws moxi::error naming the request for an empty prompt, max_tokens < 1, a duplicate id or a
   // prompt + max_tokens over max_model_len (such a request could never finish, even alone).
-  void add_request(request_id id, request_params params);
+  // fork_ids: parallel sampling (n > 1). Each is another request with the same params whose prompt is not
+  // computed again: when `id` finishes its prefill, the step samples a first token for every fork from the
+  // same logits, and each fork continues on a hybrid_memory::fork of the sequence (full blocks shared,
+  // partial block and KDA state copied). Without a free slot or block (or beyond max_num_running) a fork
+  // waits instead, keeping its first token, and recomputes its prompt through the prefix cache, as a
+  // preempted request does; if `id` is cancelled before its prefill ends, its forks run on as requests of
+  // their own.
+  void add_request(request_id id, request_params params, const std::vector<request_id>& fork_ids = {});
   // Marks a request cancelled (a client disconnect); the next schedule() frees its memory and update()
   // reports it finished with ABORT. Unknown or finished ids are ignored.
   void cancel(request_id id);
@@ -108,7 +118,13 @@ class scheduler {
     std::optional<memory::seq_id> seq;
     int64_t num_cached_tokens = -1;  // set at the first admission
     bool cancelled = false;
+    std::vector<request_id> forks;      // not forked yet (cleared when the prefill ends)
+    std::optional<request_id> fork_of;  // set while this request waits for its parent's prefill
   };
+  void fork_children(request& parent, const scheduled_request& s, const std::map<request_id, token_id>& sampled,
+                     std::vector<request_output>& events);
+  // Appends a sampled token; on a stop token or max_tokens the request is finished: freed and forgotten.
+  request_output accept(request& r, token_id t);
   int64_t chunk(const request& r, int64_t start, int64_t budget) const;
   void preempt(request& r, scheduler_output& out);
   void drop_cancelled(scheduler_output& out);

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "moxi/memory/cache-spec.h"
 #include "moxi/model/model.h"
 #include "moxi/serve/api-openai.h"
+#include "moxi/serve/connection.h"
 #include "moxi/serve/executor.h"
 #include "moxi/serve/http-auth.h"
 
@@ -55,10 +57,12 @@ struct live_request {
   clock_type::time_point first_scheduled;
 };
 
+// One completion request: its choices (n > 1: the first is computed, the others fork from it after the
+// prompt), each with its own sampling seed.
 struct pending_add {
-  std::shared_ptr<live_request> lr;
+  std::vector<std::shared_ptr<live_request>> choices;
+  std::vector<sampling_params> sampling;  // per choice
   request_params params;
-  sampling_params sampling;
   int top_logprobs = -1;
 };
 
@@ -73,7 +77,8 @@ struct server::impl {
   executor exec;
   metrics mets;
   int64_t max_model_len = 0;
-  std::optional<token_id> eos, bos;
+  std::vector<token_id> stop_token_ids;  // end the generation (config eos + generation_config eos ids)
+  std::optional<token_id> bos;
 
   httplib::Server http;
   std::thread http_thread, engine_thread;
@@ -127,6 +132,8 @@ struct server::impl {
     s.gauges.prefix_hit_tokens = st.prefix_hit_tokens;
     s.gauges.preemptions = st.preemptions;
     s.live_requests = int64_t(live.size());
+    s.computed_tokens = st.scheduled_tokens;
+    s.aborted = st.aborted;
     mets.set_engine(s.gauges);
     std::lock_guard<std::mutex> l(snap_m);
     snap = s;
@@ -150,14 +157,18 @@ struct server::impl {
         cancel_all = false;
       }
       for (auto& a : new_adds) {
-        const request_id id = a.lr->id;
+        std::vector<request_id> forks;
+        for (size_t i = 1; i < a.choices.size(); ++i) forks.push_back(a.choices[i]->id);
         try {
-          exec.add(id, a.sampling, a.params.prompt, a.top_logprobs);
-          sched.add_request(id, std::move(a.params));
-          live[id] = a.lr;
+          for (size_t i = 0; i < a.choices.size(); ++i)
+            exec.add(a.choices[i]->id, a.sampling[i], a.params.prompt, a.top_logprobs);
+          sched.add_request(a.choices[0]->id, std::move(a.params), forks);
+          for (const auto& lr : a.choices) live[lr->id] = lr;
         } catch (const std::exception& e) {
-          exec.remove(id);
-          deliver_error(a.lr, e.what());
+          for (const auto& lr : a.choices) {
+            exec.remove(lr->id);
+            deliver_error(lr, e.what());
+          }
         }
       }
       for (request_id id : new_cancels) sched.cancel(id);
@@ -450,26 +461,27 @@ void server::impl::handle_completion(const httplib::Request& req, httplib::Respo
     return send_error(res, 400, e.what());
   }
 
-  // n > 1: one engine request per choice (the prompt's blocks are shared through the prefix cache once the
-  // first has computed them); a seeded request gives choice i the seed + i, so choices differ but repeat.
+  // n > 1: parallel sampling. The prompt is computed once; the other choices fork from it (shared blocks,
+  // copied KDA state) and sample their first token from the same logits. A seeded request gives choice i
+  // the seed + i, so choices differ but repeat, and each equals a single request with that seed.
   std::vector<std::shared_ptr<generation>> gens;
   std::vector<token_id> stop_ids;
-  if (eos && !r.ignore_eos) stop_ids.push_back(*eos);
+  if (!r.ignore_eos) stop_ids = stop_token_ids;
+  pending_add a;
+  a.params.prompt = prompt;
+  a.params.max_tokens = max_tokens;
+  a.params.stop_tokens = stop_ids;
+  a.top_logprobs = r.top_logprobs;
   for (int i = 0; i < r.n; ++i) {
     auto lr = std::make_shared<live_request>();
     lr->id = next_id.fetch_add(1);
-    pending_add a;
-    a.lr = lr;
-    a.params.prompt = prompt;
-    a.params.max_tokens = max_tokens;
-    a.params.stop_tokens = stop_ids;
-    a.sampling = r.sampling;
-    if (a.sampling.seed) a.sampling.seed = *a.sampling.seed + uint64_t(i);
-    a.top_logprobs = r.top_logprobs;
+    a.choices.push_back(lr);
+    a.sampling.push_back(r.sampling);
+    if (r.sampling.seed) a.sampling.back().seed = *r.sampling.seed + uint64_t(i);
     mets.request_started();
-    submit(std::move(a));
     gens.push_back(std::make_shared<generation>(*this, r, lr, arrival, stop_ids));
   }
+  submit(std::move(a));
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + hex_id(gens[0]->lr->id);
   const int64_t created = unix_now();
   const auto deadline = arrival + std::chrono::milliseconds(int64_t(cfg.request_timeout_s * 1000));
@@ -498,8 +510,21 @@ void server::impl::handle_completion(const httplib::Request& req, httplib::Respo
   if (!r.stream) {
     std::vector<std::string> texts(n);
     std::vector<std::vector<logprob_entry>> lps(n);
+    // A client that closes the connection while the request runs cancels it (the engine frees its memory
+    // at the next step); looked for at every wake-up, at least every 200 ms.
+    int fd = -2;  // -2: not looked up yet (short requests finish before the first wake-up)
     while (!all_finished()) {
       poll_all(std::chrono::milliseconds(200), texts, lps);
+      if (all_finished()) break;
+      if (fd == -2) fd = find_connection_fd(req.remote_addr, req.remote_port, bound_port);
+      if (fd >= 0 && peer_closed(fd)) {
+        for (auto& g : gens) {
+          g->abandon();
+          if (!g->finished()) g->finish = "abort";
+          g->record_finish();
+        }
+        return send_error(res, 499, "the client closed the connection");
+      }
       if (!all_finished() && clock_type::now() > deadline) {
         for (auto& g : gens) {
           g->abandon();
@@ -698,6 +723,26 @@ void server::impl::setup_routes() {
 
 namespace {
 
+// generation_config.json's eos_token_id (one id or a list, as transformers writes it), e.g. moxi-tiny's
+// <|end|> that ends a chat turn; empty without the file.
+std::vector<token_id> generation_stop_ids(const std::string& model_dir, int64_t vocab_size) {
+  const std::string path = model_dir + "/generation_config.json";
+  std::ifstream in(path);
+  if (!in) return {};
+  const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) throw error(path + ": not a JSON object");
+  if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) return {};
+  const json& e = j["eos_token_id"];
+  std::vector<token_id> ids;
+  for (const json& x : e.is_array() ? e : json::array({e})) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab_size)
+      throw error(path + ": eos_token_id must be token ids below vocab_size " + std::to_string(vocab_size) +
+                  ", got " + e.dump());
+    ids.push_back(token_id(x.get<int64_t>()));
+  }
+  return ids;
+}
+
 std::unique_ptr<server::impl> make_impl(server_config cfg) {
   if (cfg.served_name.empty()) {
     cfg.served_name = std::filesystem::path(cfg.model_dir).lexically_normal().filename().string();
@@ -727,7 +772,10 @@ std::unique_ptr<server::impl> make_impl(server_config cfg) {
   sc.max_model_len = std::min<int64_t>(len, int64_t(mo.num_blocks) * mo.block_size);
   auto p = std::make_unique<server::impl>(std::move(cfg), std::move(m), std::move(t), mo, sc);
   p->max_model_len = p->sched.config().max_model_len;
-  if (c.eos_token_id) p->eos = token_id(*c.eos_token_id);
+  if (c.eos_token_id) p->stop_token_ids.push_back(token_id(*c.eos_token_id));
+  for (token_id id : generation_stop_ids(p->cfg.model_dir, c.vocab_size))
+    if (std::find(p->stop_token_ids.begin(), p->stop_token_ids.end(), id) == p->stop_token_ids.end())
+      p->stop_token_ids.push_back(id);
   if (c.bos_token_id) p->bos = token_id(*c.bos_token_id);
   return p;
 }

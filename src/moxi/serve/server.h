@@ -48,7 +48,9 @@ struct server_config {
 struct engine_snapshot {
   engine_gauges gauges;
   memory::memory_stats memory;
-  int64_t live_requests = 0;  // requests the engine still tracks
+  int64_t live_requests = 0;    // requests the engine still tracks
+  int64_t computed_tokens = 0;  // tokens the model computed, all steps together
+  int64_t aborted = 0;          // requests cancelled in the engine (disconnects, stop strings, timeouts)
   int64_t active_http = 0;    // completion requests inside handlers
 };
 
