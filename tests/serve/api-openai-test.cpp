@@ -1,6 +1,6 @@
 // Unit tests of the API layer without a server: request parsing (defaults, every parameter's type and
-// range errors naming the parameter), error bodies, the fallback chat rendering, JSON dumps of bytes that
-// are not UTF-8, constant-time key checks, and the Prometheus histogram exposition.
+// range errors naming the parameter), error bodies, chat rendering through the model's template (and the
+// 400s without one or when it raises), JSON dumps of bytes that are not UTF-8, constant-time key checks, and the Prometheus histogram exposition.
 #include "moxi/serve/api-openai.h"
 
 #include <gtest/gtest.h>
@@ -51,10 +51,44 @@ TEST(api_openai, ParsesChatMessagesAndContentParts) {
           "max_completion_tokens": 3, "logprobs": true, "top_logprobs": 4})",
       true, "m");
   ASSERT_EQ(r.messages.size(), 2u);
-  EXPECT_EQ(r.messages[1].content, "ab");
+  EXPECT_EQ(r.messages[1]["content"], "ab");
   EXPECT_EQ(*r.max_tokens, 3);
   EXPECT_EQ(r.top_logprobs, 4);
-  EXPECT_EQ(render_chat(r.messages), "<|system|>\ns\n<|user|>\nab\n<|assistant|>\n");
+  EXPECT_TRUE(r.add_generation_prompt);
+  EXPECT_FALSE(r.tools);
+}
+
+TEST(api_openai, ChatRendersWithTheModelTemplateAndFailsWithout) {
+  auto r = parse_completion_request(
+      R"({"messages": [{"role": "user", "content": "Hi"}], "tools": [{"type": "function",
+          "function": {"name": "f", "parameters": {}}}], "chat_template_kwargs": {"add_generation_prompt": false}})",
+      true, "m");
+  ASSERT_TRUE(r.tools);
+  // Key order as sent (tojson shows it): "type" before "function".
+  EXPECT_EQ(r.tools->dump(), R"([{"type":"function","function":{"name":"f","parameters":{}}}])");
+  // A template that prints exactly what it is given, so the expected text follows from Jinja alone.
+  const formats::chat_template echo(
+      "{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}{{ tools | length }}"
+      "{{ '+' if add_generation_prompt else '-' }}",
+      "echo");
+  EXPECT_EQ(render_chat(&echo, r), "[user:Hi]1-");
+  r.template_kwargs = nlohmann::ordered_json::object();
+  EXPECT_EQ(render_chat(&echo, r), "[user:Hi]1+");
+  try {
+    render_chat(nullptr, r);
+    FAIL();
+  } catch (const api_error& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("no chat template"), std::string::npos) << e.what();
+  }
+  const formats::chat_template raising("{{ raise_exception('only user turns, please') }}", "strict");
+  try {
+    render_chat(&raising, r);
+    FAIL();
+  } catch (const api_error& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("only user turns, please"), std::string::npos) << e.what();
+  }
 }
 
 TEST(api_openai, RejectsBadBodiesNamingTheParameter) {
@@ -86,6 +120,13 @@ TEST(api_openai, RejectsBadBodiesNamingTheParameter) {
   }
   EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", true).param,
             "messages[0].content");
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", true).param, "tools");
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "tools": [1]})", true).param, "tools");
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": []})", true).param,
+            "chat_template_kwargs");
+  EXPECT_EQ(
+      error_of(R"({"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": 1})", true).param,
+      "add_generation_prompt");
   EXPECT_EQ(
       error_of(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 30, "logprobs": true})",
                true)

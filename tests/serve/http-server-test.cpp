@@ -12,12 +12,14 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <set>
 #include <sstream>
 
+#include "moxi/formats/tokenizer.h"
 #include "moxi/model/model.h"
 #include "moxi/runtime/sampler.h"
 #include "moxi/serve/api-openai.h"
@@ -69,8 +71,10 @@ struct reference_result {
   std::string finish;
 };
 
-reference_result reference_greedy(const std::vector<token_id>& prompt, int64_t max_tokens) {
+reference_result reference_greedy(const std::vector<token_id>& prompt, int64_t max_tokens,
+                                  std::optional<std::vector<token_id>> stops = std::nullopt) {
   static const auto m = model::model::load(tiny_model_dir());
+  if (!stops) stops = std::vector<token_id>{token_id(*m.config().eos_token_id)};
   auto cache = m.new_cache();
   sampling_params p;
   p.temperature = 0;
@@ -84,7 +88,7 @@ reference_result reference_greedy(const std::vector<token_id>& prompt, int64_t m
     const token_id t = smp.sample(logits);
     smp.accept(t);
     r.tokens.push_back(t);
-    if (m.config().eos_token_id && t == *m.config().eos_token_id) {
+    if (std::find(stops->begin(), stops->end(), t) != stops->end()) {
       r.finish = "stop";
       break;
     }
@@ -320,6 +324,58 @@ TEST_F(http_server, NonStreamClientThatClosesEarlyIsCancelled) {
   EXPECT_EQ(after.memory.free_blocks, before.memory.free_blocks);
 }
 
+// The chat prompt is the model's own template (moxi-tiny's, which `moxi init` gave the checkpoint) rendered
+// and tokenized; the expected texts are @huggingface/jinja's renderings of configs/chat-templates/
+// moxi-tiny.jinja (an independent Jinja implementation), encoded by the checkpoint's tokenizer.
+TEST_F(http_server, ChatPromptIsTheModelTemplateRendering) {
+  const auto tok = tokenizer::from_hf_json_file(tiny_model_dir() + "/tokenizer.json");
+  const nlohmann::ordered_json conversation = {{{"role", "system"}, {"content", "Be brief."}},
+                                               {{"role", "user"}, {"content", "Hi"}}};
+  const std::string rendered = "<|bos|><|system|>Be brief.<|end|>\n<|user|>Hi<|end|>\n<|assistant|>\n";
+  const auto ids = tok.encode(rendered);
+  ASSERT_EQ(ids.front(), 1) << "<|bos|> is a special token";
+  nlohmann::ordered_json body = {{"messages", conversation},     {"max_tokens", 6},
+                                 {"temperature", 0},              {"ignore_eos", true},
+                                 {"logprobs", true},              {"return_tokens_as_token_ids", true}};
+  auto c = client_for(*srv_);
+  auto res = c->Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  auto j = json::parse(res->body);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], ids.size());
+  std::vector<int64_t> got;
+  for (const auto& e : j["choices"][0]["logprobs"]["content"])
+    got.push_back(std::stoll(e["token"].get<std::string>().substr(9)));
+  EXPECT_EQ(got, reference_greedy(ids, 6, std::vector<token_id>{}).tokens) << "the model saw exactly these ids";
+
+  // chat_template_kwargs reach the template (here: no generation prompt).
+  body["chat_template_kwargs"] = {{"add_generation_prompt", false}};
+  res = c->Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+  EXPECT_EQ(json::parse(res->body)["usage"]["prompt_tokens"],
+            tok.encode("<|bos|><|system|>Be brief.<|end|>\n<|user|>Hi<|end|>\n").size());
+
+  // Tools are rendered by the template (with their keys in the order sent).
+  body.erase("chat_template_kwargs");
+  body["messages"] = {{{"role", "user"}, {"content", "What time is it?"}}};
+  body["tools"] = nlohmann::ordered_json::parse(
+      R"([{"type": "function", "function": {"name": "get_time", "description": "now",
+           "parameters": {"type": "object", "properties": {}}}}])");
+  res = c->Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+  EXPECT_EQ(json::parse(res->body)["usage"]["prompt_tokens"],
+            tok.encode("<|bos|><|system|>You may call these tools:\n- get_time: {\"type\": \"function\", "
+                       "\"function\": {\"name\": \"get_time\", \"description\": \"now\", \"parameters\": "
+                       "{\"type\": \"object\", \"properties\": {}}}}\n<|end|>\n<|user|>What time is it?<|end|>\n"
+                       "<|assistant|>\n")
+                .size());
+
+  // The template's own errors are 400s carrying its message (moxi-tiny raises on roles it does not know).
+  const auto e = post("/v1/chat/completions", {{"messages", {{{"role", "developer"}, {"content", "x"}}}}}, 400);
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("unknown role developer"), std::string::npos) << e;
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+}
+
 TEST_F(http_server, StopStringsEndTheOutputBeforeTheMatch) {
   const auto full = post("/v1/completions", {{"prompt", "hello"}, {"max_tokens", 16}, {"temperature", 0}});
   const std::string text = full["choices"][0]["text"];
@@ -505,6 +561,47 @@ TEST_F(http_server, MetricsAreValidPrometheusText) {
   while (std::getline(o, line))
     if (line.find("should not contain ':'") == std::string::npos && !line.empty()) complaints += line + "\n";
   EXPECT_TRUE(complaints.empty()) << "promtool: " << complaints << "(exit " << rc << ")";
+}
+
+// A checkpoint without tokenizer_config.json (a base model) and with generation_config.json naming a stop
+// token: chat is a 400 saying there is no template (vLLM makes none up), and generation stops at that token.
+TEST(http_server_alone, NoTemplateMeansChatIs400AndGenerationConfigStopsGeneration) {
+  const std::vector<token_id> prompt = {20, 21, 22, 23};
+  const auto free_run = reference_greedy(prompt, 12, std::vector<token_id>{});
+  const token_id stop = token_id(free_run.tokens[4]);
+  const auto first = std::find(free_run.tokens.begin(), free_run.tokens.end(), stop) - free_run.tokens.begin();
+  moxi::testing::temp_dir dir("moxi-serve-base");
+  namespace fs = std::filesystem;
+  for (const auto& f : fs::directory_iterator(tiny_model_dir())) {
+    const std::string name = f.path().filename().string();
+    if (name != "tokenizer_config.json" && name != "generation_config.json")
+      fs::create_symlink(f.path(), fs::path(dir.path()) / name);
+  }
+  std::ofstream(dir / "generation_config.json") << json{{"eos_token_id", {stop}}}.dump();
+  auto cfg = tiny_config();
+  cfg.model_dir = dir.path();
+  auto s = start_server(cfg);
+  auto c = client_for(*s);
+  auto res = c->Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}]})",
+                     "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  const auto e = json::parse(res->body);
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("no chat template"), std::string::npos) << e;
+  EXPECT_EQ(e["error"]["param"], "messages");
+  res = c->Post("/v1/completions",
+                json{{"prompt", prompt},
+                     {"max_tokens", 12},
+                     {"temperature", 0},
+                     {"logprobs", 0},
+                     {"return_tokens_as_token_ids", true}}
+                    .dump(),
+                "application/json");
+  ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+  const auto j = json::parse(res->body);
+  const std::vector<int64_t> expect(free_run.tokens.begin(), free_run.tokens.begin() + first + 1);
+  EXPECT_EQ(token_ids(j["choices"][0]), expect);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
 }
 
 TEST(http_server_alone, ApiKeysAreRequiredOnV1AndCheckedExactly) {

@@ -1,10 +1,11 @@
-// `moxi serve --model DIR [--host --port --api-key KEY | --api-key-file F --max-batch-tokens N
-// --max-running N ...]`: the OpenAI-compatible HTTP server (serve/server.h, docs/serving.md) until SIGTERM
+// `moxi serve [--model DIR] [--host --port --api-key KEY | --api-key-file F --max-batch-tokens N
+// --max-running N ...]`: the OpenAI-compatible HTTP server (default model: cli::default_model_dir()) (serve/server.h, docs/serving.md) until SIGTERM
 // or SIGINT, then a graceful shutdown (stop taking requests, finish or cancel in-flight ones) and exit 0.
 #include <csignal>
 #include <cstdio>
 
 #include "moxi/cli/command.h"
+#include "moxi/cli/model-dir.h"
 #include "moxi/serve/http-auth.h"
 #include "moxi/serve/server.h"
 
@@ -20,8 +21,9 @@ void setup_serve(CLI::App& root) {
   };
   auto a = std::make_shared<args>();
   auto& c = a->cfg;
-  cmd->add_option("--model", c.model_dir, "checkpoint directory (config.json, safetensors, tokenizer.json)")
-      ->required();
+  cmd->add_option("--model", c.model_dir,
+                  "checkpoint directory (config.json, safetensors, tokenizer.json; default: $MOXI_MODEL or "
+                  "the bundled models/moxi-tiny)");
   cmd->add_option("--served-model-name", c.served_name, "model id in the API (default: the directory name)");
   cmd->add_option("--host", c.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", c.port, "port to listen on (0: any free port)")->capture_default_str();
@@ -56,6 +58,7 @@ void setup_serve(CLI::App& root) {
   cmd->add_flag("--log-requests", c.log_requests, "log every request to stderr");
   cmd->callback([a] {
     auto& cfg = a->cfg;
+    cfg.model_dir = resolve_model_dir(cfg.model_dir);
     if (!a->key.empty()) cfg.api_keys = {a->key};
     if (!a->key_file.empty()) cfg.api_keys = serve::read_api_key_file(a->key_file);
     cfg.prefix_caching = !a->no_prefix_cache;

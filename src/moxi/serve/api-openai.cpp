@@ -69,10 +69,11 @@ bool has(const json& body, const char* key) {
   return body.contains(key) && !body.at(key).is_null();
 }
 
-std::string message_content(const json& c, size_t i) {
+// A message's content for the template: a string stays, null stays null (an assistant turn with only tool
+// calls), text parts are joined into one string (vLLM's "string" content format).
+nlohmann::ordered_json message_content(const nlohmann::ordered_json& c, size_t i) {
   const std::string p = "messages[" + std::to_string(i) + "].content";
-  if (c.is_string()) return c.get<std::string>();
-  if (c.is_null()) return "";
+  if (c.is_string() || c.is_null()) return c;
   if (!c.is_array()) bad(p, "'" + p + "' must be a string or an array of content parts");
   std::string text;
   for (const auto& part : c) {
@@ -119,16 +120,33 @@ completion_request parse_completion_request(const std::string& text, bool chat,
   if (chat) {
     if (!has(body, "messages") || !body["messages"].is_array() || body["messages"].empty())
       bad("messages", "'messages' must be a non-empty array");
+    // Parsed again keeping key order: the template may print messages and tools with tojson.
+    const auto ordered = nlohmann::ordered_json::parse(text);
     size_t i = 0;
-    for (const auto& m : body["messages"]) {
+    for (const auto& m : ordered["messages"]) {
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
         bad("messages", "messages[" + std::to_string(i) + "] must be an object with a string 'role'");
       const std::string role = m["role"].get<std::string>();
       if (role != "system" && role != "user" && role != "assistant" && role != "developer" && role != "tool")
         bad("messages", "messages[" + std::to_string(i) + "].role '" + role + "' is not a known role");
-      r.messages.push_back({role, message_content(m.contains("content") ? m["content"] : json(), i)});
+      auto msg = m;
+      msg["content"] = message_content(m.contains("content") ? m["content"] : nlohmann::ordered_json(), i);
+      r.messages.push_back(std::move(msg));
       ++i;
     }
+    if (has(body, "tools")) {
+      const auto& t = ordered["tools"];
+      if (!t.is_array()) bad("tools", "'tools' must be an array of tool definitions");
+      for (const auto& x : t)
+        if (!x.is_object()) bad("tools", "'tools' must be an array of objects");
+      r.tools = t;
+    }
+    if (has(body, "chat_template_kwargs")) {
+      if (!body["chat_template_kwargs"].is_object())
+        bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+      r.template_kwargs = ordered["chat_template_kwargs"];
+    }
+    if (has(body, "add_generation_prompt")) r.add_generation_prompt = boolean(body, "add_generation_prompt");
   } else {
     if (!has(body, "prompt")) bad("prompt", "'prompt' is required");
     const json& p = body["prompt"];
@@ -203,10 +221,22 @@ completion_request parse_completion_request(const std::string& text, bool chat,
   return r;
 }
 
-std::string render_chat(const std::vector<chat_message>& messages) {
-  std::string s;
-  for (const auto& m : messages) s += "<|" + m.role + "|>\n" + m.content + "\n";
-  return s + "<|assistant|>\n";
+std::string render_chat(const formats::chat_template* tmpl, const completion_request& request) {
+  if (!tmpl)
+    throw api_error(400,
+                    "The model `" + request.model +
+                        "` has no chat template (no chat_template in its tokenizer_config.json), so chat "
+                        "messages cannot be rendered; use /v1/completions with a prompt instead.",
+                    "messages");
+  formats::render_options o;
+  o.add_generation_prompt = request.add_generation_prompt;
+  o.tools = request.tools;
+  o.extra = request.template_kwargs;
+  try {
+    return tmpl->render(request.messages, o);
+  } catch (const std::exception& e) {
+    throw api_error(400, e.what(), "messages");
+  }
 }
 
 json usage_counts::to_json() const {

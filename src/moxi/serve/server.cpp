@@ -79,6 +79,7 @@ struct server::impl {
   int64_t max_model_len = 0;
   std::vector<token_id> stop_token_ids;  // end the generation (config eos + generation_config eos ids)
   std::optional<token_id> bos;
+  std::optional<formats::chat_template> chat_tmpl;  // the model's own (tokenizer_config.json); none: chat is 400
 
   httplib::Server http;
   std::thread http_thread, engine_thread;
@@ -417,8 +418,9 @@ void server::impl::handle_completion(const httplib::Request& req, httplib::Respo
   try {
     r = parse_completion_request(req.body, chat, cfg.served_name);
     if (chat) {
-      // Message content is untrusted: special-token text in it stays plain text.
-      prompt = tok.encode(render_chat(r.messages), /*allow_special=*/false);
+      // The template's special tokens (<|user|>, <|end|> ...) must encode as specials, so the rendered text
+      // is encoded with them on; as in vLLM, special-token text inside a message then is one too.
+      prompt = tok.encode(render_chat(chat_tmpl ? &*chat_tmpl : nullptr, r), /*allow_special=*/true);
     } else if (r.prompt_text) {
       prompt = tok.encode(*r.prompt_text, /*allow_special=*/true);
     } else {
@@ -770,7 +772,9 @@ std::unique_ptr<server::impl> make_impl(server_config cfg) {
   sc.max_num_batched_tokens = cfg.max_batch_tokens;
   sc.max_num_running = cfg.max_running;
   sc.max_model_len = std::min<int64_t>(len, int64_t(mo.num_blocks) * mo.block_size);
+  auto tmpl = formats::load_chat_template(cfg.model_dir);
   auto p = std::make_unique<server::impl>(std::move(cfg), std::move(m), std::move(t), mo, sc);
+  p->chat_tmpl = std::move(tmpl);
   p->max_model_len = p->sched.config().max_model_len;
   if (c.eos_token_id) p->stop_token_ids.push_back(token_id(*c.eos_token_id));
   for (token_id id : generation_stop_ids(p->cfg.model_dir, c.vocab_size))
