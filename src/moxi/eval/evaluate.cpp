@@ -1,0 +1,402 @@
+// evaluate(): worker threads render, encode and greedily decode one task each; a checker thread judges the
+// finished replies in batches through checker::check_all (sandbox runs overlap with decoding) and draws
+// the progress line. Then the report's JSON form and the paired comparison of two reports.
+#include "moxi/eval/evaluate.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+#include "moxi/base/error.h"
+#include "moxi/base/progress.h"
+#include "moxi/base/thread-pool.h"
+#include "moxi/runtime/local-model.h"
+
+namespace moxi::eval {
+namespace {
+
+// One task: its prompt as the single user turn, rendered with the generation prompt, decoded greedily.
+void generate_reply(const eval_model& m, const task& t, int64_t max_tokens, task_record& rec) {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  messages.push_back({{"role", "user"}, {"content", t.prompt}});
+  formats::render_options ro;
+  ro.add_generation_prompt = true;
+  const std::string prompt = m.chat->render(messages, ro);
+  const auto ids = m.tok->encode(prompt, /*allow_special=*/true);
+  if (ids.empty()) throw error("eval: task " + t.id + " renders to an empty prompt");
+
+  generate_options go;
+  go.sampling.temperature = 0;  // greedy
+  go.sampling.seed = 0;         // unused by greedy decoding; avoids seeding from std::random_device
+  go.max_tokens = max_tokens;
+  go.stop_tokens = m.stop_tokens;
+  auto lm = m.new_sequence();
+  std::string reply;
+  const auto g = generate(*lm, *m.tok, ids, go, [&](std::string_view text) { reply += text; });
+  rec.reply = to_valid_utf8(reply);
+  rec.finish_reason = g.finish_reason;
+  rec.prompt_tokens = int64_t(ids.size());
+  rec.reply_tokens = int64_t(g.tokens.size());
+}
+
+}  // namespace
+
+void summarize(eval_report& r) {
+  r.by_domain.clear();
+  r.overall = {};
+  r.prompt_tokens = r.reply_tokens = 0;
+  for (const auto& rec : r.records) {
+    for (pass_stats* s : {&r.by_domain[rec.domain], &r.overall}) {
+      ++s->n;
+      s->passed += rec.pass && !rec.error;
+      s->errors += rec.error;
+    }
+    r.prompt_tokens += rec.prompt_tokens;
+    r.reply_tokens += rec.reply_tokens;
+  }
+}
+
+namespace {
+
+int resolve_workers(int requested) {
+  if (requested < 0) throw error("eval: workers must be >= 0");
+  return requested > 0 ? requested : thread_pool::global().size();
+}
+
+}  // namespace
+
+eval_report evaluate(const eval_model& m, const std::vector<task>& tasks, const evaluate_options& o) {
+  if (!m.new_sequence || !m.tok || !m.chat)
+    throw error("eval: the model needs new_sequence, a tokenizer and a chat template");
+  if (o.max_tokens < 1) throw error("eval: max_tokens must be >= 1");
+  const int workers = resolve_workers(o.workers);
+  const auto t0 = std::chrono::steady_clock::now();
+
+  std::unique_ptr<checker> own_checker;
+  checker* chk = o.check;
+  if (!chk) {
+    own_checker = std::make_unique<checker>(o.check_opts);
+    chk = own_checker.get();
+  }
+
+  eval_report r;
+  r.model = m.name;
+  r.max_tokens = o.max_tokens;
+  r.records.resize(tasks.size());
+  std::unordered_map<std::string, size_t> ids;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (const auto [it, fresh] = ids.emplace(tasks[i].id, i); !fresh)
+      throw error("eval: task id " + tasks[i].id + " appears twice (tasks " + std::to_string(it->second + 1) +
+                  " and " + std::to_string(i + 1) + ")");
+    r.records[i].id = tasks[i].id;
+    r.records[i].domain = tasks[i].domain;
+    r.records[i].template_name = tasks[i].template_name;
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<size_t> ready;  // generated, not yet checked
+  bool generation_done = false;
+  std::exception_ptr failure;
+  std::atomic<bool> abort{false};
+  std::atomic<size_t> next{0};
+  auto fail = [&](std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!failure) failure = e;
+    abort = true;
+    cv.notify_all();
+  };
+
+  // Checker: judges whatever is ready as one batch, so sandbox runs overlap each other and the decoding.
+  std::thread check_thread([&] {
+    std::unique_ptr<progress> bar;
+    if (o.progress) bar = std::make_unique<progress>("eval", tasks.size(), /*bytes=*/false);
+    int64_t judged = 0, passed = 0;
+    for (;;) {
+      std::vector<size_t> batch;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return !ready.empty() || generation_done || abort; });
+        if (abort || (ready.empty() && generation_done)) break;
+        batch.assign(ready.begin(), ready.end());
+        ready.clear();
+      }
+      std::vector<std::pair<const task*, std::string>> items;
+      for (size_t i : batch) items.emplace_back(&tasks[i], r.records[i].reply);
+      try {
+        const auto results = chk->check_all(items);
+        for (size_t k = 0; k < batch.size(); ++k) {
+          auto& rec = r.records[batch[k]];
+          rec.pass = results[k].pass && !results[k].error;
+          rec.error = results[k].error;
+          rec.detail = to_valid_utf8(results[k].detail);
+          judged += !rec.error;
+          passed += rec.pass;
+        }
+      } catch (...) {
+        fail(std::current_exception());
+        break;
+      }
+      if (bar) {
+        char item[64];
+        std::snprintf(item, sizeof item, "pass %lld/%lld (%.0f%%)", (long long)passed, (long long)judged,
+                      judged > 0 ? 100.0 * double(passed) / double(judged) : 0.0);
+        bar->advance(batch.size(), item);
+      }
+    }
+    if (bar && !abort) bar->finish();
+  });
+
+  auto work = [&] {
+    for (;;) {
+      if (abort) return;
+      const size_t i = next++;
+      if (i >= tasks.size()) return;
+      try {
+        generate_reply(m, tasks[i], o.max_tokens, r.records[i]);
+      } catch (...) {
+        fail(std::current_exception());
+        return;
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      ready.push_back(i);
+      cv.notify_all();
+    }
+  };
+  if (workers == 1) {
+    work();
+  } else {
+    // Each of these threads runs its sequences' kernels inline (a thread_pool job nested in a job runs on
+    // its own thread), so the sequences proceed in parallel instead of queueing for the global pool.
+    thread_pool pool(workers);
+    pool.run([&](int, int) { work(); });
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    generation_done = true;
+    cv.notify_all();
+  }
+  check_thread.join();
+  if (failure) std::rethrow_exception(failure);
+
+  summarize(r);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+eval_report evaluate(const std::string& model_dir, const std::vector<task>& tasks,
+                     const evaluate_options& o) {
+  const local_model lm = local_model::load(model_dir);
+  eval_model m;
+  m.name = model_dir;
+  m.new_sequence = [&lm] { return std::make_unique<model_lm>(lm.model); };
+  m.tok = &lm.tok;
+  m.chat = &lm.require_chat();
+  m.stop_tokens = lm.stop_tokens;
+  return evaluate(m, tasks, o);
+}
+
+// ---- JSON ----
+
+namespace {
+
+nlohmann::ordered_json stats_json(const pass_stats& s) {
+  return {{"n", s.n}, {"passed", s.passed}, {"errors", s.errors}, {"pass_rate", s.pass_rate()}};
+}
+
+template <class T>
+T field(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.is_object() || !j.contains(key)) throw error(where + ": missing field \"" + key + "\"");
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw error(where + ": field \"" + key + "\" has the wrong type");
+  }
+}
+
+}  // namespace
+
+nlohmann::ordered_json to_json(const task_record& rec) {
+  return {{"id", rec.id},
+          {"domain", to_string(rec.domain)},
+          {"template", rec.template_name},
+          {"pass", rec.pass},
+          {"error", rec.error},
+          {"detail", rec.detail},
+          {"finish_reason", rec.finish_reason},
+          {"prompt_tokens", rec.prompt_tokens},
+          {"reply_tokens", rec.reply_tokens},
+          {"reply", rec.reply}};
+}
+
+nlohmann::ordered_json to_json(const eval_report& r, bool with_records) {
+  nlohmann::ordered_json j;
+  j["model"] = r.model;
+  j["max_tokens"] = r.max_tokens;
+  j["seconds"] = r.seconds;
+  j["prompt_tokens"] = r.prompt_tokens;
+  j["reply_tokens"] = r.reply_tokens;
+  j["domains"] = nlohmann::ordered_json::object();
+  for (const auto& [d, s] : r.by_domain) j["domains"][to_string(d)] = stats_json(s);
+  j["overall"] = stats_json(r.overall);
+  if (with_records) {
+    j["records"] = nlohmann::ordered_json::array();
+    for (const auto& rec : r.records) j["records"].push_back(to_json(rec));
+  }
+  return j;
+}
+
+eval_report report_from_json(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) throw error(where + ": an eval report must be a JSON object");
+  eval_report r;
+  r.model = field<std::string>(j, "model", where);
+  r.max_tokens = field<int64_t>(j, "max_tokens", where);
+  r.seconds = field<double>(j, "seconds", where);
+  if (!j.contains("records") || !j["records"].is_array())
+    throw error(where + ": missing field \"records\" (write the report with records to compare it)");
+  size_t i = 0;
+  for (const auto& jr : j["records"]) {
+    const std::string at = where + ": records[" + std::to_string(i++) + "]";
+    task_record rec;
+    rec.id = field<std::string>(jr, "id", at);
+    rec.domain = parse_domain(field<std::string>(jr, "domain", at));
+    rec.template_name = field<std::string>(jr, "template", at);
+    rec.pass = field<bool>(jr, "pass", at);
+    rec.error = field<bool>(jr, "error", at);
+    rec.detail = field<std::string>(jr, "detail", at);
+    rec.finish_reason = field<std::string>(jr, "finish_reason", at);
+    rec.prompt_tokens = field<int64_t>(jr, "prompt_tokens", at);
+    rec.reply_tokens = field<int64_t>(jr, "reply_tokens", at);
+    rec.reply = field<std::string>(jr, "reply", at);
+    r.records.push_back(std::move(rec));
+  }
+  summarize(r);
+  // The summary must be the records' summary: a hand-edited or truncated report is refused.
+  const auto& o = j.contains("overall") ? j["overall"] : nlohmann::json();
+  if (field<int64_t>(o, "n", where + ": overall") != r.overall.n ||
+      field<int64_t>(o, "passed", where + ": overall") != r.overall.passed ||
+      field<int64_t>(o, "errors", where + ": overall") != r.overall.errors)
+    throw error(where + ": \"overall\" does not match the records");
+  return r;
+}
+
+eval_report read_report(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw error("cannot open eval report " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    throw error(path + ": invalid JSON: " + e.what());
+  }
+  return report_from_json(j, path);
+}
+
+// ---- comparison ----
+
+double paired_stats::nir_ci95() const {
+  if (n == 0) return 0;
+  const double nir = net_improvement_rate();
+  const double var = (double(fixed) / double(n) + double(broken) / double(n) - nir * nir) / double(n);
+  return 1.96 * std::sqrt(var > 0 ? var : 0);
+}
+
+double paired_stats::sign_test_p() const {
+  const int64_t m = fixed + broken;
+  if (m == 0) return 1;
+  const int64_t k = fixed < broken ? fixed : broken;
+  // P(X <= k) for X ~ Binomial(m, 1/2), summed in log space (m may be thousands), doubled and capped at 1.
+  double tail = 0;
+  for (int64_t i = 0; i <= k; ++i)
+    tail += std::exp(std::lgamma(double(m) + 1) - std::lgamma(double(i) + 1) -
+                     std::lgamma(double(m - i) + 1) - double(m) * std::log(2.0));
+  return tail * 2 < 1 ? tail * 2 : 1;
+}
+
+comparison compare(const eval_report& baseline, const eval_report& candidate) {
+  comparison c;
+  c.baseline_pass_rate = baseline.overall.pass_rate();
+  c.candidate_pass_rate = candidate.overall.pass_rate();
+  std::unordered_map<std::string, const task_record*> base;
+  for (const auto& rec : baseline.records) {
+    if (!base.emplace(rec.id, &rec).second)
+      throw error("eval compare: task " + rec.id + " appears twice in the baseline");
+  }
+  size_t matched = 0;
+  std::unordered_map<std::string, bool> seen;
+  for (const auto& rec : candidate.records) {
+    if (!seen.emplace(rec.id, true).second)
+      throw error("eval compare: task " + rec.id + " appears twice in the candidate");
+    const auto it = base.find(rec.id);
+    if (it == base.end()) {
+      ++c.unpaired;
+      continue;
+    }
+    ++matched;
+    const task_record& b = *it->second;
+    if (b.domain != rec.domain)
+      throw error("eval compare: task " + rec.id + " is " + to_string(b.domain) + " in the baseline and " +
+                  to_string(rec.domain) + " in the candidate: not the same tasks");
+    if (b.error || rec.error) {
+      ++c.unpaired;
+      continue;
+    }
+    for (paired_stats* s : {&c.by_domain[rec.domain], &c.overall}) {
+      ++s->n;
+      s->fixed += !b.pass && rec.pass;
+      s->broken += b.pass && !rec.pass;
+      s->both_passed += b.pass && rec.pass;
+      s->both_failed += !b.pass && !rec.pass;
+    }
+  }
+  c.unpaired += int64_t(baseline.records.size() - matched);
+  auto rates = [](paired_stats& s) {
+    if (s.n == 0) return;
+    s.baseline_rate = double(s.both_passed + s.broken) / double(s.n);
+    s.candidate_rate = double(s.both_passed + s.fixed) / double(s.n);
+  };
+  rates(c.overall);
+  for (auto& [d, s] : c.by_domain) rates(s);
+  return c;
+}
+
+namespace {
+
+nlohmann::ordered_json paired_json(const paired_stats& s) {
+  return {{"n", s.n},
+          {"fixed", s.fixed},
+          {"broken", s.broken},
+          {"both_passed", s.both_passed},
+          {"both_failed", s.both_failed},
+          {"baseline_rate", s.baseline_rate},
+          {"candidate_rate", s.candidate_rate},
+          {"net_improvement_rate", s.net_improvement_rate()},
+          {"nir_ci95", s.nir_ci95()},
+          {"sign_test_p", s.sign_test_p()}};
+}
+
+}  // namespace
+
+nlohmann::ordered_json to_json(const comparison& c) {
+  nlohmann::ordered_json j;
+  j["baseline_pass_rate"] = c.baseline_pass_rate;
+  j["candidate_pass_rate"] = c.candidate_pass_rate;
+  j["pass_rate_delta"] = c.pass_rate_delta();
+  j["unpaired"] = c.unpaired;
+  j["domains"] = nlohmann::ordered_json::object();
+  for (const auto& [d, s] : c.by_domain) j["domains"][to_string(d)] = paired_json(s);
+  j["overall"] = paired_json(c.overall);
+  return j;
+}
+
+}  // namespace moxi::eval

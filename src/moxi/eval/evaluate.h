@@ -1,0 +1,127 @@
+// Evaluation of a chat model on verifiable tasks (`moxi eval`, the trainer's periodic eval): each task's
+// prompt is rendered with the model's chat template as one user turn, decoded greedily to the end of the
+// turn, and the reply is judged by the task's checker (terminal and code replies run in the sandbox).
+// Reports pass rates per domain, per-task records, and the comparison of two reports on the same tasks
+// (pass-rate delta and net improvement rate). docs/eval.md describes the report.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "moxi/eval/check.h"
+#include "moxi/eval/task.h"
+#include "moxi/formats/chat-template.h"
+#include "moxi/formats/tokenizer.h"
+#include "moxi/runtime/generate.h"
+
+namespace moxi::eval {
+
+// What evaluate() needs of a model; any causal_lm works (the engine's model_lm, a trainer's model, a fake).
+struct eval_model {
+  std::string name;  // reported as the report's "model"
+  // A new empty sequence. Called from the worker threads, one sequence per task; each sequence is used by
+  // one thread only. A model that cannot run sequences concurrently needs evaluate_options::workers = 1.
+  std::function<std::unique_ptr<causal_lm>()> new_sequence;
+  const tokenizer* tok = nullptr;
+  const formats::chat_template* chat = nullptr;
+  std::vector<token_id> stop_tokens;  // end of the reply (e.g. <|end|>, eos)
+};
+
+struct evaluate_options {
+  int64_t max_tokens = 256;  // reply length limit (greedy decoding)
+  // Sequences decoded at once. 1: one at a time, each on the kernels' thread pool. n > 1: n threads, each
+  // running its own sequence with single-threaded kernels (thread_pool runs a nested job inline), which
+  // suits small models whose kernels are too short to split. 0: the kernels' thread pool size.
+  int workers = 0;
+  checker* check = nullptr;  // a shared checker (e.g. the trainer's); nullptr: one made from check_options
+  check_options check_opts;
+  bool progress = true;  // a progress line on stderr (tasks checked, pass so far, ETA)
+};
+
+struct task_record {
+  std::string id;
+  eval::domain domain = domain::math;
+  std::string template_name;
+  std::string reply;  // the reply text (special tokens dropped, invalid UTF-8 replaced by U+FFFD)
+  bool pass = false;
+  bool error = false;         // the checker could not judge the reply (infrastructure failure): not a fail
+  std::string detail;         // the checker's reason
+  std::string finish_reason;  // "stop" (end of turn) or "length" (max_tokens)
+  int64_t prompt_tokens = 0, reply_tokens = 0;
+};
+
+struct pass_stats {
+  int64_t n = 0;       // tasks
+  int64_t passed = 0;  // judged and passed
+  int64_t errors = 0;  // not judged (infrastructure failures)
+  int64_t judged() const { return n - errors; }
+  // passed / judged; 0 when nothing was judged.
+  double pass_rate() const { return judged() > 0 ? double(passed) / double(judged()) : 0.0; }
+};
+
+struct eval_report {
+  std::string model;
+  int64_t max_tokens = 0;
+  std::map<domain, pass_stats> by_domain;  // only the domains present
+  pass_stats overall;
+  std::vector<task_record> records;  // in task order
+  double seconds = 0;                // wall time of the whole evaluation
+  int64_t prompt_tokens = 0, reply_tokens = 0;
+};
+
+// Runs the evaluation. Generation errors (a template that raises, a prompt the tokenizer rejects) are
+// thrown as moxi::error; checker infrastructure failures are counted per task as errors.
+eval_report evaluate(const eval_model& model, const std::vector<task>& tasks,
+                     const evaluate_options& options = {});
+// Loads DIR with the engine (runtime/local-model.h), which must have a chat template.
+eval_report evaluate(const std::string& model_dir, const std::vector<task>& tasks,
+                     const evaluate_options& options = {});
+
+// Recomputes by_domain, overall and the token totals from the records (e.g. after building a report by
+// hand or filtering its records).
+void summarize(eval_report& report);
+
+// The report as JSON (docs/eval.md): {"model", "max_tokens", "seconds", "prompt_tokens", "reply_tokens",
+// "domains": {"math": {n, passed, errors, pass_rate}, ...}, "overall": {...}, "records": [...]}.
+nlohmann::ordered_json to_json(const eval_report& report, bool with_records = true);
+nlohmann::ordered_json to_json(const task_record& record);
+// Reads what to_json wrote; errors name `where` and the field. Per-domain and overall counts are recomputed
+// from the records and must agree with the stored ones.
+eval_report report_from_json(const nlohmann::json& j, const std::string& where);
+eval_report read_report(const std::string& path);
+
+// Two evaluations of the same model family on the same tasks, paired by task id. Only tasks judged in both
+// (present in both, no error in either) are paired.
+struct paired_stats {
+  int64_t n = 0;                                 // paired tasks
+  int64_t fixed = 0, broken = 0;                 // fail -> pass, pass -> fail
+  int64_t both_passed = 0, both_failed = 0;      // ties
+  double baseline_rate = 0, candidate_rate = 0;  // pass rates over the paired tasks
+  // Net improvement rate, (wins - losses) / (wins + losses + ties) with win = fixed, loss = broken,
+  // tie = unchanged: the paired definition of shared/reference/rl_sandbox_eval.md §4.3. On pass/fail data
+  // it equals candidate_rate - baseline_rate over the paired tasks; fixed and broken say how it arose.
+  double net_improvement_rate() const { return n > 0 ? double(fixed - broken) / double(n) : 0.0; }
+  // Half width of its 95% interval, 1.96 * sqrt((p_win + p_loss - NIR^2) / n) (§4.3); 0 when n = 0.
+  double nir_ci95() const;
+  // Two-sided exact sign test on the changed tasks (fixed vs broken, p = 1/2); 1 when none changed.
+  double sign_test_p() const;
+};
+
+struct comparison {
+  std::map<domain, paired_stats> by_domain;
+  paired_stats overall;
+  // Each report's own overall pass rate (over its judged tasks, paired or not) and their difference.
+  double baseline_pass_rate = 0, candidate_pass_rate = 0;
+  double pass_rate_delta() const { return candidate_pass_rate - baseline_pass_rate; }
+  int64_t unpaired = 0;  // tasks of either report left out (missing from the other, or an error in either)
+};
+
+comparison compare(const eval_report& baseline, const eval_report& candidate);
+nlohmann::ordered_json to_json(const comparison& c);
+
+}  // namespace moxi::eval
