@@ -3,6 +3,7 @@
 #include "bench/kernels-bench.h"
 #include "bench/model-bench.h"
 #include "bench/sandbox-bench.h"
+#include "bench/serve-bench.h"
 #include "moxi/cli/command.h"
 
 namespace moxi::cli {
@@ -20,6 +21,7 @@ constexpr bench_entry kBenches[] = {
     {"gemm", bench::add_gemm_bench},
     {"decode", bench::add_decode_bench},
     {"prefill", bench::add_prefill_bench},
+    {"serve", bench::add_serve_bench},
 };
 
 void setup(CLI::App& root) {
