@@ -1,0 +1,195 @@
+// `moxi chat [--model DIR] [--system TEXT] [--max-tokens N] [sampling flags]`: an interactive chat with
+// history. Each turn renders the WHOLE conversation with the model's chat template and prefills only what
+// the sequence does not hold yet: the new tokens when the prompt extends the held tokens token for token,
+// else the part after the previous turn's history (a snapshot taken there; KDA state cannot be rolled
+// back), else everything. Reads lines until EOF, so it works with a pipe as well as a terminal.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "moxi/base/error.h"
+#include "moxi/cli/command.h"
+#include "moxi/cli/model-dir.h"
+#include "moxi/cli/terminal-text.h"
+#include "moxi/runtime/local-model.h"
+
+namespace moxi::cli {
+namespace {
+
+bool is_prefix(std::span<const token_id> prefix, std::span<const token_id> of) {
+  return prefix.size() <= of.size() && std::equal(prefix.begin(), prefix.end(), of.begin());
+}
+
+// The chat's one sequence. generate() hands the whole prompt to the first append() of a turn; this appends
+// only the part the sequence does not already hold (see the file comment) and counts what it reused.
+class chat_sequence final : public causal_lm {
+ public:
+  chat_sequence(const model::model& m, bool reuse) : lm_(m), reuse_(reuse) {}
+
+  // The next append() is a turn's prompt; its first `history` tokens are the conversation before the
+  // generation prompt (0: unknown), where the snapshot for the next turn is taken.
+  void begin_turn(size_t history) {
+    history_ = history;
+    turn_start_ = true;
+  }
+  void reset() {
+    lm_.reset();
+    snapshot_.reset();
+  }
+
+  int64_t vocab_size() const override { return lm_.vocab_size(); }
+  std::vector<float> append(std::span<const token_id> tokens) override {
+    if (!turn_start_) return lm_.append(tokens);
+    turn_start_ = false;
+    return prefill(tokens);
+  }
+
+  size_t reused() const { return reused_; }
+  size_t cache_tokens() const { return lm_.tokens().size(); }
+
+ private:
+  std::vector<float> prefill(std::span<const token_id> prompt) {
+    reused_ = 0;
+    if (!reuse_) {
+      lm_.reset();
+    } else if (lm_.tokens().size() < prompt.size() && is_prefix(lm_.tokens(), prompt)) {
+      reused_ = lm_.tokens().size();  // the prompt extends everything held: append the new tokens only
+    } else if (snapshot_ && snapshot_->tokens.size() < prompt.size() &&
+               is_prefix(snapshot_->tokens, prompt)) {
+      lm_.restore(*snapshot_);  // back to the end of the previous turn's history
+      reused_ = lm_.tokens().size();
+    } else {
+      lm_.reset();
+    }
+    // Stop at the history boundary to snapshot it, then the generation prompt (both parts at least one
+    // token, so the logits come from the last one).
+    const size_t done = lm_.tokens().size();
+    if (reuse_ && history_ > done && history_ < prompt.size()) {
+      lm_.append(prompt.subspan(done, history_ - done));
+      snapshot_ = lm_.save();
+    }
+    return lm_.append(prompt.subspan(lm_.tokens().size()));
+  }
+
+  model_lm lm_;
+  bool reuse_;
+  std::optional<model_lm::snapshot> snapshot_;
+  size_t history_ = 0;
+  bool turn_start_ = false;
+  size_t reused_ = 0;
+};
+
+void setup_chat(CLI::App& root) {
+  auto* cmd =
+      root.add_subcommand("chat", "Chat with a model in the terminal (reads lines until EOF; /reset, /exit)");
+  struct args {
+    std::string model, system;
+    generate_options opt;
+    uint64_t seed = 0;
+    bool show_prompt = false, no_reuse = false, verbose = false, raw = false;
+  };
+  auto a = std::make_shared<args>();
+  a->opt.sampling.temperature = 0;
+  a->opt.max_tokens = 512;
+  cmd->add_option("--model", a->model, "model directory (default: $MOXI_MODEL, else the bundled moxi-tiny)");
+  cmd->add_option("--system", a->system, "system message at the start of the conversation");
+  cmd->add_option("--max-tokens", a->opt.max_tokens, "reply length limit per turn")->capture_default_str();
+  cmd->add_option("--temperature", a->opt.sampling.temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-p", a->opt.sampling.top_p, "nucleus sampling mass")->capture_default_str();
+  cmd->add_option("--top-k", a->opt.sampling.top_k, "keep the k most likely tokens (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--min-p", a->opt.sampling.min_p, "drop tokens below min_p * p_max")->capture_default_str();
+  cmd->add_option("--repetition-penalty", a->opt.sampling.repetition_penalty, "1 = off")
+      ->capture_default_str();
+  auto* seed = cmd->add_option("--seed", a->seed, "random seed (default: nondeterministic)");
+  cmd->add_flag("--show-prompt", a->show_prompt,
+                "print each turn's rendered prompt and token counts to stderr (one JSON line per turn)");
+  cmd->add_flag("--no-cache-reuse", a->no_reuse, "prefill the whole conversation every turn");
+  cmd->add_flag("-v,--verbose", a->verbose, "prefill details per turn on stderr");
+  cmd->add_flag("--raw", a->raw, "write the reply bytes as they are (default: made terminal-safe)");
+  cmd->callback([a, seed] {
+    if (seed->count() > 0) a->opt.sampling.seed = a->seed;
+    validate(a->opt.sampling);
+    const local_model lm = local_model::load(resolve_model_dir(a->model));
+    const auto& tpl = lm.require_chat();
+    a->opt.stop_tokens = lm.stop_tokens;
+    const bool tty = ::isatty(STDIN_FILENO) != 0;
+    if (tty)
+      std::fprintf(stderr, "moxi chat with %s (/reset clears the history, /exit or Ctrl-D ends)\n",
+                   lm.dir.c_str());
+
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    auto start = [&] {
+      messages = nlohmann::ordered_json::array();
+      if (!a->system.empty()) messages.push_back({{"role", "system"}, {"content", to_valid_utf8(a->system)}});
+    };
+    start();
+    chat_sequence seq(lm.model, !a->no_reuse);
+    int turn = 0;
+    std::string line;
+    for (;;) {
+      if (tty) std::fputs("> ", stderr), std::fflush(stderr);
+      if (!std::getline(std::cin, line)) break;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.find_first_not_of(" \t") == std::string::npos) continue;
+      if (line == "/exit" || line == "/quit") break;
+      if (line == "/reset") {
+        start();
+        seq.reset();
+        std::fputs("(history cleared)\n", stderr);
+        continue;
+      }
+      if (line[0] == '/' && line.find(' ') == std::string::npos) {
+        std::fprintf(stderr, "unknown command %s (commands: /reset, /exit)\n", terminal_safe(line).c_str());
+        continue;
+      }
+      messages.push_back({{"role", "user"}, {"content", to_valid_utf8(line)}});
+      formats::render_options ro;
+      const auto history = lm.tok.encode(tpl.render(messages, ro));
+      ro.add_generation_prompt = true;
+      const std::string prompt_text = tpl.render(messages, ro);
+      const auto prompt = lm.tok.encode(prompt_text);
+      if (prompt.empty()) throw error("chat: the template rendered an empty prompt");
+      seq.begin_turn(is_prefix(history, prompt) ? history.size() : 0);
+
+      std::string reply;
+      const auto r = generate(seq, lm.tok, prompt, a->opt, [&](std::string_view text) {
+        reply += text;
+        const std::string out = a->raw ? std::string(text) : terminal_safe(text);
+        std::fwrite(out.data(), 1, out.size(), stdout);
+        std::fflush(stdout);
+      });
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+      ++turn;
+      reply = to_valid_utf8(reply);
+      if (a->show_prompt) {
+        const nlohmann::ordered_json j = {{"turn", turn},
+                                          {"prompt", prompt_text},
+                                          {"prompt_tokens", prompt.size()},
+                                          {"reused_tokens", seq.reused()},
+                                          {"prefilled_tokens", prompt.size() - seq.reused()},
+                                          {"reply_tokens", r.tokens.size()},
+                                          {"finish_reason", r.finish_reason},
+                                          {"reply", reply}};
+        // ensure_ascii: every byte the model or the user wrote arrives escaped, so the line is terminal-safe.
+        std::fprintf(stderr, "%s\n", j.dump(-1, ' ', true).c_str());
+      }
+      if (a->verbose)
+        std::fprintf(stderr, "[prompt %zu tokens: %zu reused, %zu prefilled at %.1f tokens/s] ",
+                     prompt.size(), seq.reused(), prompt.size() - seq.reused(),
+                     r.prompt_seconds > 0 ? double(prompt.size() - seq.reused()) / r.prompt_seconds : 0.0);
+      std::fprintf(stderr, "[%zu tokens, %.1f tokens/s%s]\n", r.tokens.size(), r.generate_tokens_per_second(),
+                   r.finish_reason == "length" ? ", reply cut at --max-tokens" : "");
+      messages.push_back({{"role", "assistant"}, {"content", reply}});
+    }
+  });
+}
+
+MOXI_COMMAND("chat", setup_chat);
+
+}  // namespace
+}  // namespace moxi::cli

@@ -1,0 +1,108 @@
+// `moxi eval --model DIR --tasks FILE.jsonl [--json] [--max-tasks N] [--max-tokens N] [--out records.jsonl]
+// [--baseline report.json] [--workers N]`: the pass rate per domain of a chat model on verifiable tasks
+// (moxi::eval::evaluate; docs/eval.md). --baseline compares with an earlier `--json` report on the same
+// tasks: pass-rate delta and net improvement rate.
+#include <cstdio>
+#include <iostream>
+#include <optional>
+
+#include "moxi/base/error.h"
+#include "moxi/cli/command.h"
+#include "moxi/eval/evaluate.h"
+
+namespace moxi::cli {
+namespace {
+
+void print_table(const eval::eval_report& r) {
+  std::printf("%-10s %7s %7s %7s %10s\n", "domain", "tasks", "passed", "errors", "pass rate");
+  auto row = [](const char* name, const eval::pass_stats& s) {
+    std::printf("%-10s %7lld %7lld %7lld %9.1f%%\n", name, (long long)s.n, (long long)s.passed,
+                (long long)s.errors, 100.0 * s.pass_rate());
+  };
+  for (const auto& [d, s] : r.by_domain) row(eval::to_string(d), s);
+  row("overall", r.overall);
+  std::printf(
+      "model %s: %zu tasks, max %lld tokens, %.1f s (%.2f tasks/s), %lld prompt + %lld reply tokens\n",
+      r.model.c_str(), r.records.size(), (long long)r.max_tokens, r.seconds,
+      r.seconds > 0 ? double(r.records.size()) / r.seconds : 0.0, (long long)r.prompt_tokens,
+      (long long)r.reply_tokens);
+}
+
+void print_comparison(const eval::comparison& c, const std::string& baseline) {
+  std::printf("\nvs baseline %s: pass rate %.1f%% -> %.1f%% (delta %+.1f points); %lld tasks unpaired\n",
+              baseline.c_str(), 100.0 * c.baseline_pass_rate, 100.0 * c.candidate_pass_rate,
+              100.0 * c.pass_rate_delta(), (long long)c.unpaired);
+  std::printf("%-10s %7s %6s %7s %9s %10s %18s %8s\n", "domain", "paired", "fixed", "broken", "baseline",
+              "candidate", "net improvement", "sign p");
+  auto row = [](const char* name, const eval::paired_stats& s) {
+    char nir[32];
+    std::snprintf(nir, sizeof nir, "%+.1f%% ±%.1f", 100.0 * s.net_improvement_rate(), 100.0 * s.nir_ci95());
+    std::printf("%-10s %7lld %6lld %7lld %8.1f%% %9.1f%% %18s %8.3g\n", name, (long long)s.n,
+                (long long)s.fixed, (long long)s.broken, 100.0 * s.baseline_rate, 100.0 * s.candidate_rate,
+                nir, s.sign_test_p());
+  };
+  for (const auto& [d, s] : c.by_domain) row(eval::to_string(d), s);
+  row("overall", c.overall);
+}
+
+void setup_eval(CLI::App& root) {
+  auto* cmd = root.add_subcommand("eval", "Pass rate of a chat model on verifiable tasks, per domain");
+  struct args {
+    std::string model, tasks, out, baseline;
+    bool json = false, quiet = false;
+    size_t max_tasks = 0;
+    eval::evaluate_options opt;
+  };
+  auto a = std::make_shared<args>();
+  cmd->add_option("--model", a->model,
+                  "model directory (config.json, safetensors, tokenizer.json, "
+                  "tokenizer_config.json with a chat template)")
+      ->required();
+  cmd->add_option("--tasks", a->tasks, "tasks, one JSON object per line (`moxi data` writes them)")
+      ->required();
+  cmd->add_flag("--json", a->json, "print the report (with per-task records) as JSON");
+  cmd->add_option("--max-tasks", a->max_tasks, "evaluate the first N tasks only (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--max-tokens", a->opt.max_tokens, "reply length limit")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->capture_default_str();
+  cmd->add_option("--out", a->out, "also write the per-task records here (JSONL, written atomically)");
+  cmd->add_option("--baseline", a->baseline,
+                  "an earlier `moxi eval --json` report on the same tasks to compare with");
+  cmd->add_option("--workers", a->opt.workers,
+                  "sequences decoded at once, each on one thread (0: one per kernel thread; 1: one sequence "
+                  "on all kernel threads)")
+      ->check(CLI::Range(0, 256))
+      ->capture_default_str();
+  cmd->add_flag("-q,--quiet", a->quiet, "no progress line");
+  cmd->callback([a] {
+    auto tasks = eval::read_jsonl(a->tasks);
+    if (tasks.empty()) throw error(a->tasks + ": no tasks");
+    if (a->max_tasks > 0 && tasks.size() > a->max_tasks) tasks.resize(a->max_tasks);
+    // Read the baseline first: a bad path should not cost a whole evaluation.
+    std::optional<eval::eval_report> baseline;
+    if (!a->baseline.empty()) baseline = eval::read_report(a->baseline);
+    a->opt.progress = !a->quiet;
+    const auto report = eval::evaluate(a->model, tasks, a->opt);
+    if (!a->out.empty()) {
+      std::string lines;
+      for (const auto& rec : report.records) lines += eval::to_json(rec).dump() + "\n";
+      eval::write_file_atomic(a->out, lines);
+    }
+    std::optional<eval::comparison> cmp;
+    if (baseline) cmp = eval::compare(*baseline, report);
+    if (a->json) {
+      auto j = eval::to_json(report);
+      if (cmp) j["comparison"] = eval::to_json(*cmp);
+      std::cout << j.dump(2) << "\n";
+    } else {
+      print_table(report);
+      if (cmp) print_comparison(*cmp, a->baseline);
+    }
+  });
+}
+
+MOXI_COMMAND("eval", setup_eval);
+
+}  // namespace
+}  // namespace moxi::cli

@@ -1,0 +1,155 @@
+// `moxi chat` driven through a pipe on a random tiny checkpoint with moxi-tiny's template (moxi init writes
+// it): every turn's prompt is the template's rendering of the whole history (rendered here from the
+// checkpoint's tokenizer_config.json), turns after the first reuse the sequence cache, and the replies equal
+// those of a chat that prefills the whole conversation every turn; /reset, /exit, EOF and the default model.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/temp-dir.h"
+#include "moxi/formats/chat-template.h"
+#include "moxi/formats/tokenizer.h"
+
+namespace {
+
+struct result {
+  int code;
+  std::string out, err;
+};
+
+// Runs `moxi args` with `input` on stdin; stdout and stderr apart.
+result run(const std::string& args, const std::string& input, const std::string& dir,
+           const std::string& env = "") {
+  const std::string in = dir + "/stdin.txt", err = dir + "/stderr.txt";
+  std::ofstream(in, std::ios::binary) << input;
+  const std::string cmd =
+      env + " " + std::string(MOXI_BINARY_DIR) + "/moxi " + args + " <" + in + " 2>" + err;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return {-1, "", ""};
+  result r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::stringstream ss;
+  ss << std::ifstream(err, std::ios::binary).rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+// The --show-prompt lines of stderr, one per turn.
+std::vector<nlohmann::json> turns(const std::string& err) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(err);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty() && line[0] == '{') out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+class Chat : public moxi::testing::temp_dir_test {
+ protected:
+  void SetUp() override {
+    const auto r = run("init --config " + std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json --out " +
+                           path("m") + " --seed 4",
+                       "", dir_);
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+  }
+  std::string render(const nlohmann::ordered_json& messages, bool generation_prompt = true) const {
+    const auto tpl =
+        moxi::formats::chat_template::from_tokenizer_config(path("m") + "/tokenizer_config.json");
+    moxi::formats::render_options o;
+    o.add_generation_prompt = generation_prompt;
+    return tpl.render(messages, o);
+  }
+  static nlohmann::ordered_json msg(const char* role, const std::string& content) {
+    return {{"role", role}, {"content", content}};
+  }
+};
+
+TEST_F(Chat, EachTurnSeesTheWholeHistoryAndCacheReuseChangesNoReply) {
+  const std::string input = "count the lines in notes.txt\nand the words?\n/reset\nhello\n";
+  const auto reuse = run("chat --model " + path("m") + " --max-tokens 12 --show-prompt", input, dir_);
+  ASSERT_EQ(reuse.code, 0) << reuse.err;
+  const auto t = turns(reuse.err);
+  ASSERT_EQ(t.size(), 3u) << reuse.err;
+
+  const std::string r1 = t[0].at("reply");
+  auto conv = nlohmann::ordered_json::array({msg("user", "count the lines in notes.txt")});
+  EXPECT_EQ(t[0].at("prompt").get<std::string>(), render(conv));
+  EXPECT_EQ(t[0].at("reused_tokens").get<int>(), 0);
+  conv.push_back(msg("assistant", r1));
+  conv.push_back(msg("user", "and the words?"));
+  EXPECT_EQ(t[1].at("prompt").get<std::string>(), render(conv));
+  // After /reset the conversation starts again.
+  EXPECT_EQ(t[2].at("prompt").get<std::string>(),
+            render(nlohmann::ordered_json::array({msg("user", "hello")})));
+  EXPECT_EQ(t[2].at("reused_tokens").get<int>(), 0);
+
+  // Turn 2 reuses at least the first turn's history (what the template renders before the generation prompt).
+  const auto tok = moxi::tokenizer::from_hf_json_file(path("m") + "/tokenizer.json");
+  const auto first_history =
+      tok.encode(render(nlohmann::ordered_json::array({msg("user", "count the lines in notes.txt")}), false));
+  EXPECT_GE(t[1].at("reused_tokens").get<size_t>(), first_history.size());
+  EXPECT_EQ(t[1].at("reused_tokens").get<size_t>() + t[1].at("prefilled_tokens").get<size_t>(),
+            t[1].at("prompt_tokens").get<size_t>());
+  EXPECT_EQ(t[1].at("prompt_tokens").get<size_t>(), tok.encode(t[1].at("prompt").get<std::string>()).size());
+
+  // The same conversation prefilled from scratch every turn gives the same greedy replies.
+  const auto fresh =
+      run("chat --model " + path("m") + " --max-tokens 12 --show-prompt --no-cache-reuse", input, dir_);
+  ASSERT_EQ(fresh.code, 0) << fresh.err;
+  const auto f = turns(fresh.err);
+  ASSERT_EQ(f.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(f[i].at("reply"), t[i].at("reply")) << "turn " << i + 1;
+    EXPECT_EQ(f[i].at("prompt"), t[i].at("prompt")) << "turn " << i + 1;
+    EXPECT_EQ(f[i].at("reused_tokens").get<int>(), 0);
+  }
+  EXPECT_EQ(fresh.out, reuse.out);
+  EXPECT_NE(reuse.err.find("tokens/s"), std::string::npos) << reuse.err;
+}
+
+TEST_F(Chat, SystemMessageExitAndEof) {
+  auto r = run("chat --model " + path("m") + " --max-tokens 4 --show-prompt --system 'Be brief.'",
+               "first\n/exit\nnever read\n", dir_);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto t = turns(r.err);
+  ASSERT_EQ(t.size(), 1u) << r.err;
+  EXPECT_EQ(t[0].at("prompt").get<std::string>(),
+            render(nlohmann::ordered_json::array({msg("system", "Be brief."), msg("user", "first")})));
+
+  // EOF without a trailing newline still sends the last line; blank lines are skipped; unknown commands
+  // are reported, not sent.
+  r = run("chat --model " + path("m") + " --max-tokens 4 --show-prompt", "\n/frobnicate\nlast line", dir_);
+  ASSERT_EQ(r.code, 0) << r.err;
+  t = turns(r.err);
+  ASSERT_EQ(t.size(), 1u) << r.err;
+  EXPECT_EQ(t[0].at("prompt").get<std::string>(),
+            render(nlohmann::ordered_json::array({msg("user", "last line")})));
+  EXPECT_NE(r.err.find("unknown command /frobnicate"), std::string::npos) << r.err;
+}
+
+TEST_F(Chat, MissingDefaultModelIsAClearError) {
+  for (const char* sub : {"chat", "generate --prompt hi"}) {
+    const auto r = run(sub, "hi\n", dir_, "MOXI_MODEL=" + path("nowhere"));
+    EXPECT_EQ(r.code, 1) << sub;
+    EXPECT_NE(r.err.find("no model at " + path("nowhere")), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--model"), std::string::npos) << r.err;
+  }
+  // A model directory without a chat template cannot chat.
+  std::remove((path("m") + "/tokenizer_config.json").c_str());
+  const auto r = run("chat --model " + path("m"), "hi\n", dir_);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("no chat template"), std::string::npos) << r.err;
+}
+
+}  // namespace

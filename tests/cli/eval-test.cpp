@@ -1,0 +1,140 @@
+// `moxi eval` end to end on a random tiny checkpoint: tasks from `moxi data`, the --json report parsed
+// back (counts per domain add up to the task file's domains, each record's verdict is its checker's, the
+// pass rate is passed / judged), --out, --baseline against itself (nothing fixed or broken), and bad input
+// (task files name line and field; --model is required).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "common/temp-dir.h"
+
+namespace {
+
+struct result {
+  int code;
+  std::string out, err;
+};
+
+result run(const std::string& args, const std::string& dir) {
+  const std::string err = dir + "/stderr.txt";
+  const std::string cmd = std::string(MOXI_BINARY_DIR) + "/moxi " + args + " </dev/null 2>" + err;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return {-1, "", ""};
+  result r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::stringstream ss;
+  ss << std::ifstream(err, std::ios::binary).rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+std::string read(const std::string& path) {
+  std::stringstream ss;
+  ss << std::ifstream(path, std::ios::binary).rdbuf();
+  return ss.str();
+}
+
+class EvalCli : public moxi::testing::temp_dir_test {
+ protected:
+  void SetUp() override {
+    auto r = run("init --config " + std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json --out " +
+                     path("m") + " --seed 8",
+                 dir_);
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::string all;
+    for (const char* d : {"math", "terminal", "code"}) {
+      r = run(std::string("data --domain ") + d + " --split test --n 2 --seed 3 --out " + path(d) + ".jsonl",
+              dir_);
+      ASSERT_EQ(r.code, 0) << r.err;
+      all += read(path(d) + ".jsonl");
+    }
+    std::ofstream(path("tasks.jsonl")) << all;
+  }
+};
+
+TEST_F(EvalCli, JsonReportCountsTheTasksPerDomain) {
+  const auto r = run("eval --model " + path("m") + " --tasks " + path("tasks.jsonl") +
+                         " --json --max-tokens 6 --out " + path("records.jsonl"),
+                     dir_);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.at("records").size(), 6u);
+  std::map<std::string, int> n, passed, errors;
+  for (const auto& rec : j.at("records")) {
+    const std::string d = rec.at("domain");
+    ++n[d];
+    passed[d] += rec.at("pass").get<bool>();
+    errors[d] += rec.at("error").get<bool>();
+    EXPECT_LE(rec.at("reply_tokens").get<int>(), 6);
+    EXPECT_FALSE(rec.at("detail").get<std::string>().empty()) << "every verdict has a reason";
+  }
+  for (const char* d : {"math", "terminal", "code"}) {
+    const auto& s = j.at("domains").at(d);
+    EXPECT_EQ(s.at("n").get<int>(), 2) << d;
+    EXPECT_EQ(s.at("passed").get<int>(), passed[d]) << d;
+    EXPECT_EQ(s.at("errors").get<int>(), errors[d]) << d;
+    const int judged = 2 - errors[d];
+    EXPECT_DOUBLE_EQ(s.at("pass_rate").get<double>(), judged ? double(passed[d]) / judged : 0.0) << d;
+  }
+  EXPECT_EQ(j.at("overall").at("n").get<int>(), 6);
+  EXPECT_EQ(j.at("max_tokens").get<int>(), 6);
+  // --out holds the same records, one per line.
+  std::istringstream lines(read(path("records.jsonl")));
+  std::string line;
+  size_t i = 0;
+  while (std::getline(lines, line)) EXPECT_EQ(nlohmann::json::parse(line), j.at("records").at(i++));
+  EXPECT_EQ(i, 6u);
+
+  // Against itself: every task paired, nothing fixed or broken.
+  std::ofstream(path("base.json")) << r.out;
+  const auto c = run("eval --model " + path("m") + " --tasks " + path("tasks.jsonl") +
+                         " --json -q --max-tokens 6 --baseline " + path("base.json"),
+                     dir_);
+  ASSERT_EQ(c.code, 0) << c.err;
+  const auto cmp = nlohmann::json::parse(c.out).at("comparison");
+  EXPECT_EQ(cmp.at("overall").at("n").get<int>(), 6 - j.at("overall").at("errors").get<int>());
+  EXPECT_EQ(cmp.at("overall").at("fixed").get<int>(), 0);
+  EXPECT_EQ(cmp.at("overall").at("broken").get<int>(), 0);
+  EXPECT_EQ(cmp.at("overall").at("net_improvement_rate").get<double>(), 0.0);
+  EXPECT_EQ(cmp.at("pass_rate_delta").get<double>(), 0.0);
+
+  // The table form names every domain and the overall row.
+  const auto t = run(
+      "eval --model " + path("m") + " --tasks " + path("tasks.jsonl") + " -q --max-tokens 2 --max-tasks 2",
+      dir_);
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("math"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("overall"), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("terminal"), std::string::npos) << "--max-tasks 2 keeps the two math tasks: " << t.out;
+}
+
+TEST_F(EvalCli, BadInputIsAClearError) {
+  std::ofstream(path("bad.jsonl")) << read(path("math.jsonl")) << "{\"id\": \"x\", \"domain\": \"math\"}\n";
+  auto r = run("eval --model " + path("m") + " --tasks " + path("bad.jsonl"), dir_);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find(path("bad.jsonl") + ":3: field 'split'"), std::string::npos) << r.err;
+
+  r = run("eval --tasks " + path("math.jsonl"), dir_);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--model"), std::string::npos) << r.err;
+
+  std::ofstream(path("not-a-report.json")) << "{\"model\": \"m\"}";
+  r = run("eval --model " + path("m") + " --tasks " + path("math.jsonl") + " --baseline " +
+              path("not-a-report.json"),
+          dir_);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("missing field \"max_tokens\""), std::string::npos) << r.err;
+}
+
+}  // namespace
