@@ -222,6 +222,51 @@ gemm_result run_gemm(int64_t m, int64_t kk, int64_t n, int reps) {
   return r;
 }
 
+pool_result run_pool(int64_t jobs) {
+  thread_pool& pool = thread_pool::global();
+  std::vector<int> touched(size_t(pool.size()));
+  std::vector<double> us;
+  us.reserve(size_t(jobs));
+  for (int64_t j = 0; j < jobs + 100; ++j) {  // the first 100 warm up
+    const auto t0 = clock_type::now();
+    pool.run([&](int tid, int) { touched[size_t(tid)] += 1; });
+    if (j >= 100) us.push_back(seconds_since(t0) * 1e6);
+  }
+  std::sort(us.begin(), us.end());
+  pool_result r;
+  r.threads = pool.size();
+  r.jobs = jobs;
+  r.median_us = us[us.size() / 2];
+  r.p90_us = us[us.size() * 9 / 10];
+  return r;
+}
+
+void add_pool_bench(CLI::App& bench) {
+  struct options {
+    int64_t jobs = 20000;
+    bool json = false;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd =
+      bench.add_subcommand("pool", "Round-trip time of one empty thread-pool job (the split overhead)");
+  cmd->add_option("--jobs", o->jobs, "Measured jobs")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
+  cmd->callback([o] {
+    const pool_result r = run_pool(std::max<int64_t>(1, o->jobs));
+    if (o->json) {
+      const nlohmann::json j = {{"bench", "pool"},
+                                {"threads", r.threads},
+                                {"jobs", r.jobs},
+                                {"median_us", r.median_us},
+                                {"p90_us", r.p90_us}};
+      std::printf("%s\n", j.dump().c_str());
+      return;
+    }
+    std::printf("pool: %d threads, %lld empty jobs\n", r.threads, static_cast<long long>(r.jobs));
+    std::printf("  hand-off round trip: median %.2f us, p90 %.2f us\n", r.median_us, r.p90_us);
+  });
+}
+
 void add_membw_bench(CLI::App& bench) {
   struct options {
     double mib = 1024;

@@ -1,6 +1,6 @@
-// `moxi bench membw | gemv | gemm`: kernel benchmarks whose figures are ratios measured in the same run
-// (ARCHITECTURE.md §5): read bandwidth of the machine, MXFP4 GEMV weight GB/s as a share of it, MXFP4 GEMM
-// GFLOP/s as a share of a register-resident compute peak, each also against the scalar reference.
+// `moxi bench membw | gemv | gemm | pool`: kernel benchmarks whose figures are ratios measured in the same
+// run (ARCHITECTURE.md §5): read bandwidth of the machine, MXFP4 GEMV weight GB/s as a share of it, MXFP4
+// GEMM GFLOP/s as a share of a register-resident compute peak, each also against the scalar reference.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -41,9 +41,18 @@ struct gemm_result {
 };
 gemm_result run_gemm(int64_t m, int64_t k, int64_t n, int reps);
 
-// Add the `membw`, `gemv` and `gemm` subcommands to `moxi bench`.
+struct pool_result {
+  int threads = 0;
+  int64_t jobs = 0;
+  double median_us = 0, p90_us = 0;  // one empty job: wake the workers, run, wait for all
+};
+// Round-trip cost of a thread-pool hand-off, what a kernel split must save to pay off.
+pool_result run_pool(int64_t jobs);
+
+// Add the `membw`, `gemv`, `gemm` and `pool` subcommands to `moxi bench`.
 void add_membw_bench(CLI::App& bench);
 void add_gemv_bench(CLI::App& bench);
 void add_gemm_bench(CLI::App& bench);
+void add_pool_bench(CLI::App& bench);
 
 }  // namespace moxi::bench

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace moxi {
@@ -28,6 +29,18 @@ class thread_pool {
   template <class F>
   void run(F&& fn) {
     run_impl(&invoke<std::remove_reference_t<F>>, const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
+  // run(fn) when `work` is at least two threads' worth of `min_per_thread` (both in the caller's units, e.g.
+  // multiply-adds), else fn(0, 1) inline on the calling thread. Waking the workers costs a few microseconds;
+  // below the threshold it costs more than splitting saves (tiny models, single-token decode of small
+  // layers), so kernels call this with a threshold measured for their work (docs/kernels-mxfp4.md).
+  template <class F>
+  void run_if(int64_t work, int64_t min_per_thread, F&& fn) {
+    if (n_threads_ == 1 || work < 2 * min_per_thread)
+      fn(0, 1);
+    else
+      run(std::forward<F>(fn));
   }
 
   // The process-wide pool used by the kernels: MOXI_THREADS if set (>= 1), else the number of CPUs this

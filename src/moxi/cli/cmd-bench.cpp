@@ -19,6 +19,7 @@ constexpr bench_entry kBenches[] = {
     {"membw", bench::add_membw_bench},
     {"gemv", bench::add_gemv_bench},
     {"gemm", bench::add_gemm_bench},
+    {"pool", bench::add_pool_bench},
     {"decode", bench::add_decode_bench},
     {"prefill", bench::add_prefill_bench},
     {"serve", bench::add_serve_bench},

@@ -38,18 +38,16 @@ void check(matmul_variant v) {
                 x86::cpu_features_string() + ")");
 }
 
-// Below this many multiply-adds a pool hand-off costs more than it saves (router, small KDA projections).
-constexpr int64_t kMinParallelMacs = int64_t(1) << 16;
+// Multiply-adds per thread below which a pool hand-off costs more than the split saves (a few us against
+// ~15k MACs/us of a cached AVX-512 row, docs/kernels-mxfp4.md "Thread-pool thresholds"): router, small KDA
+// projections, every matmul of the tiny models.
+constexpr int64_t kMinMacsPerThread = int64_t(1) << 16;
 
 template <class Wt, class Kernel>
 void run_fast(const float* x, const Wt* w, const float* bias, float* y, int64_t T, int64_t N, int64_t K,
               Kernel kernel) {
   if (T == 0 || N == 0) return;
-  if (T * N * K < kMinParallelMacs) {
-    kernel(x, w, bias, y, T, N, K, int64_t(0), N);
-    return;
-  }
-  thread_pool::global().run([&](int tid, int nt) {
+  thread_pool::global().run_if(T * N * K, kMinMacsPerThread, [&](int tid, int nt) {
     const range r = split_range(N, tid, nt, 4);
     if (r.begin < r.end) kernel(x, w, bias, y, T, N, K, r.begin, r.end);
   });

@@ -42,6 +42,13 @@ T* scratch(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
+// Work per thread below which a pool hand-off costs more than the split saves (docs/kernels-mxfp4.md
+// "Thread-pool thresholds"): weights x tokens for the GEMV (~2 us of a thread's share of DRAM bandwidth,
+// less when cached), elements for the activation conversion, multiply-adds for the GEMM.
+constexpr int64_t kMinGemvMacsPerThread = int64_t(1) << 16;
+constexpr int64_t kMinConvertPerThread = int64_t(1) << 15;
+constexpr int64_t kMinGemmMacsPerThread = int64_t(1) << 18;
+
 mx::elem_format act_format(act_quant act) {
   return act == act_quant::MXFP8_E4M3 ? mx::elem_format::FP8_E4M3 : mx::elem_format::FP8_E5M2;
 }
@@ -118,44 +125,53 @@ void matmul_mxfp4(const float* x, const packed_mxfp4& w, float* y, int64_t T, ac
     return;
   }
   thread_pool& pool = thread_pool::global();
-  // Activation quantization: the same mx::fake_quantize as the reference, split over threads by 32-blocks.
-  thread_local std::vector<float> xq_buf;
-  if (act != act_quant::NONE) {
-    float* xq = scratch(xq_buf, size_t(T * K));
-    const mx::elem_format f = act_format(act);
-    pool.run([&](int tid, int nt) {
-      const range r = split_range(T * K, tid, nt, mx::kBlock);
-      if (r.begin < r.end) mx::fake_quantize(f, x + r.begin, size_t(r.end - r.begin), xq + r.begin);
-    });
-    x = xq;
-  }
   const x86::mxfp4_panels pw = mxfp4_access::panels(w);
-  if (w.variant() == mxfp4_variant::AVX512) {
-    pool.run([&](int tid, int nt) {
+  const bool bf16 = w.variant() == mxfp4_variant::AVX512_BF16;
+  if (!bf16 || (T <= opt.gemv_max_tokens && T <= x86::kGemvMaxTokens)) {
+    // GEMV (decode): one pool job. Each thread quantizes and converts the few rows of x itself (T * K
+    // elements against its share of N * K weights) instead of a job per step, then runs its panels.
+    pool.run_if(T * N * K, kMinGemvMacsPerThread, [&](int tid, int nt) {
       const range r = split_range(pw.panels(), tid, nt);
       if (r.begin == r.end) return;
-      for (int64_t t0 = 0; t0 < T; t0 += x86::kGemvMaxTokens) {
-        const int64_t tn = T - t0 < x86::kGemvMaxTokens ? T - t0 : x86::kGemvMaxTokens;
-        x86::mxfp4_gemv_avx512(x + t0 * K, tn, pw, r.begin, r.end, y + t0 * N);
+      thread_local std::vector<float> xq_buf;
+      const float* xx = x;
+      if (act != act_quant::NONE) {
+        float* xq = scratch(xq_buf, size_t(T * K));
+        mx::fake_quantize(act_format(act), x, size_t(T * K), xq);
+        xx = xq;
       }
+      if (!bf16) {
+        for (int64_t t0 = 0; t0 < T; t0 += x86::kGemvMaxTokens) {
+          const int64_t tn = T - t0 < x86::kGemvMaxTokens ? T - t0 : x86::kGemvMaxTokens;
+          x86::mxfp4_gemv_avx512(xx + t0 * K, tn, pw, r.begin, r.end, y + t0 * N);
+        }
+        return;
+      }
+      thread_local std::vector<uint16_t> xb_buf;
+      uint16_t* xb = scratch(xb_buf, size_t(T * K));
+      x86::f32_to_bf16_avx512bf16(xx, xb, T * K);
+      x86::mxfp4_gemv_avx512bf16(xb, T, pw, r.begin, r.end, y);
     });
     return;
   }
+  // GEMM (prefill): activation quantization (the same mx::fake_quantize as the reference) and the bf16
+  // conversion split over threads by 32-blocks, then weight panel pairs split over threads.
+  thread_local std::vector<float> xq_buf;
   thread_local std::vector<uint16_t> xb_buf;
+  float* xq = act != act_quant::NONE ? scratch(xq_buf, size_t(T * K)) : nullptr;
   uint16_t* xb = scratch(xb_buf, size_t(T * K));
-  const int64_t pairs = (pw.panels() + 1) / 2;
-  pool.run([&](int tid, int nt) {
-    const range rx = split_range(T * K, tid, nt, 16);
-    if (rx.begin < rx.end) x86::f32_to_bf16_avx512bf16(x + rx.begin, xb + rx.begin, rx.end - rx.begin);
+  pool.run_if(T * K, kMinConvertPerThread, [&](int tid, int nt) {
+    const range r = split_range(T * K, tid, nt, mx::kBlock);
+    if (r.begin == r.end) return;
+    const float* src = x + r.begin;
+    if (xq) {
+      mx::fake_quantize(act_format(act), src, size_t(r.end - r.begin), xq + r.begin);
+      src = xq + r.begin;
+    }
+    x86::f32_to_bf16_avx512bf16(src, xb + r.begin, r.end - r.begin);
   });
-  if (T <= opt.gemv_max_tokens && T <= x86::kGemvMaxTokens) {
-    pool.run([&](int tid, int nt) {
-      const range r = split_range(pw.panels(), tid, nt);
-      if (r.begin < r.end) x86::mxfp4_gemv_avx512bf16(xb, T, pw, r.begin, r.end, y);
-    });
-    return;
-  }
-  pool.run([&](int tid, int nt) {
+  const int64_t pairs = (pw.panels() + 1) / 2;
+  pool.run_if(T * N * K, kMinGemmMacsPerThread, [&](int tid, int nt) {
     thread_local std::vector<uint32_t> wbuf;
     uint32_t* s = scratch(wbuf, size_t(x86::mxfp4_gemm_scratch_u32()));
     const range r = split_range(pairs, tid, nt);
