@@ -33,6 +33,15 @@ struct mla_view {
   int64_t length = 0;                 // S
 };
 
+class sequence_cache;
+
+// One sequence's rows in a batched forward: rows [begin, begin + T) of the concatenated activations are
+// its T new tokens, after the cache's cached ones.
+struct seq_rows {
+  int64_t begin = 0, T = 0;
+  sequence_cache* cache = nullptr;
+};
+
 class sequence_cache {
  public:
   virtual ~sequence_cache() = default;

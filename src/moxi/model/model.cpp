@@ -13,6 +13,28 @@ namespace moxi::model {
 
 namespace ref = kernels::ref;
 
+namespace {
+
+// The lm_head of a tied model: a BF16 copy of the embedding when fast kernels are on and the checkpoint
+// stores it as BF16 (the f32 values are widened bf16, so the top half of their bits is exact), else empty
+// (the head reads the f32 embedding).
+linear tied_head(const formats::checkpoint& ckpt, const std::string& name, const std::vector<float>& embed,
+                 int64_t V, int64_t d) {
+  linear l;
+  if (!kernels::fast_kernels() || ckpt.view(name).type != dtype::BF16) return l;
+  l.wb.resize(embed.size());
+  for (size_t i = 0; i < embed.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &embed[i], sizeof(bits));
+    l.wb[i] = uint16_t(bits >> 16);
+  }
+  l.out = V;
+  l.in = d;
+  return l;
+}
+
+}  // namespace
+
 model::model(model&&) noexcept = default;
 model& model::operator=(model&&) noexcept = default;
 model::~model() = default;
@@ -34,7 +56,14 @@ model model::load(formats::model_config config, const std::string& checkpoint_pa
   for (size_t i = 0; i < layout.layers.size(); ++i)
     m.layers_.push_back(load_decoder_layer(ld, layout.layers[i], layout.ffn, int64_t(i)));
   m.final_norm_ = ld.f32(layout.final_norm, {c.hidden_size});
-  if (!c.tie_word_embeddings) m.lm_head_ = ld.f32(layout.lm_head, {c.vocab_size, c.hidden_size});
+  if (!c.tie_word_embeddings) {
+    const std::string suffix = ".weight";
+    MOXI_ASSERT(layout.lm_head.ends_with(suffix));
+    m.head_ =
+        ld.lin(layout.lm_head.substr(0, layout.lm_head.size() - suffix.size()), c.vocab_size, c.hidden_size);
+  } else {
+    m.head_ = tied_head(*m.ckpt_, layout.embed, m.embed_, c.vocab_size, c.hidden_size);
+  }
   for (size_t k = 0; k < layout.mtp_layers.size(); ++k)
     m.mtp_.push_back(load_mtp_layer(ld, layout.mtp_layers[k], layout.ffn, c.num_layers + int64_t(k)));
   m.tensors_read_ = ld.names_read();
@@ -54,10 +83,13 @@ void model::check_tokens(std::span<const token_id> tokens) const {
 
 std::vector<float> model::head(const float* h, int64_t T, bool last_only) const {
   const int64_t d = config_.hidden_size, V = config_.vocab_size;
-  const float* w = lm_head_.empty() ? embed_.data() : lm_head_.data();
   const int64_t rows = last_only ? 1 : T;
   std::vector<float> logits(size_t(rows * V));  // f32 [rows, vocab]
-  kernels::matmul(h + (T - rows) * d, w, nullptr, logits.data(), rows, V, d);
+  // Tied and f32: the head is the embedding itself.
+  if (head_.empty())
+    kernels::matmul(h + (T - rows) * d, embed_.data(), nullptr, logits.data(), rows, V, d);
+  else
+    head_.apply(h + (T - rows) * d, logits.data(), rows);
   return logits;
 }
 
@@ -70,8 +102,10 @@ std::vector<float> model::forward(std::span<const token_id> tokens, sequence_cac
   for (int64_t t = 0; t < T; ++t)
     std::memcpy(h.data() + t * d, embed_.data() + int64_t(tokens[size_t(t)]) * d, size_t(d) * sizeof(float));
   dump(opts.dump, "embed", {T, d}, h.data());
+  const seq_rows seg{0, T, &cache};
   for (size_t i = 0; i < layers_.size(); ++i)
-    decoder_layer_forward(layers_[i], config_, h.data(), T, cache, opts.dump, "layers." + std::to_string(i));
+    decoder_layer_forward_batch(layers_[i], config_, h.data(), T, std::span(&seg, 1), opts.dump,
+                                "layers." + std::to_string(i));
   cache.advance(T);
   ref::rms_norm(h.data(), final_norm_.data(), h.data(), T, d, float(config_.rms_norm_eps));
   dump(opts.dump, "final_norm", {T, d}, h.data());
@@ -79,6 +113,56 @@ std::vector<float> model::forward(std::span<const token_id> tokens, sequence_cac
   auto logits = head(h.data(), T, opts.last_only);
   dump(opts.dump, "logits", {opts.last_only ? 1 : T, config_.vocab_size}, logits.data());
   return logits;
+}
+
+std::vector<std::vector<float>> model::forward_batch(std::span<const batch_item> items) const {
+  const int64_t d = config_.hidden_size, V = config_.vocab_size;
+  std::vector<seq_rows> segs;
+  std::vector<size_t> seg_item;  // item index of each segment (items without tokens have none)
+  int64_t R = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].cache) throw error("forward_batch: item " + std::to_string(i) + " has no cache");
+    for (size_t j = 0; j < i; ++j)
+      if (items[j].cache == items[i].cache)
+        throw error("forward_batch: items " + std::to_string(j) + " and " + std::to_string(i) +
+                    " share one cache");
+    check_tokens(items[i].tokens);
+    const int64_t T = int64_t(items[i].tokens.size());
+    if (T == 0) continue;
+    segs.push_back({R, T, items[i].cache});
+    seg_item.push_back(i);
+    R += T;
+  }
+  std::vector<std::vector<float>> out(items.size());
+  if (R == 0) return out;
+
+  std::vector<float> h(size_t(R * d));  // f32 [R, hidden], every item's residual stream in order
+  for (size_t s = 0; s < segs.size(); ++s)
+    for (int64_t t = 0; t < segs[s].T; ++t)
+      std::memcpy(h.data() + (segs[s].begin + t) * d,
+                  embed_.data() + int64_t(items[seg_item[s]].tokens[size_t(t)]) * d,
+                  size_t(d) * sizeof(float));
+  for (size_t i = 0; i < layers_.size(); ++i)
+    decoder_layer_forward_batch(layers_[i], config_, h.data(), R, segs, nullptr,
+                                "layers." + std::to_string(i));
+  for (const auto& sg : segs) sg.cache->advance(sg.T);
+
+  // Final norm and lm_head over the rows whose logits are wanted, in one matmul.
+  std::vector<float> hs;  // f32 [rows, hidden]
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const int64_t first = items[seg_item[s]].last_only ? segs[s].begin + segs[s].T - 1 : segs[s].begin;
+    hs.insert(hs.end(), h.begin() + first * d, h.begin() + (segs[s].begin + segs[s].T) * d);
+  }
+  const int64_t rows = int64_t(hs.size()) / d;
+  ref::rms_norm(hs.data(), final_norm_.data(), hs.data(), rows, d, float(config_.rms_norm_eps));
+  const auto logits = head(hs.data(), rows, false);
+  int64_t r = 0;
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const int64_t n = items[seg_item[s]].last_only ? 1 : segs[s].T;
+    out[seg_item[s]].assign(logits.begin() + r * V, logits.begin() + (r + n) * V);
+    r += n;
+  }
+  return out;
 }
 
 std::vector<float> model::mtp_forward(std::span<const float> hidden, std::span<const token_id> next_tokens,

@@ -30,6 +30,13 @@ struct forward_options {
   bool last_only = false;
 };
 
+// One sequence of model::forward_batch.
+struct batch_item {
+  std::span<const token_id> tokens;  // its new tokens, after the cached ones
+  sequence_cache* cache = nullptr;   // its own cache; each cache at most once per call
+  bool last_only = true;             // logits of the last token only ([1, vocab]) or of every token
+};
+
 class model {
  public:
   // dir holds config.json and the safetensors checkpoint (sharded through its index, or one file).
@@ -49,6 +56,16 @@ class model {
   // Returns logits f32 [T, vocab] (or [1, vocab] with last_only). Token ids outside [0, vocab) are an error.
   std::vector<float> forward(std::span<const token_id> tokens, sequence_cache& cache,
                              const forward_options& opts = {}) const;
+
+  // Several sequences in one pass (continuous batching): every projection, expert GEMM, norm and the
+  // lm_head run once over all items' rows concatenated in order, so weights stream once per step instead
+  // of once per sequence; attention / KDA runs per sequence on its own cache, and each cache advances by
+  // its tokens. Prefill chunks and single decode tokens may be mixed in one call. Returns one logits vector
+  // per item (f32 [T_i, vocab], or [1, vocab] with last_only; empty for an item without tokens). Equal to
+  // forward() on each item: bit for bit on the reference kernels, within fp32 summation order on the fast
+  // ones (their GEMM shapes change with the row count). Token ids of every item are checked before
+  // anything runs; a null or repeated cache is an error.
+  std::vector<std::vector<float>> forward_batch(std::span<const batch_item> items) const;
 
   // MTP depth k (0-based): for positions i = cache.mtp_length() ..., reads the main model's post-norm hidden
   // h_i (f32 [T, hidden]) and the next tokens t_{i+1} (i32 [T]); returns logits f32 [T, vocab] predicting
@@ -70,7 +87,9 @@ class model {
   std::unique_ptr<formats::checkpoint> ckpt_;  // kept open: packed MXFP4 experts point into its mapping
   std::vector<float> embed_;                   // f32 [vocab, hidden]
   std::vector<float> final_norm_;              // f32 [hidden]
-  std::vector<float> lm_head_;                 // f32 [vocab, hidden]; empty when tied to embed_
+  // [vocab, hidden]: lm_head, or the embedding when tied. BF16 when the checkpoint stores BF16 and fast
+  // kernels are on (half the bytes a decode step streams, widened exactly in registers), else f32.
+  linear head_;
   std::vector<decoder_layer> layers_;
   std::vector<mtp_layer> mtp_;
   std::set<std::string> tensors_read_;

@@ -25,16 +25,27 @@ decoder_layer load_decoder_layer(weight_loader& ld, const arch::layer_layout& la
 
 void decoder_layer_forward(const decoder_layer& l, const formats::model_config& c, float* h, int64_t T,
                            sequence_cache& cache, const dump_sink* dump_to, const std::string& name) {
+  const seq_rows seg{0, T, &cache};
+  decoder_layer_forward_batch(l, c, h, T, std::span(&seg, 1), dump_to, name);
+}
+
+void decoder_layer_forward_batch(const decoder_layer& l, const formats::model_config& c, float* h, int64_t T,
+                                 std::span<const seq_rows> segs, const dump_sink* dump_to,
+                                 const std::string& name) {
   namespace ref = kernels::ref;
   const int64_t d = c.hidden_size;
   const float eps = float(c.rms_norm_eps);
-  std::vector<float> xn(size_t(T * d)), y(size_t(T * d));  // f32 [T, hidden]
+  std::vector<float> xn(size_t(T * d)), y(size_t(T * d));  // f32 [T, hidden], T rows of all sequences
   ref::rms_norm(h, l.input_norm.data(), xn.data(), T, d, eps);
   dump(dump_to, name + ".attn_norm", {T, d}, xn.data());
-  if (l.kda)
-    kda_forward(*l.kda, c, xn.data(), T, cache.kda(l.slot), y.data(), dump_to, name + ".kda");
-  else
-    mla_forward(*l.mla, c, xn.data(), T, cache, l.slot, y.data(), dump_to, name + ".mla");
+  if (l.kda) {
+    std::vector<kda_state_ref> states;
+    states.reserve(segs.size());
+    for (const auto& s : segs) states.push_back(s.cache->kda(l.slot));
+    kda_forward_batch(*l.kda, c, xn.data(), T, segs, states, y.data(), dump_to, name + ".kda");
+  } else {
+    mla_forward_batch(*l.mla, c, xn.data(), T, segs, l.slot, y.data(), dump_to, name + ".mla");
+  }
   dump(dump_to, name + ".attn_out", {T, d}, y.data());
   for (int64_t i = 0; i < T * d; ++i) h[i] += y[size_t(i)];
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,12 @@ decoder_layer load_decoder_layer(weight_loader& ld, const arch::layer_layout& la
 // h f32 [T, hidden], updated in place (the residual stream). name: "layers.3" for dumps.
 void decoder_layer_forward(const decoder_layer& l, const formats::model_config& c, float* h, int64_t T,
                            sequence_cache& cache, const dump_sink* dump, const std::string& name);
+
+// Batched: h f32 [R, hidden] holds several sequences' rows (segs, in order, covering [0, R)). Norms, FFN
+// and every projection run once over all rows; attention runs per sequence on its own cache.
+void decoder_layer_forward_batch(const decoder_layer& l, const formats::model_config& c, float* h, int64_t R,
+                                 std::span<const seq_rows> segs, const dump_sink* dump,
+                                 const std::string& name);
 
 // MTP layer: h' = Block(eh_proj([enorm(emb(t_{i+1})) ; hnorm(h_i)])), then shared_head.norm; the embedding
 // and lm_head are the main model's.

@@ -2,6 +2,7 @@
 // reference kernels, with the per-sequence conv and recurrent state from the cache.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,12 @@ kda_weights load_kda(weight_loader& ld, const std::string& prefix);
 // T > 1 runs the chunkwise prefill kernel, T == 1 the recurrence (the two agree; tested).
 void kda_forward(const kda_weights& w, const formats::model_config& c, const float* x, int64_t T,
                  const kda_state_ref& state, float* out, const dump_sink* dump, const std::string& name);
+
+// Batched: x f32 [R, hidden] holds several sequences' rows (segs, in order, covering [0, R)); sequence i
+// uses states[i]. The projections run once over all R rows, the convs and the recurrence per sequence.
+// Equal to kda_forward per sequence (bit for bit on the reference kernels).
+void kda_forward_batch(const kda_weights& w, const formats::model_config& c, const float* x, int64_t R,
+                       std::span<const seq_rows> segs, std::span<const kda_state_ref> states, float* out,
+                       const dump_sink* dump, const std::string& name);
 
 }  // namespace moxi::model

@@ -20,6 +20,9 @@ namespace ref = kernels::ref;
 
 namespace {
 
+// Sparse-attention multiply-adds per thread below which splitting queries over the pool costs more than
+// it saves (docs/kernels-mxfp4.md "Thread-pool thresholds").
+constexpr int64_t kDsaMinWorkPerThread = int64_t(1) << 16;
 // Queries scored per indexer call: bounds the [block, S] score buffer at long context.
 constexpr int64_t kIndexerQueryBlock = 256;
 // DeepSeek-V3.2 Indexer: k_norm = LayerNorm(index_head_dim) with the torch default eps.
@@ -83,119 +86,165 @@ mla_weights load_mla(weight_loader& ld, const std::string& p) {
 void mla_forward(const mla_weights& w, const formats::model_config& c, const float* x, int64_t T,
                  sequence_cache& cache, int64_t layer, float* out, const dump_sink* dump_to,
                  const std::string& name) {
+  const seq_rows seg{0, T, &cache};
+  mla_forward_batch(w, c, x, T, std::span(&seg, 1), layer, out, dump_to, name);
+}
+
+namespace {
+
+// Sparse absorbed attention of one sequence's T queries, split over the pool when it pays.
+void dsa_attention(const float* q_lat, const float* latent, const int32_t* idx, float* o_lat, int64_t T,
+                   int64_t S, int64_t H, int64_t L, int64_t Dr, int64_t k, float scale) {
+  const int64_t Wl = L + Dr;
+  // Split only when each thread gets enough work (queries x selected rows x heads x latent width).
+  if (kernels::fast_kernels() && T > 1 && T * k * H * Wl >= 2 * kDsaMinWorkPerThread) {
+    // Queries are independent here (each attends to its own selected rows, no positional mask), so
+    // splitting them over the pool is bit-identical to one call.
+    thread_pool::global().run([&](int tid, int nt) {
+      const range r = split_range(T, tid, nt);
+      if (r.begin < r.end)
+        ref::mla_attention_absorbed_sparse(q_lat + r.begin * H * Wl, latent, idx + r.begin * k,
+                                           o_lat + r.begin * H * L, r.end - r.begin, S, H, L, Dr, k, scale);
+    });
+  } else {
+    ref::mla_attention_absorbed_sparse(q_lat, latent, idx, o_lat, T, S, H, L, Dr, k, scale);
+  }
+}
+
+}  // namespace
+
+void mla_forward_batch(const mla_weights& w, const formats::model_config& c, const float* x, int64_t R,
+                       std::span<const seq_rows> segs, int64_t layer, float* out, const dump_sink* dump_to,
+                       const std::string& name) {
   const auto& m = *c.mla;
   const int64_t H = m.num_heads, Dn = m.qk_nope_head_dim, Dr = m.qk_rope_head_dim, Dv = m.v_head_dim;
   const int64_t L = m.kv_lora_rank, Dq = Dn + Dr, Wl = L + Dr;
   const float eps = float(c.rms_norm_eps);
 
-  // Queries f32 [T, H, Dn+Dr], through the q-LoRA latent c_Q when present (the indexer reads c_Q too).
-  std::vector<float> cq, q(size_t(T * H * Dq));
+  // Queries f32 [R, H, Dn+Dr], through the q-LoRA latent c_Q when present (the indexer reads c_Q too).
+  std::vector<float> cq, q(size_t(R * H * Dq));
   if (!w.q_a.empty()) {
     const int64_t rq = w.q_a.out;
-    cq.resize(size_t(T * rq));
-    w.q_a.apply(x, cq.data(), T);
-    ref::rms_norm(cq.data(), w.q_a_norm.data(), cq.data(), T, rq, eps);
-    w.q_b.apply(cq.data(), q.data(), T);
+    cq.resize(size_t(R * rq));
+    w.q_a.apply(x, cq.data(), R);
+    ref::rms_norm(cq.data(), w.q_a_norm.data(), cq.data(), R, rq, eps);
+    w.q_b.apply(cq.data(), q.data(), R);
   } else {
-    w.q_proj.apply(x, q.data(), T);
+    w.q_proj.apply(x, q.data(), R);
   }
 
-  // New latent rows [c_kv after kv_a_layernorm | k_pe] straight into the cache.
-  const int64_t S0 = cache.mla(layer).length;
-  const mla_append_ref rows = cache.mla_append(layer, T);
-  {
-    std::vector<float> kv(size_t(T * Wl));  // f32 [T, L+Dr]
-    w.kv_a.apply(x, kv.data(), T);
+  // Per sequence: its cache length before this call, the rows appended to its cache, its RoPE tables.
+  struct seq_state {
+    int64_t S0 = 0;
+    mla_append_ref rows;
+    std::vector<float> cos, sin;  // f32 [T, Dr/2]
+  };
+  std::vector<seq_state> st(segs.size());
+  std::vector<float> kv(size_t(R * Wl));  // f32 [R, L+Dr]
+  w.kv_a.apply(x, kv.data(), R);
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const int64_t T = segs[i].T, r0 = segs[i].begin;
+    sequence_cache& cache = *segs[i].cache;
+    st[i].S0 = cache.mla(layer).length;
+    st[i].rows = cache.mla_append(layer, T);
+    // New latent rows [c_kv after kv_a_layernorm | k_pe] straight into the cache.
     for (int64_t t = 0; t < T; ++t) {
-      ref::rms_norm(kv.data() + t * Wl, w.kv_a_norm.data(), rows.latent + t * Wl, 1, L, eps);
-      std::memcpy(rows.latent + t * Wl + L, kv.data() + t * Wl + L, size_t(Dr) * sizeof(float));
+      const float* kr = kv.data() + (r0 + t) * Wl;
+      ref::rms_norm(kr, w.kv_a_norm.data(), st[i].rows.latent + t * Wl, 1, L, eps);
+      std::memcpy(st[i].rows.latent + t * Wl + L, kr + L, size_t(Dr) * sizeof(float));
+    }
+    if (!m.use_nope) {
+      std::vector<int64_t> pos(static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = st[i].S0 + t;
+      st[i].cos.resize(size_t(T * Dr / 2));
+      st[i].sin.resize(size_t(T * Dr / 2));
+      ref::rope_cos_sin(pos.data(), w.inv_freq.data(), w.rope_attention_factor, st[i].cos.data(),
+                        st[i].sin.data(), T, Dr);
+      ref::rope_apply(q.data() + r0 * H * Dq + Dn, st[i].cos.data(), st[i].sin.data(), T, H, H * Dq, Dq, Dr,
+                      ref::RopeLayout::kInterleaved);
+      ref::rope_apply(st[i].rows.latent + L, st[i].cos.data(), st[i].sin.data(), T, 1, Wl, 0, Dr,
+                      ref::RopeLayout::kInterleaved);
     }
   }
-  std::vector<float> cos, sin;
-  if (!m.use_nope) {
-    std::vector<int64_t> pos(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = S0 + t;
-    cos.resize(size_t(T * Dr / 2));
-    sin.resize(size_t(T * Dr / 2));
-    ref::rope_cos_sin(pos.data(), w.inv_freq.data(), w.rope_attention_factor, cos.data(), sin.data(), T, Dr);
-    ref::rope_apply(q.data() + Dn, cos.data(), sin.data(), T, H, H * Dq, Dq, Dr,
-                    ref::RopeLayout::kInterleaved);
-    ref::rope_apply(rows.latent + L, cos.data(), sin.data(), T, 1, Wl, 0, Dr, ref::RopeLayout::kInterleaved);
+  dump(dump_to, name + ".q", {R, H, Dq}, q.data());
+  if (dump_to && dump_to->wants(name + ".latent")) {
+    std::vector<float> lat(size_t(R * Wl));  // the new cache rows of every sequence, in row order
+    for (size_t i = 0; i < segs.size(); ++i)
+      std::memcpy(lat.data() + segs[i].begin * Wl, st[i].rows.latent, size_t(segs[i].T * Wl) * sizeof(float));
+    dump_to->put(name + ".latent", {R, Wl}, lat.data());
   }
-  dump(dump_to, name + ".q", {T, H, Dq}, q.data());
-  dump(dump_to, name + ".latent", {T, Wl}, rows.latent);
 
-  std::vector<float> q_lat(size_t(T * H * Wl));  // f32 [T, H, L+Dr]
-  ref::mla_absorb_q(q.data(), w.kv_b.w.data(), q_lat.data(), T, H, Dn, Dr, Dv, L);
+  std::vector<float> q_lat(size_t(R * H * Wl));  // f32 [R, H, L+Dr]
+  ref::mla_absorb_q(q.data(), w.kv_b.w.data(), q_lat.data(), R, H, Dn, Dr, Dv, L);
 
-  std::vector<float> o_lat(size_t(T * H * L));  // f32 [T, H, L]
+  std::vector<float> o_lat(size_t(R * H * L));  // f32 [R, H, L]
   if (w.indexer) {
     const auto& d = *c.dsa;
     const auto& iw = *w.indexer;
     const int64_t HI = d.index_n_heads, DI = d.index_head_dim;
-    std::vector<float> qI(size_t(T * HI * DI));  // f32 [T, HI, DI], rope dims first
-    iw.wq_b.apply(cq.data(), qI.data(), T);
-    iw.wk.apply(x, rows.index_keys, T);
-    ref::layer_norm(rows.index_keys, iw.k_norm_w.data(), iw.k_norm_b.data(), rows.index_keys, T, DI,
-                    kIndexerKeyNormEps);
-    if (!m.use_nope) {  // half-split (NeoX) layout, rope dims first: traps 1 and 2 of the reference note
-      ref::rope_apply(qI.data(), cos.data(), sin.data(), T, HI, HI * DI, DI, Dr, ref::RopeLayout::kHalfSplit);
-      ref::rope_apply(rows.index_keys, cos.data(), sin.data(), T, 1, DI, 0, Dr, ref::RopeLayout::kHalfSplit);
-    }
-    std::vector<float> wts(size_t(T * HI));  // f32 [T, HI]
-    iw.weights_proj.apply(x, wts.data(), T);
+    std::vector<float> qI(size_t(R * HI * DI));  // f32 [R, HI, DI], rope dims first
+    iw.wq_b.apply(cq.data(), qI.data(), R);
+    std::vector<float> kI(size_t(R * DI));  // f32 [R, DI] new index keys, copied into each cache below
+    iw.wk.apply(x, kI.data(), R);
+    ref::layer_norm(kI.data(), iw.k_norm_w.data(), iw.k_norm_b.data(), kI.data(), R, DI, kIndexerKeyNormEps);
+    std::vector<float> wts(size_t(R * HI));  // f32 [R, HI]
+    iw.weights_proj.apply(x, wts.data(), R);
     const float wscale = float(1.0 / std::sqrt(double(HI)) / std::sqrt(double(DI)));
     for (float& v : wts) v *= wscale;
 
-    const mla_view view = cache.mla(layer);
-    const int64_t S = view.length;
-    const int64_t k = std::min(d.index_topk, S);
-    std::vector<int32_t> idx(size_t(T * k));  // i32 [T, k], -1 padded
-    std::vector<float> scores;
-    for (int64_t t0 = 0; t0 < T; t0 += kIndexerQueryBlock) {
-      const int64_t tb = std::min(kIndexerQueryBlock, T - t0), Sb = S0 + t0 + tb;
-      scores.resize(size_t(tb * Sb));
-      ref::indexer_scores(qI.data() + t0 * HI * DI, view.index_keys, wts.data() + t0 * HI, scores.data(), tb,
-                          Sb, HI, DI);
-      ref::indexer_topk(scores.data(), idx.data() + t0 * k, tb, Sb, k);
+    std::vector<float> topk_dump;
+    const bool want_topk = dump_to && dump_to->wants(name + ".topk");
+    if (want_topk) topk_dump.assign(size_t(R * d.index_topk), -1.0f);
+    for (size_t i = 0; i < segs.size(); ++i) {
+      const int64_t T = segs[i].T, r0 = segs[i].begin, S0 = st[i].S0;
+      float* keys = st[i].rows.index_keys;
+      std::memcpy(keys, kI.data() + r0 * DI, size_t(T * DI) * sizeof(float));
+      float* qIs = qI.data() + r0 * HI * DI;
+      if (!m.use_nope) {  // half-split (NeoX) layout, rope dims first: traps 1 and 2 of the reference note
+        ref::rope_apply(qIs, st[i].cos.data(), st[i].sin.data(), T, HI, HI * DI, DI, Dr,
+                        ref::RopeLayout::kHalfSplit);
+        ref::rope_apply(keys, st[i].cos.data(), st[i].sin.data(), T, 1, DI, 0, Dr,
+                        ref::RopeLayout::kHalfSplit);
+      }
+      const mla_view view = segs[i].cache->mla(layer);
+      const int64_t S = view.length;
+      const int64_t k = std::min(d.index_topk, S);
+      std::vector<int32_t> idx(size_t(T * k));  // i32 [T, k], -1 padded
+      std::vector<float> scores;
+      for (int64_t t0 = 0; t0 < T; t0 += kIndexerQueryBlock) {
+        const int64_t tb = std::min(kIndexerQueryBlock, T - t0), Sb = S0 + t0 + tb;
+        scores.resize(size_t(tb * Sb));
+        ref::indexer_scores(qIs + t0 * HI * DI, view.index_keys, wts.data() + (r0 + t0) * HI, scores.data(),
+                            tb, Sb, HI, DI);
+        ref::indexer_topk(scores.data(), idx.data() + t0 * k, tb, Sb, k);
+      }
+      if (want_topk)  // padded to index_topk columns so that dumps of successive calls line up
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t j = 0; j < k; ++j)
+            topk_dump[size_t((r0 + t) * d.index_topk + j)] = float(idx[size_t(t * k + j)]);
+      dsa_attention(q_lat.data() + r0 * H * Wl, view.latent, idx.data(), o_lat.data() + r0 * H * L, T, S, H,
+                    L, Dr, k, w.softmax_scale);
     }
-    if (dump_to && dump_to->wants(name + ".topk")) {
-      // Padded to index_topk columns so that dumps of successive calls line up.
-      std::vector<float> f(size_t(T * d.index_topk), -1.0f);
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t j = 0; j < k; ++j) f[size_t(t * d.index_topk + j)] = float(idx[size_t(t * k + j)]);
-      dump_to->put(name + ".topk", {T, d.index_topk}, f.data());
-    }
-    if (kernels::fast_kernels() && T > 1) {
-      // Queries are independent here (each attends to its own selected rows, no positional mask), so
-      // splitting them over the pool is bit-identical to one call.
-      thread_pool::global().run([&](int tid, int nt) {
-        const range r = split_range(T, tid, nt);
-        if (r.begin < r.end)
-          ref::mla_attention_absorbed_sparse(q_lat.data() + r.begin * H * Wl, view.latent,
-                                             idx.data() + r.begin * k, o_lat.data() + r.begin * H * L,
-                                             r.end - r.begin, S, H, L, Dr, k, w.softmax_scale);
-      });
-    } else {
-      ref::mla_attention_absorbed_sparse(q_lat.data(), view.latent, idx.data(), o_lat.data(), T, S, H, L, Dr,
-                                         k, w.softmax_scale);
-    }
+    if (want_topk) dump_to->put(name + ".topk", {R, d.index_topk}, topk_dump.data());
   } else {
-    const mla_view view = cache.mla(layer);
-    ref::mla_attention_absorbed(q_lat.data(), view.latent, o_lat.data(), T, view.length, H, L, Dr,
-                                w.softmax_scale);
+    for (const auto& sg : segs) {
+      const mla_view view = sg.cache->mla(layer);
+      ref::mla_attention_absorbed(q_lat.data() + sg.begin * H * Wl, view.latent,
+                                  o_lat.data() + sg.begin * H * L, sg.T, view.length, H, L, Dr,
+                                  w.softmax_scale);
+    }
   }
 
-  std::vector<float> o(size_t(T * H * Dv));  // f32 [T, H*Dv]
-  ref::mla_unabsorb_o(o_lat.data(), w.kv_b.w.data(), o.data(), T, H, Dn, Dv, L);
-  dump(dump_to, name + ".o", {T, H, Dv}, o.data());
+  std::vector<float> o(size_t(R * H * Dv));  // f32 [R, H*Dv]
+  ref::mla_unabsorb_o(o_lat.data(), w.kv_b.w.data(), o.data(), R, H, Dn, Dv, L);
+  dump(dump_to, name + ".o", {R, H, Dv}, o.data());
   if (!w.g_proj.empty()) {
-    std::vector<float> g(size_t(T * H * Dv));
-    w.g_proj.apply(x, g.data(), T);
-    ref::mul_sigmoid(o.data(), g.data(), o.data(), T * H * Dv);
-    dump(dump_to, name + ".gated", {T, H, Dv}, o.data());
+    std::vector<float> g(size_t(R * H * Dv));
+    w.g_proj.apply(x, g.data(), R);
+    ref::mul_sigmoid(o.data(), g.data(), o.data(), R * H * Dv);
+    dump(dump_to, name + ".gated", {R, H, Dv}, o.data());
   }
-  w.o_proj.apply(o.data(), out, T);
+  w.o_proj.apply(o.data(), out, R);
 }
 
 }  // namespace moxi::model

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,5 +47,13 @@ mla_weights load_mla(weight_loader& ld, const std::string& prefix);
 void mla_forward(const mla_weights& w, const formats::model_config& c, const float* x, int64_t T,
                  sequence_cache& cache, int64_t layer, float* out, const dump_sink* dump,
                  const std::string& name);
+
+// Batched: x f32 [R, hidden] holds several sequences' rows (segs, in order, covering [0, R), each with its
+// own cache). The projections run once over all R rows; RoPE positions, the cache appends, the indexer's
+// top-k and the attention run per sequence. Equal to mla_forward per sequence (bit for bit on the
+// reference kernels).
+void mla_forward_batch(const mla_weights& w, const formats::model_config& c, const float* x, int64_t R,
+                       std::span<const seq_rows> segs, int64_t layer, float* out, const dump_sink* dump,
+                       const std::string& name);
 
 }  // namespace moxi::model
