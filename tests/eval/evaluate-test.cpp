@@ -178,6 +178,21 @@ TEST(Evaluate, ScriptedRepliesGiveExactlyTheCheckersPassCounts) {
   EXPECT_EQ(r.overall.errors, 1);
   EXPECT_DOUBLE_EQ(r.overall.pass_rate(), 8.0 / 16.0);
 
+  // Per template: the even tasks of each template passed (the broken-reference task is its error).
+  std::map<std::string, pass_stats> want_templates;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    auto& s = want_templates[std::string(to_string(tasks[i].domain)) + "/" + tasks[i].template_name];
+    ++s.n;
+    s.errors += tasks[i].id == broken.id;
+    s.passed += i % 2 == 0 && tasks[i].id != broken.id;
+  }
+  ASSERT_EQ(r.by_template.size(), want_templates.size());
+  for (const auto& [name, s] : want_templates) {
+    EXPECT_EQ(r.by_template.at(name).n, s.n) << name;
+    EXPECT_EQ(r.by_template.at(name).passed, s.passed) << name;
+    EXPECT_EQ(r.by_template.at(name).errors, s.errors) << name;
+  }
+
   // The JSON form reads back to the same report.
   const eval_report back = report_from_json(nlohmann::json::parse(to_json(r).dump()), "report");
   ASSERT_EQ(back.records.size(), r.records.size());

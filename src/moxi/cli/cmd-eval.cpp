@@ -1,26 +1,42 @@
 // `moxi eval --model DIR --tasks FILE.jsonl [--json] [--max-tasks N] [--max-tokens N] [--out records.jsonl]
-// [--baseline report.json] [--workers N]`: the pass rate per domain of a chat model on verifiable tasks
-// (moxi::eval::evaluate; docs/eval.md). --baseline compares with an earlier `--json` report on the same
-// tasks: pass-rate delta and net improvement rate.
+// [--baseline report.json] [--by-template] [--workers N]`: the pass rate per domain of a chat model on
+// verifiable tasks (moxi::eval::evaluate; docs/eval.md). --baseline compares with an earlier `--json` report
+// on the same tasks: pass-rate delta and net improvement rate.
 #include <cstdio>
 #include <iostream>
 #include <optional>
+#include <set>
 
 #include "moxi/base/error.h"
 #include "moxi/cli/command.h"
 #include "moxi/eval/evaluate.h"
+#include "moxi/eval/generate.h"
 
 namespace moxi::cli {
 namespace {
 
-void print_table(const eval::eval_report& r) {
-  std::printf("%-10s %7s %7s %7s %10s\n", "domain", "tasks", "passed", "errors", "pass rate");
-  auto row = [](const char* name, const eval::pass_stats& s) {
-    std::printf("%-10s %7lld %7lld %7lld %9.1f%%\n", name, (long long)s.n, (long long)s.passed,
+void print_table(const eval::eval_report& r, bool by_template) {
+  const int w = by_template ? 20 : 10;
+  std::printf("%-*s %7s %7s %7s %10s\n", w, by_template ? "template" : "domain", "tasks", "passed", "errors",
+              "pass rate");
+  auto row = [w](const std::string& name, const eval::pass_stats& s) {
+    std::printf("%-*s %7lld %7lld %7lld %9.1f%%\n", w, name.c_str(), (long long)s.n, (long long)s.passed,
                 (long long)s.errors, 100.0 * s.pass_rate());
   };
-  for (const auto& [d, s] : r.by_domain) row(eval::to_string(d), s);
+  for (const auto& [d, s] : r.by_domain) {
+    row(eval::to_string(d), s);
+    const std::string prefix = std::string(eval::to_string(d)) + "/";
+    std::set<std::string> test_only;
+    for (const auto& info : eval::templates(d))
+      if (info.test_only) test_only.insert(info.name);
+    for (const auto& [t, ts] : r.by_template) {
+      if (!by_template || t.compare(0, prefix.size(), prefix) != 0) continue;
+      const std::string name = t.substr(prefix.size());
+      row("  " + name + (test_only.count(name) ? " *" : ""), ts);
+    }
+  }
   row("overall", r.overall);
+  if (by_template) std::printf("* a template only the test split has (docs/tasks.md)\n");
   std::printf(
       "model %s: %zu tasks, max %lld tokens, %.1f s (%.2f tasks/s), %lld prompt + %lld reply tokens\n",
       r.model.c_str(), r.records.size(), (long long)r.max_tokens, r.seconds,
@@ -49,7 +65,7 @@ void setup_eval(CLI::App& root) {
   auto* cmd = root.add_subcommand("eval", "Pass rate of a chat model on verifiable tasks, per domain");
   struct args {
     std::string model, tasks, out, baseline;
-    bool json = false, quiet = false;
+    bool json = false, quiet = false, by_template = false;
     size_t max_tasks = 0;
     eval::evaluate_options opt;
   };
@@ -74,6 +90,7 @@ void setup_eval(CLI::App& root) {
                   "on all kernel threads)")
       ->check(CLI::Range(0, 256))
       ->capture_default_str();
+  cmd->add_flag("--by-template", a->by_template, "also print the pass rate per generator template");
   cmd->add_flag("-q,--quiet", a->quiet, "no progress line");
   cmd->callback([a] {
     auto tasks = eval::read_jsonl(a->tasks);
@@ -96,7 +113,7 @@ void setup_eval(CLI::App& root) {
       if (cmp) j["comparison"] = eval::to_json(*cmp);
       std::cout << j.dump(2) << "\n";
     } else {
-      print_table(report);
+      print_table(report, a->by_template);
       if (cmp) print_comparison(*cmp, a->baseline);
     }
   });

@@ -51,10 +51,12 @@ void generate_reply(const eval_model& m, const task& t, int64_t max_tokens, task
 
 void summarize(eval_report& r) {
   r.by_domain.clear();
+  r.by_template.clear();
   r.overall = {};
   r.prompt_tokens = r.reply_tokens = 0;
   for (const auto& rec : r.records) {
-    for (pass_stats* s : {&r.by_domain[rec.domain], &r.overall}) {
+    const std::string tmpl = std::string(to_string(rec.domain)) + "/" + rec.template_name;
+    for (pass_stats* s : {&r.by_domain[rec.domain], &r.by_template[tmpl], &r.overall}) {
       ++s->n;
       s->passed += rec.pass && !rec.error;
       s->errors += rec.error;
@@ -246,6 +248,8 @@ nlohmann::ordered_json to_json(const eval_report& r, bool with_records) {
   j["reply_tokens"] = r.reply_tokens;
   j["domains"] = nlohmann::ordered_json::object();
   for (const auto& [d, s] : r.by_domain) j["domains"][to_string(d)] = stats_json(s);
+  j["templates"] = nlohmann::ordered_json::object();
+  for (const auto& [t, s] : r.by_template) j["templates"][t] = stats_json(s);
   j["overall"] = stats_json(r.overall);
   if (with_records) {
     j["records"] = nlohmann::ordered_json::array();

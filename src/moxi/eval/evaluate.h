@@ -68,6 +68,9 @@ struct eval_report {
   std::string model;
   int64_t max_tokens = 0;
   std::map<domain, pass_stats> by_domain;  // only the domains present
+  // Per generator template, keyed "domain/template": the test split's held-out rules are per template
+  // (docs/tasks.md), so this separates unseen parameter ranges from unseen templates.
+  std::map<std::string, pass_stats> by_template;
   pass_stats overall;
   std::vector<task_record> records;  // in task order
   double seconds = 0;                // wall time of the whole evaluation
@@ -82,12 +85,13 @@ eval_report evaluate(const eval_model& model, const std::vector<task>& tasks,
 eval_report evaluate(const std::string& model_dir, const std::vector<task>& tasks,
                      const evaluate_options& options = {});
 
-// Recomputes by_domain, overall and the token totals from the records (e.g. after building a report by
-// hand or filtering its records).
+// Recomputes by_domain, by_template, overall and the token totals from the records (e.g. after building a
+// report by hand or filtering its records).
 void summarize(eval_report& report);
 
 // The report as JSON (docs/eval.md): {"model", "max_tokens", "seconds", "prompt_tokens", "reply_tokens",
-// "domains": {"math": {n, passed, errors, pass_rate}, ...}, "overall": {...}, "records": [...]}.
+// "domains": {"math": {n, passed, errors, pass_rate}, ...}, "templates": {"math/add": {...}, ...},
+// "overall": {...}, "records": [...]}.
 nlohmann::ordered_json to_json(const eval_report& report, bool with_records = true);
 nlohmann::ordered_json to_json(const task_record& record);
 // Reads what to_json wrote; errors name `where` and the field. Per-domain and overall counts are recomputed
