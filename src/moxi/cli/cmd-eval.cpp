@@ -90,6 +90,8 @@ void setup_eval(CLI::App& root) {
                   "on all kernel threads)")
       ->check(CLI::Range(0, 256))
       ->capture_default_str();
+  cmd->add_option("--audit-log", a->opt.check_opts.audit_log,
+                  "append one JSON line per sandbox run of the checkers (docs/sandbox.md)");
   cmd->add_flag("--by-template", a->by_template, "also print the pass rate per generator template");
   cmd->add_flag("-q,--quiet", a->quiet, "no progress line");
   cmd->callback([a] {
