@@ -286,6 +286,13 @@ std::string served_model(const target& tgt) {
   return j["data"][0]["id"].get<std::string>();
 }
 
+serve::executor_mode executor_mode_of(const std::string& name) {
+  if (name == "batched") return serve::executor_mode::batched;
+  if (name == "parallel") return serve::executor_mode::parallel;
+  if (name == "sequential") return serve::executor_mode::sequential;
+  throw error("bench serve: --executor must be batched, parallel or sequential, got '" + name + "'");
+}
+
 std::unique_ptr<serve::server> start_in_process(const serve_bench_options& o, bool prefix_cache) {
   serve::server_config c;
   c.model_dir = o.model_dir;
@@ -295,6 +302,7 @@ std::unique_ptr<serve::server> start_in_process(const serve_bench_options& o, bo
   c.max_running = std::max(64, most);
   c.max_concurrent_requests = std::max(256, 2 * most);
   c.prefix_caching = prefix_cache;
+  c.executor = executor_mode_of(o.executor);
   auto s = std::make_unique<serve::server>(c);
   s->start();
   return s;
@@ -307,6 +315,7 @@ void validate(const serve_bench_options& o) {
     if (c < 1) throw error("bench serve: concurrency levels must be >= 1, got " + std::to_string(c));
   if (o.prompts < 1 || o.input_len < 1 || o.output_len < 1)
     throw error("bench serve: --prompts, --input-len and --output-len must be >= 1");
+  executor_mode_of(o.executor);
   if (o.multi_turn && (o.conversations < 1 || o.turns < 2 || o.turn_len < 1))
     throw error("bench serve: --multi-turn needs --conversations >= 1, --turns >= 2, --turn-len >= 1");
 }
@@ -404,6 +413,7 @@ json serve_bench_report::to_json() const {
     mt.push_back(std::move(j));
   }
   json out = {{"model", model},
+              {"executor", options.url.empty() ? options.executor : ""},
               {"url", options.url},
               {"model_dir", options.model_dir},
               {"prompts", options.prompts},
@@ -421,8 +431,9 @@ json serve_bench_report::to_json() const {
 std::string serve_bench_report::table() const {
   std::ostringstream s;
   char line[512];
-  std::snprintf(line, sizeof line, "serve bench: %s, %d prompts per level, %d input + %d output tokens\n",
-                model.c_str(), options.prompts, options.input_len, options.output_len);
+  std::snprintf(line, sizeof line, "serve bench: %s, %d prompts per level, %d input + %d output tokens%s\n",
+                model.c_str(), options.prompts, options.input_len, options.output_len,
+                options.url.empty() ? (", " + options.executor + " executor").c_str() : "");
   s << line;
   s << "  conc  done fail    req/s    out tok/s  total tok/s  x conc1 | TTFT ms mean/p50/p99  "
        "| TPOT ms mean/p50/p99 | ITL ms mean/p50/p99  | E2E ms mean/p50/p99\n";
@@ -480,6 +491,9 @@ void add_serve_bench(CLI::App& bench) {
   cmd->add_option("--turns", o->b.turns, "Turns per conversation")->capture_default_str();
   cmd->add_option("--turn-len", o->b.turn_len, "Tokens of each follow-up user message")->capture_default_str();
   cmd->add_option("--seed", o->b.seed, "Prompt contents")->capture_default_str();
+  cmd->add_option("--executor", o->b.executor,
+                  "In-process server: batched, parallel or sequential (moxi serve --executor)")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the table");
   cmd->callback([o] {
     const auto r = run_serve_bench(o->b);

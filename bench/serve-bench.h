@@ -28,6 +28,7 @@ struct serve_bench_options {
   int turns = 4;          // multi-turn: turns per conversation
   int turn_len = 32;      // multi-turn: tokens of each follow-up user message
   uint64_t seed = 0;      // prompt contents (vary it against a warm server: vLLM's advice)
+  std::string executor = "batched";  // the in-process server's executor_mode: batched, parallel, sequential
 };
 
 struct latency_stats {

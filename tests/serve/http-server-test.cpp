@@ -164,6 +164,33 @@ TEST_F(http_server, NonStreamCompletionIsWellFormedAndEqualsRuntimeGreedy) {
   }
 }
 
+// Concurrent requests share engine steps, so the executor runs them through one batched forward (prefill
+// chunks of different lengths next to decode tokens); each still gets its own greedy continuation.
+TEST_F(http_server, ConcurrentRequestsBatchedTogetherEachEqualRuntimeGreedy) {
+  const int kRequests = 6;
+  std::vector<json> results(kRequests);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i)
+    threads.emplace_back([&, i] {
+      auto c = client_for(*srv_);
+      auto res = c->Post("/v1/completions",
+                         json{{"prompt", ids(3 + 7 * i, 40 + i)},
+                              {"max_tokens", 12},
+                              {"temperature", 0},
+                              {"logprobs", 0},
+                              {"return_tokens_as_token_ids", true}}
+                             .dump(),
+                         "application/json");
+      if (res && res->status == 200) results[size_t(i)] = json::parse(res->body);
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(results[size_t(i)].contains("choices")) << "request " << i << " failed";
+    const auto ref = reference_greedy(ids(3 + 7 * i, 40 + i), 12);
+    EXPECT_EQ(token_ids(results[size_t(i)]["choices"][0]), ref.tokens) << "request " << i;
+  }
+}
+
 TEST_F(http_server, StreamsAreWellFormedAndEqualNonStream) {
   const json comp = {{"prompt", "The quick brown fox"}, {"max_tokens", 12}, {"temperature", 0}};
   const auto full = post("/v1/completions", comp);

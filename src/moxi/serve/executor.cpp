@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <exception>
+#include <memory>
 #include <mutex>
 
 #include "moxi/base/error.h"
@@ -113,8 +114,8 @@ token_logprobs logprobs_of(std::span<const float> logits, token_id chosen, int t
 
 }  // namespace
 
-executor::executor(const model::model& m, memory::hybrid_memory& memory, bool parallel)
-    : model_(m), memory_(memory), parallel_(parallel) {}
+executor::executor(const model::model& m, memory::hybrid_memory& memory, executor_mode mode)
+    : model_(m), memory_(memory), mode_(mode) {}
 
 void executor::add(request_id id, const sampling_params& params, std::span<const token_id> prompt,
                    int top_logprobs) {
@@ -146,40 +147,59 @@ std::map<request_id, token_id> executor::execute(const scheduler_output& step) {
       choices[i].push_back({id, it->second.get()});
     }
   }
-  auto run_one = [&](size_t i) {
-    const auto& r = reqs[i];
-    paged_cache cache(memory_, r.seq);
-    MOXI_ASSERT(cache.length() == r.start, "scheduled start != computed tokens in memory");
-    model::forward_options o;
-    o.last_only = true;
-    const std::vector<float> logits = model_.forward(r.tokens, cache, o);
-    cache.flush();
+  auto sample = [&](size_t i, const std::vector<float>& logits) {
     for (auto& c : choices[i]) {
       c.token = c.state->smp.sample(logits);
       c.state->smp.accept(c.token);
       if (c.state->top_logprobs >= 0) c.lps = logprobs_of(logits, c.token, c.state->top_logprobs);
     }
   };
+  model::forward_options o;
+  o.last_only = true;
 
-  if (reqs.size() == 1 || !parallel_) {
-    for (size_t i = 0; i < reqs.size(); ++i) run_one(i);
+  if (mode_ == executor_mode::batched && reqs.size() > 1) {
+    // One forward over every request's rows: each weight streams once per step (model::forward_batch).
+    std::vector<std::unique_ptr<paged_cache>> caches;
+    std::vector<model::batch_item> items;
+    for (const auto& r : reqs) {
+      caches.push_back(std::make_unique<paged_cache>(memory_, r.seq));
+      MOXI_ASSERT(caches.back()->length() == r.start, "scheduled start != computed tokens in memory");
+      items.push_back({r.tokens, caches.back().get(), /*last_only=*/true});
+    }
+    const auto logits = model_.forward_batch(items);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      caches[i]->flush();
+      sample(i, logits[i]);
+    }
   } else {
-    // Requests are claimed dynamically (their sizes differ: prefill chunks next to single decode tokens);
-    // each touches only its own sequence's state slot and blocks, and reads shared blocks read-only.
-    std::atomic<size_t> next{0};
-    std::exception_ptr failure;
-    std::mutex failure_mutex;
-    thread_pool::global().run([&](int, int) {
-      for (size_t i; (i = next.fetch_add(1)) < reqs.size();) {
-        try {
-          run_one(i);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(failure_mutex);
-          if (!failure) failure = std::current_exception();
+    auto run_one = [&](size_t i) {
+      const auto& r = reqs[i];
+      paged_cache cache(memory_, r.seq);
+      MOXI_ASSERT(cache.length() == r.start, "scheduled start != computed tokens in memory");
+      const std::vector<float> logits = model_.forward(r.tokens, cache, o);
+      cache.flush();
+      sample(i, logits);
+    };
+    if (reqs.size() == 1 || mode_ == executor_mode::sequential) {
+      for (size_t i = 0; i < reqs.size(); ++i) run_one(i);
+    } else {
+      // Requests are claimed dynamically (their sizes differ: prefill chunks next to single decode tokens);
+      // each touches only its own sequence's state slot and blocks, and reads shared blocks read-only.
+      std::atomic<size_t> next{0};
+      std::exception_ptr failure;
+      std::mutex failure_mutex;
+      thread_pool::global().run([&](int, int) {
+        for (size_t i; (i = next.fetch_add(1)) < reqs.size();) {
+          try {
+            run_one(i);
+          } catch (...) {
+            std::lock_guard<std::mutex> lock(failure_mutex);
+            if (!failure) failure = std::current_exception();
+          }
         }
-      }
-    });
-    if (failure) std::rethrow_exception(failure);
+      });
+      if (failure) std::rethrow_exception(failure);
+    }
   }
 
   std::map<request_id, token_id> next_tokens;

@@ -1,7 +1,8 @@
-// executor: the real model behind the engine step (model_runner). Each scheduled request runs through
-// model::model::forward over its hybrid_memory sequence via a paged sequence_cache adapter, requests of
-// one step run in parallel (the forward is per sequence), and each request samples with its own sampler
-// (temperature, top_p, seed, penalties), optionally reporting logprobs of the sampled and top tokens.
+// executor: the real model behind the engine step (model_runner). A step's requests run through one
+// model::model::forward_batch (every linear layer one GEMM over all their rows; attention and KDA per
+// sequence) over their hybrid_memory sequences via a paged sequence_cache adapter, and each request samples
+// with its own sampler (temperature, top_p, seed, penalties), optionally reporting logprobs of the sampled
+// and top tokens.
 // Lives in serve/ because model_runner does (layering: serve -> runtime -> model).
 #pragma once
 
@@ -27,11 +28,17 @@ struct token_logprobs {
   std::vector<std::pair<token_id, float>> top;
 };
 
+// How a step with several requests runs the model.
+enum class executor_mode {
+  batched,     // one model::forward_batch over all of them (the default)
+  parallel,    // one model::forward per request, requests spread over the thread pool (nested kernel
+               // calls then run inline); kept for comparison (moxi serve --executor parallel)
+  sequential,  // one model::forward per request, one after another, each with the whole pool
+};
+
 class executor final : public model_runner {
  public:
-  // parallel: run the requests of a step on the process-wide thread pool (the kernels' pool, whose nested
-  // calls then run inline); a step with one request always runs alone so that its kernels use the pool.
-  executor(const model::model& m, memory::hybrid_memory& memory, bool parallel = true);
+  executor(const model::model& m, memory::hybrid_memory& memory, executor_mode mode = executor_mode::batched);
 
   // A request's sampler; must be added before its first step and removed after it finishes. top_logprobs
   // < 0: no logprobs; >= 0: the sampled token's logprob plus that many alternatives.
@@ -49,7 +56,7 @@ class executor final : public model_runner {
   };
   const model::model& model_;
   memory::hybrid_memory& memory_;
-  bool parallel_;
+  executor_mode mode_;
   std::map<request_id, std::unique_ptr<request_state>> requests_;
   std::map<request_id, token_logprobs> logprobs_;
 };

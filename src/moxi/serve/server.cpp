@@ -111,7 +111,7 @@ struct server::impl {
         tok(std::move(t)),
         memory(memory::cache_spec::from_config(mdl.config()), mo),
         sched(memory, sc),
-        exec(mdl, memory, cfg.parallel_requests),
+        exec(mdl, memory, cfg.executor),
         mets(cfg.served_name) {}
 
   // ---- engine thread ----

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "moxi/memory/hybrid-memory.h"
+#include "moxi/serve/executor.h"
 #include "moxi/serve/metrics.h"
 #include "moxi/serve/scheduler.h"
 
@@ -30,7 +31,7 @@ struct server_config {
   int32_t num_blocks = 0;           // 0: max_running * max_model_len / block_size, at most 65536
   int32_t num_snapshot_slots = -1;  // KDA prefix snapshots; -1: 2 * max_running
   bool prefix_caching = true;
-  bool parallel_requests = true;  // run a step's requests on the thread pool
+  executor_mode executor = executor_mode::batched;  // how a step with several requests runs the model
 
   // Limits.
   size_t max_body_bytes = 1 << 20;
