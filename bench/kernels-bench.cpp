@@ -16,7 +16,9 @@
 
 #include "moxi/base/error.h"
 #include "moxi/base/thread-pool.h"
+#include "moxi/kernels/matmul-dispatch.h"
 #include "moxi/kernels/mxfp4-dispatch.h"
+#include "moxi/kernels/ref/basic.h"
 #include "moxi/kernels/ref/mxfp4.h"
 #include "moxi/kernels/x86/cpu.h"
 #include "moxi/kernels/x86/mxfp4-x86.h"
@@ -90,8 +92,10 @@ void check_shape(int64_t m, int64_t kk, int64_t n) {
     throw error("bench: need --m >= 1, --n >= 1 and --k a positive multiple of 32 (MXFP4 blocks of 32)");
 }
 
-void check_format(const std::string& f) {
-  if (f != "mxfp4") throw error("bench: --format " + f + " is not benchmarked yet (supported: mxfp4)");
+void check_format(const std::string& f, bool bf16_ok) {
+  if (f != "mxfp4" && !(bf16_ok && f == "bf16"))
+    throw error("bench: --format " + f + " is not benchmarked yet (supported: mxfp4" +
+                std::string(bf16_ok ? ", bf16" : "") + ")");
 }
 
 // Register-resident compute ceiling of this CPU on all pool threads, in GFLOP/s, and what it measured.
@@ -147,8 +151,43 @@ membw_result run_membw(double mib, int reps) {
   return r;
 }
 
-gemv_result run_gemv(int64_t m, int64_t kk, int reps) {
+// Dense BF16 weights (the engine's Linear layers, attention projections, shared experts, lm_head) through
+// kernels::matmul_bf16, timed like the MXFP4 GEMV.
+gemv_result run_gemv_bf16(int64_t m, int64_t kk, int reps) {
+  gemv_result r;
+  r.m = m;
+  r.k = kk;
+  r.variant = k::to_string(k::matmul_best_variant());
+  std::mt19937_64 gen(5);
+  std::vector<uint16_t> w(size_t(m * kk));
+  for (auto& v : w) v = uint16_t(0x3c00 + gen() % 0x0800);  // bf16 in [2^-7, 2^-6): finite, no NaN
+  const size_t bytes = w.size() * sizeof(uint16_t);
+  r.weight_mib = double(bytes) / (1 << 20);
+  r.copies = int(std::max<size_t>(1, (4 * llc_bytes() + bytes - 1) / bytes));
+  std::vector<std::vector<uint16_t>> copies(size_t(r.copies), w);
+  const std::vector<float> x = random_x(size_t(kk), 2);
+  std::vector<float> y(static_cast<size_t>(m));
+  r.membw_gbs = run_membw(std::max(512.0, 8.0 * double(llc_bytes()) / (1 << 20)), 3).best_gbs;
+  for (const auto& c : copies) k::matmul_bf16(x.data(), c.data(), nullptr, y.data(), 1, m, kk);
+  std::vector<double> ms;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto t0 = clock_type::now();
+    for (const auto& c : copies) k::matmul_bf16(x.data(), c.data(), nullptr, y.data(), 1, m, kk);
+    ms.push_back(seconds_since(t0) * 1e3 / r.copies);
+  }
+  r.fast_ms = median(ms);
+  r.weight_gbs = double(bytes) / (r.fast_ms * 1e-3) / 1e9;
+  r.share_of_membw = r.weight_gbs / r.membw_gbs;
+  const auto t0 = clock_type::now();
+  k::ref::matmul_bf16(x.data(), w.data(), nullptr, y.data(), 1, m, kk);
+  r.ref_ms = seconds_since(t0) * 1e3;
+  r.speedup_vs_ref = r.ref_ms / r.fast_ms;
+  return r;
+}
+
+gemv_result run_gemv(int64_t m, int64_t kk, int reps, const std::string& format) {
   check_shape(m, kk, 1);
+  if (format == "bf16") return run_gemv_bf16(m, kk, reps);
   gemv_result r;
   r.m = m;
   r.k = kk;
@@ -307,12 +346,13 @@ void add_gemv_bench(CLI::App& bench) {
       "gemv", "Decode GEMV (1 token): weight GB/s as a share of measured read bandwidth");
   cmd->add_option("--m", o->m, "Output rows (weight [m, k])")->capture_default_str();
   cmd->add_option("--k", o->k, "Reduction size, a multiple of 32")->capture_default_str();
-  cmd->add_option("--format", o->format, "Weight format")->capture_default_str();
+  cmd->add_option("--format", o->format, "Weight format: mxfp4, or bf16 (dense Linear layers)")
+      ->capture_default_str();
   cmd->add_option("--reps", o->reps, "Measured rounds over all weight copies")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
   cmd->callback([o] {
-    check_format(o->format);
-    const gemv_result r = run_gemv(o->m, o->k, std::max(1, o->reps));
+    check_format(o->format, true);
+    const gemv_result r = run_gemv(o->m, o->k, std::max(1, o->reps), o->format);
     if (o->json) {
       const nlohmann::json j = {{"bench", "gemv"},
                                 {"format", o->format},
@@ -331,9 +371,9 @@ void add_gemv_bench(CLI::App& bench) {
       std::printf("%s\n", j.dump().c_str());
       return;
     }
-    std::printf("gemv mxfp4 %lldx%lld, T=1, variant %s, %d threads (%s)\n", static_cast<long long>(r.m),
-                static_cast<long long>(r.k), r.variant.c_str(), thread_pool::global().size(),
-                k::x86::cpu_features_string());
+    std::printf("gemv %s %lldx%lld, T=1, variant %s, %d threads (%s)\n", o->format.c_str(),
+                static_cast<long long>(r.m), static_cast<long long>(r.k), r.variant.c_str(),
+                thread_pool::global().size(), k::x86::cpu_features_string());
     std::printf("  weights %.1f MiB x %d copies rotated (> 4x LLC, every call reads DRAM)\n", r.weight_mib,
                 r.copies);
     std::printf(
@@ -360,7 +400,7 @@ void add_gemm_bench(CLI::App& bench) {
   cmd->add_option("--reps", o->reps, "Measured calls")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
   cmd->callback([o] {
-    check_format(o->format);
+    check_format(o->format, false);
     const gemm_result r = run_gemm(o->m, o->k, o->n, std::max(1, o->reps));
     if (o->json) {
       const nlohmann::json j = {{"bench", "gemm"},

@@ -28,7 +28,8 @@ struct gemv_result {
   double share_of_membw = 0;  // weight_gbs / membw_gbs
   double ref_ms = 0, speedup_vs_ref = 0;
 };
-gemv_result run_gemv(int64_t m, int64_t k, int reps);
+// format: "mxfp4" (kernels::matmul_mxfp4) or "bf16" (kernels::matmul_bf16, the dense layers).
+gemv_result run_gemv(int64_t m, int64_t k, int reps, const std::string& format = "mxfp4");
 
 struct gemm_result {
   int64_t m = 0, k = 0, n = 0;

@@ -55,6 +55,30 @@ double decode_seconds_per_token(const model::model& m, const std::vector<token_i
   return seconds_since(t0) / double(steps.size());
 }
 
+// Seconds per decoded token (all sequences together) of `batch` sequences stepped together through
+// forward_batch: each prefilled with `prompt` (one batched call), then `steps` single-token steps.
+double batched_decode_seconds_per_token(const model::model& m, const std::vector<token_id>& prompt,
+                                        const std::vector<token_id>& steps, int64_t batch) {
+  std::vector<std::unique_ptr<model::sequence_cache>> caches;
+  std::vector<model::batch_item> items(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    caches.push_back(m.new_cache());
+    items[size_t(b)] = {prompt, caches.back().get(), true};
+  }
+  m.forward_batch(items);
+  // Sequence b decodes the step tokens rotated by b, so the sequences route to different experts.
+  std::vector<token_id> step_tokens(static_cast<size_t>(batch));
+  const auto t0 = clock_type::now();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    for (int64_t b = 0; b < batch; ++b) {
+      step_tokens[size_t(b)] = steps[(i + size_t(b)) % steps.size()];
+      items[size_t(b)].tokens = std::span(&step_tokens[size_t(b)], 1);
+    }
+    m.forward_batch(items);
+  }
+  return seconds_since(t0) / double(steps.size() * size_t(batch));
+}
+
 // Seconds per prompt token of one prefill forward (the first call is a warm-up of scratch buffers).
 double prefill_seconds_per_token(const model::model& m, const std::vector<token_id>& prompt, int reps) {
   model::forward_options fo;
@@ -89,8 +113,8 @@ class temp_dir {
 }  // namespace
 
 model_bench_result run_model_bench(const std::string& mode, const model_bench_options& o) {
-  if (o.prompt < 1 || o.tokens < 1 || o.ref_tokens < 1)
-    throw error("bench: --prompt, --tokens, --ref-tokens >= 1");
+  if (o.prompt < 1 || o.tokens < 1 || o.ref_tokens < 1 || o.batch < 1)
+    throw error("bench: --prompt, --tokens, --ref-tokens, --batch >= 1");
   const auto config = formats::load_model_config(o.config);
   model_bench_result r;
   r.mode = mode;
@@ -149,6 +173,11 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
     r.membw_gbs = run_membw(1024, 3).best_gbs;
     r.roofline_tokens_per_s = r.membw_gbs * 1e9 / r.bytes_per_token;
     r.share_of_roofline = r.tokens_per_s / r.roofline_tokens_per_s;
+    r.batch = o.batch;
+    if (o.batch > 1) {
+      r.batch_tokens_per_s = 1.0 / batched_decode_seconds_per_token(m, prompt, steps, o.batch);
+      r.batch_speedup = r.batch_tokens_per_s / r.tokens_per_s;
+    }
   } else {
     const double s = prefill_seconds_per_token(m, prompt, 3);
     r.ref_tokens = std::min(o.ref_tokens, o.prompt);
@@ -190,6 +219,11 @@ void print(const model_bench_result& r, bool json) {
       j["membw_gbs"] = r.membw_gbs;
       j["roofline_tokens_per_s"] = r.roofline_tokens_per_s;
       j["share_of_roofline"] = r.share_of_roofline;
+      j["batch"] = r.batch;
+      if (r.batch > 1) {
+        j["batch_tokens_per_s"] = r.batch_tokens_per_s;
+        j["batch_speedup"] = r.batch_speedup;
+      }
     }
     std::printf("%s\n", j.dump().c_str());
     return;
@@ -203,6 +237,9 @@ void print(const model_bench_result& r, bool json) {
                 (long long)r.prompt, r.tokens_per_s, r.ms_per_token, (long long)r.tokens);
     std::printf("  roofline: %.2f GB/s / %.1f MB per token = %.2f tok/s -> %.0f %% of roofline\n",
                 r.membw_gbs, r.bytes_per_token / 1e6, r.roofline_tokens_per_s, 100 * r.share_of_roofline);
+    if (r.batch > 1)
+      std::printf("  batch %lld (forward_batch): %.2f tok/s over all sequences = %.2fx batch 1\n",
+                  (long long)r.batch, r.batch_tokens_per_s, r.batch_speedup);
   } else {
     std::printf("  prefill of %lld tokens: %.1f tok/s (%.2f ms/token)\n", (long long)r.prompt, r.tokens_per_s,
                 r.ms_per_token);
@@ -223,7 +260,11 @@ void add_model_bench(CLI::App& bench, const std::string& mode, const char* help)
   cmd->add_option("--prompt", o->b.prompt,
                   mode == "decode" ? "Context tokens before the timed steps" : "Tokens in the timed prefill")
       ->capture_default_str();
-  if (mode == "decode") cmd->add_option("--tokens", o->b.tokens, "Timed decode steps")->capture_default_str();
+  if (mode == "decode") {
+    cmd->add_option("--tokens", o->b.tokens, "Timed decode steps")->capture_default_str();
+    cmd->add_option("--batch", o->b.batch, "Also time this many sequences decoding together (forward_batch)")
+        ->capture_default_str();
+  }
   cmd->add_option("--ref-tokens", o->b.ref_tokens, "Tokens the scalar reference runs")->capture_default_str();
   cmd->add_option("--keep-dir", o->b.keep_dir, "Generate the checkpoint here (reused when it exists)");
   cmd->add_flag("--json", o->json, "Print one JSON object instead of text");

@@ -16,6 +16,7 @@ struct model_bench_options {
   int64_t tokens = 32;     // decode: timed steps
   int64_t ref_tokens = 4;  // tokens the reference runs (it is slow; its rate is per token either way)
   std::string keep_dir;    // reuse/keep the generated checkpoint here instead of a temp dir
+  int64_t batch = 1;       // decode: also time this many sequences stepped together (model::forward_batch)
 };
 
 struct model_bench_result {
@@ -30,6 +31,9 @@ struct model_bench_result {
   // decode only
   double bytes_per_token = 0;  // planner, batch 1 at the decode context
   double membw_gbs = 0, roofline_tokens_per_s = 0, share_of_roofline = 0;
+  // decode with batch > 1: all sequences' tokens per second through forward_batch, and over batch 1
+  int64_t batch = 1;
+  double batch_tokens_per_s = 0, batch_speedup = 0;
 };
 
 model_bench_result run_model_bench(const std::string& mode, const model_bench_options& opts);
