@@ -138,6 +138,28 @@ TEST_F(Chat, SystemMessageExitAndEof) {
   EXPECT_NE(r.err.find("unknown command /frobnicate"), std::string::npos) << r.err;
 }
 
+TEST_F(Chat, RepliesStayInsideTheModelsContext) {
+  // The same tiny config with a 40-token context.
+  std::stringstream ss;
+  ss << std::ifstream(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json").rdbuf();
+  auto config = nlohmann::json::parse(ss.str());
+  config["max_position_embeddings"] = 40;
+  std::ofstream(path("short.json")) << config.dump();
+  auto r = run("init --config " + path("short.json") + " --out " + path("short") + " --seed 4", "", dir_);
+  ASSERT_EQ(r.code, 0) << r.err;
+
+  const std::string long_line(60, 'x');
+  r = run("chat --model " + path("short") + " --max-tokens 100 --show-prompt", long_line + "\nhi\n", dir_);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("the model's context is 40: /reset"), std::string::npos) << r.err;
+  const auto t = turns(r.err);
+  ASSERT_EQ(t.size(), 1u) << "the long line is dropped from the conversation, 'hi' is answered";
+  EXPECT_EQ(t[0].at("prompt").get<std::string>(), render(nlohmann::ordered_json::array({msg("user", "hi")})));
+  // The reply ran to the end of the context (this checkpoint does not emit a stop token before it).
+  EXPECT_EQ(t[0].at("finish_reason"), "length");
+  EXPECT_EQ(t[0].at("prompt_tokens").get<int>() + t[0].at("reply_tokens").get<int>(), 40);
+}
+
 TEST_F(Chat, MissingDefaultModelIsAClearError) {
   for (const char* sub : {"chat", "generate --prompt hi"}) {
     const auto r = run(sub, "hi\n", dir_, "MOXI_MODEL=" + path("nowhere"));

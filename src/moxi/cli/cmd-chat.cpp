@@ -5,6 +5,7 @@
 // back), else everything. Reads lines until EOF, so it works with a pipe as well as a terminal.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -128,6 +129,7 @@ void setup_chat(CLI::App& root) {
     };
     start();
     chat_sequence seq(lm.model, !a->no_reuse);
+    const int64_t context = lm.model.config().max_position_embeddings;
     int turn = 0;
     std::string line;
     for (;;) {
@@ -153,10 +155,20 @@ void setup_chat(CLI::App& root) {
       const std::string prompt_text = tpl.render(messages, ro);
       const auto prompt = lm.tok.encode(prompt_text);
       if (prompt.empty()) throw error("chat: the template rendered an empty prompt");
+      // The reply must fit the model's context (max_position_embeddings) after the whole conversation.
+      generate_options opt = a->opt;
+      if (context > 0 && int64_t(prompt.size()) >= context) {
+        std::fprintf(stderr,
+                     "the conversation has %zu tokens, the model's context is %lld: /reset to start again\n",
+                     prompt.size(), (long long)context);
+        messages.erase(messages.end() - 1);
+        continue;
+      }
+      if (context > 0) opt.max_tokens = std::min(opt.max_tokens, context - int64_t(prompt.size()));
       seq.begin_turn(is_prefix(history, prompt) ? history.size() : 0);
 
       std::string reply;
-      const auto r = generate(seq, lm.tok, prompt, a->opt, [&](std::string_view text) {
+      const auto r = generate(seq, lm.tok, prompt, opt, [&](std::string_view text) {
         reply += text;
         const std::string out = a->raw ? std::string(text) : terminal_safe(text);
         std::fwrite(out.data(), 1, out.size(), stdout);
