@@ -336,14 +336,14 @@ TEST(Layers, DsaWithSmallTopkEqualsMaskedDenseReference) {
 // experts with weight 0 for the unselected ones, experts dequantized here from the MXFP4 bytes, MXFP8
 // activation fake-quant where the config asks for it, latent projection + norm, shared experts unscaled.
 void check_moe(const char* config, int64_t layer, const std::string& moe_prefix, const std::string& g,
-               const std::string& u, const std::string& dn) {
-  SCOPED_TRACE(config);
+               const std::string& u, const std::string& dn, int64_t T = 37) {
+  SCOPED_TRACE(std::string(config) + " T=" + std::to_string(T));
   const auto c = formats::load_model_config(config_path(config));
   const auto ck = formats::checkpoint::open(scratch::get().checkpoint(config));
   model::weight_loader ld(ck, c, {});
   const std::string p = "model.layers." + std::to_string(layer) + "." + moe_prefix;
   const auto w = model::load_moe(ld, p, {moe_prefix, g, u, dn});
-  const int64_t T = 37, d = c.hidden_size, E = c.moe.num_experts, K = c.moe.experts_per_token;
+  const int64_t d = c.hidden_size, E = c.moe.num_experts, K = c.moe.experts_per_token;
   const size_t W = size_t(c.moe.expert_width(d)), F = size_t(c.moe.intermediate_size);
   const auto x = random_rows(T * d, 17);
   std::vector<float> got(size_t(T * d));
@@ -432,7 +432,9 @@ void check_moe(const char* config, int64_t layer, const std::string& moe_prefix,
 }
 
 TEST(Layers, MoeEqualsPerTokenDenseLoop) {
-  check_moe("tiny-seed.json", 1, "block_sparse_moe", "w1", "w3", "w2");         // latent, MXFP4 + MXFP8
+  // Decode sizes too: T <= 4 takes the MXFP4 GEMV, and the fused expert job splits a handful of experts.
+  for (const int64_t T : {1, 3, 37})
+    check_moe("tiny-seed.json", 1, "block_sparse_moe", "w1", "w3", "w2", T);  // latent, MXFP4 + MXFP8
   check_moe("tiny-kimi-linear.json", 2, "block_sparse_moe", "w1", "w3", "w2");  // scaling 2.446
   check_moe("tiny-deepseek-v3.2.json", 1, "mlp", "gate_proj", "up_proj", "down_proj");  // 4 groups, keep 2
 }

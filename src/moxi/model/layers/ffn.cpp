@@ -1,16 +1,57 @@
 // Dense MLP and MoE forward. Routed experts run batched per expert (gather the tokens routed to it, one
-// GEMM each for w1/w3/w2, scatter-add with the routing weight), which is the dispatch a fast MoE kernel
-// does too; the tests check it against a per-token dense loop.
+// GEMM each for w1/w3/w2 on the packed MXFP4 weights, scatter-add with the routing weight); with fast
+// kernels the experts of a layer are one pool job split over threads by expert. The tests check it
+// against a per-token dense loop.
 #include "moxi/model/layers/ffn.h"
 
+#include <algorithm>
 #include <cstring>
 
+#include "moxi/base/thread-pool.h"
 #include "moxi/kernels/matmul-dispatch.h"
 #include "moxi/kernels/ref/basic.h"
 
 namespace moxi::model {
 
 namespace ref = kernels::ref;
+
+namespace {
+
+// Per-thread buffers of one expert's SwiGLU.
+struct expert_scratch {
+  std::vector<float> xin, g, u;
+};
+
+// Weight-streaming cost of an expert in token equivalents: at decode an expert's three matrices cost about
+// as much to read as a few tokens' multiply-adds (GEMV ~25 vs GEMM ~75 multiply-adds per ns and core).
+constexpr int64_t kExpertWeightTokens = 4;
+// Expert multiply-adds per thread below which one thread runs all experts (tiny models).
+constexpr int64_t kMinMoeMacsPerThread = int64_t(1) << 17;
+
+// Fused MoE dispatch: ONE pool job per MoE layer. The active experts are split statically over the threads
+// in expert order, balanced by cost (weights + tokens); each thread runs its experts whole, and the kernels
+// it calls run inline (a nested pool run does). Every expert's output is the same computation whichever
+// thread runs it, so the result does not depend on the thread count.
+template <class Run>
+void run_experts_fused(const std::vector<int64_t>& active,
+                       const std::vector<std::vector<std::pair<int64_t, float>>>& routed, int64_t F,
+                       int64_t W, const Run& run_expert) {
+  std::vector<int64_t> cum(active.size() + 1, 0);  // cumulative cost, in multiply-adds
+  for (size_t i = 0; i < active.size(); ++i)
+    cum[i + 1] = cum[i] + 3 * F * W * (kExpertWeightTokens + int64_t(routed[size_t(active[i])].size()));
+  const int64_t total = cum.back();
+  thread_pool::global().run_if(total, kMinMoeMacsPerThread, [&](int tid, int nt) {
+    thread_local expert_scratch s;
+    // Thread tid runs the experts whose cost midpoint falls in its share [tid, tid + 1) * total / nt.
+    for (size_t i = 0; i < active.size(); ++i) {
+      const int64_t mid2 = cum[i] + cum[i + 1];  // twice the midpoint
+      const int64_t owner = std::min<int64_t>(nt - 1, mid2 * nt / (2 * total));
+      if (owner == tid) run_expert(active[i], s);
+    }
+  });
+}
+
+}  // namespace
 
 void swiglu_mlp::apply(const float* x, float* y, int64_t T) const {
   const int64_t F = gate.out;
@@ -94,33 +135,52 @@ void moe_forward(const moe_weights& w, const formats::model_config& c, const flo
     xe = xl.data();
   }
 
-  // Tokens per expert, in token order.
+  // Tokens per expert, in token order, and the experts that have any, in expert order; expert e's output
+  // rows go to ys rows [row0[e], row0[e] + n_e).
   std::vector<std::vector<std::pair<int64_t, float>>> routed(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < K; ++j)
       routed[size_t(sel[size_t(t * K + j)])].push_back({t, wt[size_t(t * K + j)]});
+  std::vector<int64_t> active, row0(static_cast<size_t>(E), 0);
+  int64_t rows = 0;
+  for (int64_t e = 0; e < E; ++e)
+    if (!routed[size_t(e)].empty()) {
+      active.push_back(e);
+      row0[size_t(e)] = rows;
+      rows += int64_t(routed[size_t(e)].size());
+    }
+  std::vector<float> ys(size_t(rows * W));  // f32 [T * top_k, W] every routed expert output, unweighted
 
-  std::vector<float> acc(size_t(T * W), 0.0f);  // f32 [T, W] weighted sum of expert outputs
-  std::vector<float> xin, g, u, y;
-  for (int64_t e = 0; e < E; ++e) {
+  // One expert on the calling thread: gather its tokens, w1/w3, SwiGLU, w2 into its ys rows.
+  auto run_expert = [&](int64_t e, expert_scratch& s) {
     const auto& list = routed[size_t(e)];
     const int64_t n = int64_t(list.size());
-    if (n == 0) continue;
-    xin.resize(size_t(n * W));
+    s.xin.resize(size_t(n * W));
     for (int64_t i = 0; i < n; ++i)
-      std::memcpy(xin.data() + i * W, xe + list[size_t(i)].first * W, size_t(W) * sizeof(float));
-    g.resize(size_t(n * F));
-    u.resize(size_t(n * F));
-    y.resize(size_t(n * W));
+      std::memcpy(s.xin.data() + i * W, xe + list[size_t(i)].first * W, size_t(W) * sizeof(float));
+    s.g.resize(size_t(n * F));
+    s.u.resize(size_t(n * F));
     const auto& ex = w.experts[size_t(e)];
-    ex.gate.apply(xin.data(), g.data(), n, w.expert_act);
-    ex.up.apply(xin.data(), u.data(), n, w.expert_act);
-    ref::swiglu(g.data(), u.data(), g.data(), n * F);
-    ex.down.apply(g.data(), y.data(), n, w.expert_act);
-    for (int64_t i = 0; i < n; ++i) {
-      const auto [t, s] = list[size_t(i)];
+    ex.gate.apply(s.xin.data(), s.g.data(), n, w.expert_act);
+    ex.up.apply(s.xin.data(), s.u.data(), n, w.expert_act);
+    ref::swiglu(s.g.data(), s.u.data(), s.g.data(), n * F);
+    ex.down.apply(s.g.data(), ys.data() + row0[size_t(e)] * W, n, w.expert_act);
+  };
+  if (kernels::fast_kernels())
+    run_experts_fused(active, routed, F, W, run_expert);
+  else {
+    expert_scratch s;
+    for (const int64_t e : active) run_expert(e, s);
+  }
+
+  // Weighted scatter-add in expert order (the same order for every thread count).
+  std::vector<float> acc(size_t(T * W), 0.0f);  // f32 [T, W] weighted sum of expert outputs
+  for (const int64_t e : active) {
+    const auto& list = routed[size_t(e)];
+    for (size_t i = 0; i < list.size(); ++i) {
+      const auto [t, s] = list[i];
       float* a = acc.data() + t * W;
-      const float* yr = y.data() + i * W;
+      const float* yr = ys.data() + (row0[size_t(e)] + int64_t(i)) * W;
       for (int64_t d = 0; d < W; ++d) a[d] += s * yr[d];
     }
   }
