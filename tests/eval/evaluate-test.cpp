@@ -242,10 +242,10 @@ TEST(Evaluate, RandomCheckpointRepliesEqualAnIndependentGreedyDecoderWithAnyWork
   o.progress = false;
   o.workers = 1;
   const eval_report one = evaluate(dir / "m", tasks, o);
-  o.workers = 3;
-  const eval_report three = evaluate(dir / "m", tasks, o);
-
   const local_model lm = local_model::load(dir / "m");
+  o.workers = 3;
+  const eval_report three = evaluate(lm, tasks, o);
+
   ASSERT_TRUE(lm.chat.has_value()) << "moxi init writes the moxi-tiny chat template";
   for (size_t i = 0; i < tasks.size(); ++i) {
     formats::render_options ro;

@@ -194,16 +194,19 @@ eval_report evaluate(const eval_model& m, const std::vector<task>& tasks, const 
   return r;
 }
 
-eval_report evaluate(const std::string& model_dir, const std::vector<task>& tasks,
-                     const evaluate_options& o) {
-  const local_model lm = local_model::load(model_dir);
+eval_report evaluate(const local_model& lm, const std::vector<task>& tasks, const evaluate_options& o) {
   eval_model m;
-  m.name = model_dir;
+  m.name = lm.dir;
   m.new_sequence = [&lm] { return std::make_unique<model_lm>(lm.model); };
   m.tok = &lm.tok;
   m.chat = &lm.require_chat();
   m.stop_tokens = lm.stop_tokens;
   return evaluate(m, tasks, o);
+}
+
+eval_report evaluate(const std::string& model_dir, const std::vector<task>& tasks,
+                     const evaluate_options& o) {
+  return evaluate(local_model::load(model_dir), tasks, o);
 }
 
 // ---- JSON ----

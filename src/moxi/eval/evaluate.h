@@ -19,6 +19,10 @@
 #include "moxi/formats/tokenizer.h"
 #include "moxi/runtime/generate.h"
 
+namespace moxi {
+struct local_model;
+}
+
 namespace moxi::eval {
 
 // What evaluate() needs of a model; any causal_lm works (the engine's model_lm, a trainer's model, a fake).
@@ -81,7 +85,10 @@ struct eval_report {
 // thrown as moxi::error; checker infrastructure failures are counted per task as errors.
 eval_report evaluate(const eval_model& model, const std::vector<task>& tasks,
                      const evaluate_options& options = {});
-// Loads DIR with the engine (runtime/local-model.h), which must have a chat template.
+// A model loaded with the engine (runtime/local-model.h); it must have a chat template.
+eval_report evaluate(const local_model& model, const std::vector<task>& tasks,
+                     const evaluate_options& options = {});
+// Loads DIR with the engine, then as above.
 eval_report evaluate(const std::string& model_dir, const std::vector<task>& tasks,
                      const evaluate_options& options = {});
 
