@@ -109,6 +109,18 @@ TEST_F(EvalCli, JsonReportCountsTheTasksPerDomain) {
   EXPECT_EQ(cmp.at("overall").at("net_improvement_rate").get<double>(), 0.0);
   EXPECT_EQ(cmp.at("pass_rate_delta").get<double>(), 0.0);
 
+  // --show-failures 1 names the first failed task of each domain (greedy: the same replies as above).
+  const auto f = run("eval --model " + path("m") + " --tasks " + path("tasks.jsonl") +
+                         " -q --max-tokens 6 --show-failures 1",
+                     dir_);
+  ASSERT_EQ(f.code, 0) << f.err;
+  std::map<std::string, std::string> first_failed;
+  for (const auto& rec : j.at("records"))
+    if (!rec.at("pass").get<bool>() && !rec.at("error").get<bool>())
+      first_failed.emplace(rec.at("domain").get<std::string>(), rec.at("id").get<std::string>());
+  for (const auto& [d, id] : first_failed)
+    EXPECT_NE(f.out.find("\n" + id + " ("), std::string::npos) << d << f.out;
+
   // The table form names every domain and the overall row.
   const auto t = run(
       "eval --model " + path("m") + " --tasks " + path("tasks.jsonl") + " -q --max-tokens 2 --max-tasks 2",

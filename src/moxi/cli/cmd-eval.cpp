@@ -4,11 +4,13 @@
 // on the same tasks: pass-rate delta and net improvement rate.
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <set>
 
 #include "moxi/base/error.h"
 #include "moxi/cli/command.h"
+#include "moxi/cli/terminal-text.h"
 #include "moxi/eval/evaluate.h"
 #include "moxi/eval/generate.h"
 
@@ -44,6 +46,17 @@ void print_table(const eval::eval_report& r, bool by_template) {
       (long long)r.reply_tokens);
 }
 
+// Up to n failed tasks per domain: what the model said and why it failed (model text made terminal-safe).
+void print_failures(const eval::eval_report& r, size_t n) {
+  std::map<eval::domain, size_t> shown;
+  for (const auto& rec : r.records) {
+    if (rec.pass || rec.error || shown[rec.domain]++ >= n) continue;
+    std::string reply = rec.reply.size() > 300 ? rec.reply.substr(0, 300) + "..." : rec.reply;
+    std::printf("\n%s (%s): %s\n  reply: %s\n", rec.id.c_str(), rec.template_name.c_str(),
+                terminal_safe(rec.detail).c_str(), terminal_safe(reply).c_str());
+  }
+}
+
 void print_comparison(const eval::comparison& c, const std::string& baseline) {
   std::printf("\nvs baseline %s: pass rate %.1f%% -> %.1f%% (delta %+.1f points); %lld tasks unpaired\n",
               baseline.c_str(), 100.0 * c.baseline_pass_rate, 100.0 * c.candidate_pass_rate,
@@ -66,6 +79,7 @@ void setup_eval(CLI::App& root) {
   struct args {
     std::string model, tasks, out, baseline;
     bool json = false, quiet = false, by_template = false;
+    size_t failures = 0;
     size_t max_tasks = 0;
     eval::evaluate_options opt;
   };
@@ -93,6 +107,8 @@ void setup_eval(CLI::App& root) {
   cmd->add_option("--audit-log", a->opt.check_opts.audit_log,
                   "append one JSON line per sandbox run of the checkers (docs/sandbox.md)");
   cmd->add_flag("--by-template", a->by_template, "also print the pass rate per generator template");
+  cmd->add_option("--show-failures", a->failures,
+                  "print up to N failed tasks per domain with reply and reason");
   cmd->add_flag("-q,--quiet", a->quiet, "no progress line");
   cmd->callback([a] {
     auto tasks = eval::read_jsonl(a->tasks);
@@ -116,6 +132,7 @@ void setup_eval(CLI::App& root) {
       std::cout << j.dump(2) << "\n";
     } else {
       print_table(report, a->by_template);
+      if (a->failures > 0) print_failures(report, a->failures);
       if (cmp) print_comparison(*cmp, a->baseline);
     }
   });
