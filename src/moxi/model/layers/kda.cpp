@@ -3,12 +3,14 @@
 // vLLM kda.py as summarized in reference/kda.md §1.2.
 #include "moxi/model/layers/kda.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "moxi/base/error.h"
 #include "moxi/base/thread-pool.h"
+#include "moxi/kernels/kda-dispatch.h"
 #include "moxi/kernels/matmul-dispatch.h"
 #include "moxi/kernels/ref/basic.h"
 #include "moxi/kernels/ref/kda.h"
@@ -19,38 +21,76 @@ namespace ref = kernels::ref;
 
 namespace {
 
-// State multiply-adds (T * heads * D^2) per thread below which splitting heads over the pool costs more
-// than it saves (docs/kernels-mxfp4.md "Thread-pool thresholds").
-constexpr int64_t kKdaMinWorkPerThread = int64_t(1) << 15;
+// KDA core work per thread below which one thread runs every recurrence of the call, in state elements
+// touched (T * heads * D^2) with the scalar chunked prefill weighted kChunkedCost times the AVX-512 decode
+// step (docs/kernels-mxfp4.md "Thread-pool thresholds").
+constexpr int64_t kKdaMinWorkPerThread = int64_t(1) << 17;
+constexpr int64_t kChunkedCost = 8;
 
-using kda_core_fn = void (*)(const float*, const float*, const float*, const float*, const float*, float,
-                             float*, float*, int64_t, int64_t, int64_t, int64_t);
+// The inputs of the KDA cores of one call, rows of all sequences, D = K = V.
+struct core_inputs {
+  const float *q, *k, *v, *g, *beta;  // f32 [R, H, D] (beta [R, H])
+  float scale;
+  float* o;  // f32 [R, H, D]
+  int64_t H, D;
+};
 
-// The KDA core with heads split over the thread pool. Heads are independent (own state, own q/k/v/g/beta),
-// so each thread gathers its heads' [T, h, *] slices, runs the same reference kernel on them and scatters o
-// back: bit-identical to one call over all heads, about pool-size times faster (the core is most of a
-// long prefill). Inputs as in ref::kda_chunked, D = K = V.
-void kda_core_by_heads(kda_core_fn core, const float* q, const float* k, const float* v, const float* g,
-                       const float* beta, float scale, float* state, float* o, int64_t T, int64_t H,
-                       int64_t D) {
-  thread_pool::global().run([&](int tid, int nt) {
-    const range r = split_range(H, tid, nt);
-    const int64_t h = r.end - r.begin;
-    if (h == 0) return;
-    const size_t row = size_t(h * D) * sizeof(float);
-    std::vector<float> qs(size_t(T * h * D)), ks(qs.size()), vs(qs.size()), gs(qs.size()), os(qs.size());
-    std::vector<float> bs(size_t(T * h));
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t src = (t * H + r.begin) * D, dst = t * h * D;
-      std::memcpy(qs.data() + dst, q + src, row);
-      std::memcpy(ks.data() + dst, k + src, row);
-      std::memcpy(vs.data() + dst, v + src, row);
-      std::memcpy(gs.data() + dst, g + src, row);
-      std::memcpy(bs.data() + t * h, beta + t * H + r.begin, size_t(h) * sizeof(float));
+// Heads [h0, h1) of one sequence (rows [r0, r0 + T)) through the kernel for its length: the recurrent step
+// (fast twin when enabled) for T = 1, the chunked prefill otherwise. All heads run in place; a subset is
+// gathered into [T, h, D] slices and scattered back. Heads are independent (own state and inputs), so any
+// split is bit-identical to one call over all heads.
+void core_heads(const core_inputs& a, int64_t r0, int64_t T, float* state, int64_t h0, int64_t h1) {
+  const int64_t H = a.H, D = a.D, h = h1 - h0;
+  const auto core = T == 1 ? &kernels::kda_recurrent : &ref::kda_chunked;
+  const int64_t x0 = r0 * H * D;
+  if (h == H) {
+    core(a.q + x0, a.k + x0, a.v + x0, a.g + x0, a.beta + r0 * H, a.scale, state, a.o + x0, T, H, D, D);
+    return;
+  }
+  const size_t row = size_t(h * D) * sizeof(float);
+  std::vector<float> qs(size_t(T * h * D)), ks(qs.size()), vs(qs.size()), gs(qs.size()), os(qs.size());
+  std::vector<float> bs(size_t(T * h));
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t src = x0 + (t * H + h0) * D, dst = t * h * D;
+    std::memcpy(qs.data() + dst, a.q + src, row);
+    std::memcpy(ks.data() + dst, a.k + src, row);
+    std::memcpy(vs.data() + dst, a.v + src, row);
+    std::memcpy(gs.data() + dst, a.g + src, row);
+    std::memcpy(bs.data() + t * h, a.beta + (r0 + t) * H + h0, size_t(h) * sizeof(float));
+  }
+  core(qs.data(), ks.data(), vs.data(), gs.data(), bs.data(), a.scale, state + h0 * D * D, os.data(), T, h, D,
+       D);
+  for (int64_t t = 0; t < T; ++t) std::memcpy(a.o + x0 + (t * H + h0) * D, os.data() + t * h * D, row);
+}
+
+// Every sequence's KDA core in ONE pool job: the (sequence, head) pairs, in order, are split statically
+// over the threads balanced by cost, each thread running its heads of each sequence as one core call.
+// Below the work threshold the calling thread runs each sequence whole.
+void run_cores(const core_inputs& a, std::span<const seq_rows> segs, std::span<const kda_state_ref> states) {
+  const int64_t H = a.H, D = a.D;
+  std::vector<int64_t> cum(segs.size() * size_t(H) + 1, 0);  // cumulative cost of the (sequence, head) pairs
+  for (size_t i = 0; i < segs.size(); ++i)
+    for (int64_t h = 0; h < H; ++h) {
+      const size_t j = i * size_t(H) + size_t(h);
+      cum[j + 1] = cum[j] + segs[i].T * D * D * (segs[i].T == 1 ? 1 : kChunkedCost);
     }
-    core(qs.data(), ks.data(), vs.data(), gs.data(), bs.data(), scale, state + r.begin * D * D, os.data(), T,
-         h, D, D);
-    for (int64_t t = 0; t < T; ++t) std::memcpy(o + (t * H + r.begin) * D, os.data() + t * h * D, row);
+  const int64_t total = cum.back();
+  thread_pool::global().run_if(total, kKdaMinWorkPerThread, [&](int tid, int nt) {
+    // Pair j belongs to the thread whose share [tid, tid + 1) * total / nt holds its cost midpoint.
+    auto owner = [&](size_t j) {
+      return std::min<int64_t>(nt - 1, (cum[j] + cum[j + 1]) * nt / (2 * total));
+    };
+    for (size_t i = 0; i < segs.size(); ++i) {
+      int64_t h0 = -1;
+      for (int64_t h = 0; h <= H; ++h) {
+        const bool mine = h < H && owner(i * size_t(H) + size_t(h)) == tid;
+        if (mine && h0 < 0) h0 = h;
+        if (!mine && h0 >= 0) {
+          core_heads(a, segs[i].begin, segs[i].T, states[i].recurrent, h0, h);
+          h0 = -1;
+        }
+      }
+    }
   });
 }
 
@@ -130,21 +170,13 @@ void kda_forward_batch(const kda_weights& w, const formats::model_config& c, con
   dump(dump_to, name + ".beta", {R, H}, beta.data());
 
   std::vector<float> o(size_t(R * P));  // f32 [R, H, D]
-  const float scale = 1.0f / std::sqrt(float(D));
-  for (size_t i = 0; i < segs.size(); ++i) {
-    const int64_t T = segs[i].T, r0 = segs[i].begin;
-    const float *qs = q.data() + r0 * P, *ks = kk.data() + r0 * P, *vs = v.data() + r0 * P;
-    const float *gs = g.data() + r0 * P, *bs = beta.data() + r0 * H;
-    float* os = o.data() + r0 * P;
-    // Split only when each thread gets enough state updates (T * heads * D^2) to pay for the hand-off: a
-    // tiny model's decode step (4 heads of 16) runs faster on one thread.
-    if (kernels::fast_kernels() && H > 1 && T * H * D * D >= 2 * kKdaMinWorkPerThread)
-      kda_core_by_heads(T == 1 ? &ref::kda_recurrent : &ref::kda_chunked, qs, ks, vs, gs, bs, scale,
-                        states[i].recurrent, os, T, H, D);
-    else if (T == 1)
-      ref::kda_recurrent(qs, ks, vs, gs, bs, scale, states[i].recurrent, os, T, H, D, D);
-    else
-      ref::kda_chunked(qs, ks, vs, gs, bs, scale, states[i].recurrent, os, T, H, D, D);
+  const core_inputs in{q.data(), kk.data(), v.data(), g.data(), beta.data(), 1.0f / std::sqrt(float(D)),
+                       o.data(), H,         D};
+  if (kernels::fast_kernels()) {
+    run_cores(in, segs, states);
+  } else {
+    for (size_t i = 0; i < segs.size(); ++i)
+      core_heads(in, segs[i].begin, segs[i].T, states[i].recurrent, 0, H);
   }
   dump(dump_to, name + ".core", {R, H, D}, o.data());
 
