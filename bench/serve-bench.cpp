@@ -94,8 +94,8 @@ bool on_event(const std::string& ev, double t, request_result& r, bool& done) {
   return true;
 }
 
-request_result stream_completion(httplib::Client& client, const target& tgt, const std::vector<int64_t>& prompt,
-                                 int max_tokens) {
+request_result stream_completion(httplib::Client& client, const target& tgt,
+                                 const std::vector<int64_t>& prompt, int max_tokens) {
   request_result r;
   const json body = {{"model", tgt.model},
                      {"prompt", prompt},
@@ -186,7 +186,8 @@ void note(std::FILE* progress, const std::string& line) {
   std::fflush(progress);
 }
 
-level_result run_level(const target& tgt, const serve_bench_options& o, int concurrency, uint64_t level_seed) {
+level_result run_level(const target& tgt, const serve_bench_options& o, int concurrency,
+                       uint64_t level_seed) {
   // Distinct random prompts per level and request: no prefix-cache hits between them.
   std::vector<std::vector<int64_t>> prompts;
   std::mt19937_64 gen(o.seed * 0x9e3779b97f4a7c15ULL + level_seed);
@@ -423,7 +424,8 @@ json serve_bench_report::to_json() const {
   if (!multi_turn.empty()) {
     out["multi_turn"] = mt;
     if (multi_turn.size() == 2 && multi_turn[0].ttft_later_turns_ms > 0)
-      out["multi_turn_ttft_off_over_on"] = multi_turn[1].ttft_later_turns_ms / multi_turn[0].ttft_later_turns_ms;
+      out["multi_turn_ttft_off_over_on"] =
+          multi_turn[1].ttft_later_turns_ms / multi_turn[0].ttft_later_turns_ms;
   }
   return out;
 }
@@ -489,7 +491,8 @@ void add_serve_bench(CLI::App& bench) {
                 "Also time multi-turn conversations (with --model: prefix cache on vs off)");
   cmd->add_option("--conversations", o->b.conversations, "Multi-turn conversations")->capture_default_str();
   cmd->add_option("--turns", o->b.turns, "Turns per conversation")->capture_default_str();
-  cmd->add_option("--turn-len", o->b.turn_len, "Tokens of each follow-up user message")->capture_default_str();
+  cmd->add_option("--turn-len", o->b.turn_len, "Tokens of each follow-up user message")
+      ->capture_default_str();
   cmd->add_option("--seed", o->b.seed, "Prompt contents")->capture_default_str();
   cmd->add_option("--executor", o->b.executor,
                   "In-process server: batched, parallel or sequential (moxi serve --executor)")

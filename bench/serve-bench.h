@@ -20,9 +20,9 @@ struct serve_bench_options {
   std::string model_dir;  // for the in-process server
   std::string api_key;
   std::vector<int> concurrency = {1, 4, 16, 64};
-  int prompts = 64;      // requests per concurrency level
-  int input_len = 128;   // prompt tokens
-  int output_len = 64;   // generated tokens per request (max_tokens with ignore_eos)
+  int prompts = 64;     // requests per concurrency level
+  int input_len = 128;  // prompt tokens
+  int output_len = 64;  // generated tokens per request (max_tokens with ignore_eos)
   bool multi_turn = false;
   int conversations = 4;  // multi-turn: conversations, run one after another (TTFT without queueing)
   int turns = 4;          // multi-turn: turns per conversation

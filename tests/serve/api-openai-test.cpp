@@ -1,6 +1,7 @@
 // Unit tests of the API layer without a server: request parsing (defaults, every parameter's type and
 // range errors naming the parameter), error bodies, chat rendering through the model's template (and the
-// 400s without one or when it raises), JSON dumps of bytes that are not UTF-8, constant-time key checks, and the Prometheus histogram exposition.
+// 400s without one or when it raises), JSON dumps of bytes that are not UTF-8, constant-time key checks, and
+// the Prometheus histogram exposition.
 #include "moxi/serve/api-openai.h"
 
 #include <gtest/gtest.h>
@@ -120,10 +121,13 @@ TEST(api_openai, RejectsBadBodiesNamingTheParameter) {
   }
   EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", true).param,
             "messages[0].content");
-  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", true).param, "tools");
-  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "tools": [1]})", true).param, "tools");
-  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": []})", true).param,
-            "chat_template_kwargs");
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", true).param,
+            "tools");
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "tools": [1]})", true).param,
+            "tools");
+  EXPECT_EQ(
+      error_of(R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": []})", true).param,
+      "chat_template_kwargs");
   EXPECT_EQ(
       error_of(R"({"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": 1})", true).param,
       "add_generation_prompt");

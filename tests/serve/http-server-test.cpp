@@ -302,8 +302,12 @@ TEST_F(http_server, SeveralChoicesForkOnePrefillAndEqualSeparateSeededRequests) 
   // 11 tokens, inside one block: no prefix hit can make the separate requests' prefill differ.
   const auto prompt = ids(11, 5);
   const int64_t max_tokens = 8;
-  json body = {{"prompt", prompt},      {"max_tokens", max_tokens}, {"temperature", 1.0},
-               {"seed", 77},            {"ignore_eos", true},       {"logprobs", 0},
+  json body = {{"prompt", prompt},
+               {"max_tokens", max_tokens},
+               {"temperature", 1.0},
+               {"seed", 77},
+               {"ignore_eos", true},
+               {"logprobs", 0},
                {"return_tokens_as_token_ids", true}};
   const auto before = srv_->snapshot();
   json forked = body;
@@ -338,8 +342,10 @@ TEST_F(http_server, NonStreamClientThatClosesEarlyIsCancelled) {
   ASSERT_GE(fd, 0);
   const std::string body =
       json{{"prompt", "x"}, {"max_tokens", 4000}, {"ignore_eos", true}, {"temperature", 0}}.dump();
-  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n";
   const std::string msg = head + body;
   ASSERT_EQ(::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL), ssize_t(msg.size()));
   ASSERT_TRUE(eventually([] { return srv_->snapshot().live_requests == 1; }));
@@ -361,9 +367,9 @@ TEST_F(http_server, ChatPromptIsTheModelTemplateRendering) {
   const std::string rendered = "<|bos|><|system|>Be brief.<|end|>\n<|user|>Hi<|end|>\n<|assistant|>\n";
   const auto ids = tok.encode(rendered);
   ASSERT_EQ(ids.front(), 1) << "<|bos|> is a special token";
-  nlohmann::ordered_json body = {{"messages", conversation},     {"max_tokens", 6},
-                                 {"temperature", 0},              {"ignore_eos", true},
-                                 {"logprobs", true},              {"return_tokens_as_token_ids", true}};
+  nlohmann::ordered_json body = {{"messages", conversation}, {"max_tokens", 6},
+                                 {"temperature", 0},         {"ignore_eos", true},
+                                 {"logprobs", true},         {"return_tokens_as_token_ids", true}};
   auto c = client_for(*srv_);
   auto res = c->Post("/v1/chat/completions", body.dump(), "application/json");
   ASSERT_TRUE(res);
@@ -373,7 +379,8 @@ TEST_F(http_server, ChatPromptIsTheModelTemplateRendering) {
   std::vector<int64_t> got;
   for (const auto& e : j["choices"][0]["logprobs"]["content"])
     got.push_back(std::stoll(e["token"].get<std::string>().substr(9)));
-  EXPECT_EQ(got, reference_greedy(ids, 6, std::vector<token_id>{}).tokens) << "the model saw exactly these ids";
+  EXPECT_EQ(got, reference_greedy(ids, 6, std::vector<token_id>{}).tokens)
+      << "the model saw exactly these ids";
 
   // chat_template_kwargs reach the template (here: no generation prompt).
   body["chat_template_kwargs"] = {{"add_generation_prompt", false}};
@@ -390,15 +397,17 @@ TEST_F(http_server, ChatPromptIsTheModelTemplateRendering) {
            "parameters": {"type": "object", "properties": {}}}}])");
   res = c->Post("/v1/chat/completions", body.dump(), "application/json");
   ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
-  EXPECT_EQ(json::parse(res->body)["usage"]["prompt_tokens"],
-            tok.encode("<|bos|><|system|>You may call these tools:\n- get_time: {\"type\": \"function\", "
-                       "\"function\": {\"name\": \"get_time\", \"description\": \"now\", \"parameters\": "
-                       "{\"type\": \"object\", \"properties\": {}}}}\n<|end|>\n<|user|>What time is it?<|end|>\n"
-                       "<|assistant|>\n")
-                .size());
+  EXPECT_EQ(
+      json::parse(res->body)["usage"]["prompt_tokens"],
+      tok.encode("<|bos|><|system|>You may call these tools:\n- get_time: {\"type\": \"function\", "
+                 "\"function\": {\"name\": \"get_time\", \"description\": \"now\", \"parameters\": "
+                 "{\"type\": \"object\", \"properties\": {}}}}\n<|end|>\n<|user|>What time is it?<|end|>\n"
+                 "<|assistant|>\n")
+          .size());
 
   // The template's own errors are 400s carrying its message (moxi-tiny raises on roles it does not know).
-  const auto e = post("/v1/chat/completions", {{"messages", {{{"role", "developer"}, {"content", "x"}}}}}, 400);
+  const auto e =
+      post("/v1/chat/completions", {{"messages", {{{"role", "developer"}, {"content", "x"}}}}}, 400);
   EXPECT_NE(e["error"]["message"].get<std::string>().find("unknown role developer"), std::string::npos) << e;
   EXPECT_EQ(e["error"]["type"], "invalid_request_error");
 }
@@ -492,10 +501,12 @@ TEST_F(http_server, ClientDisconnectCancelsAndFreesMemory) {
     req.method = "POST";
     req.path = chat ? "/v1/chat/completions" : "/v1/completions";
     json body = {{"max_tokens", 3000}, {"stream", true}, {"temperature", 0}, {"ignore_eos", true}};
-    if (chat)
+    if (chat) {
       body["messages"] = {{{"role", "user"}, {"content", "go on forever"}}};
-    else
+      body["n"] = 3;  // forked choices are cancelled and freed too
+    } else {
       body["prompt"] = ids(30, 4);
+    }
     req.body = body.dump();
     req.set_header("Content-Type", "application/json");
     int chunks = 0;
@@ -596,7 +607,8 @@ TEST(http_server_alone, NoTemplateMeansChatIs400AndGenerationConfigStopsGenerati
   const std::vector<token_id> prompt = {20, 21, 22, 23};
   const auto free_run = reference_greedy(prompt, 12, std::vector<token_id>{});
   const token_id stop = token_id(free_run.tokens[4]);
-  const auto first = std::find(free_run.tokens.begin(), free_run.tokens.end(), stop) - free_run.tokens.begin();
+  const auto first =
+      std::find(free_run.tokens.begin(), free_run.tokens.end(), stop) - free_run.tokens.begin();
   moxi::testing::temp_dir dir("moxi-serve-base");
   namespace fs = std::filesystem;
   for (const auto& f : fs::directory_iterator(tiny_model_dir())) {

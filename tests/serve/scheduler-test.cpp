@@ -55,8 +55,8 @@ memory_options mem(int32_t blocks, int32_t slots = 16, int32_t snapshots = 64, b
 struct workload_request {
   request_id id;
   request_params params;
-  int arrival_step = 0;  // added before this step
-  int cancel_step = -1;  // cancelled before this step (if still running)
+  int arrival_step = 0;                // added before this step
+  int cancel_step = -1;                // cancelled before this step (if still running)
   std::vector<request_id> forks = {};  // parallel sampling: more choices of the same prompt
 };
 
@@ -112,7 +112,8 @@ run_summary run(const cache_spec& spec, const memory_options& mo, const schedule
       EXPECT_GE(s.n_tokens(), 1);
       if (!s.forks.empty()) {
         EXPECT_TRUE(s.sample);
-        EXPECT_EQ(s.start + s.n_tokens(), int64_t(by_id.at(s.id)->params.prompt.size())) << "fork at prompt end";
+        EXPECT_EQ(s.start + s.n_tokens(), int64_t(by_id.at(s.id)->params.prompt.size()))
+            << "fork at prompt end";
       }
       total += s.n_tokens();
       (s.sample && s.n_tokens() == 1 ? decode : prefill) = true;

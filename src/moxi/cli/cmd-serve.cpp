@@ -1,6 +1,7 @@
 // `moxi serve [--model DIR] [--host --port --api-key KEY | --api-key-file F --max-batch-tokens N
-// --max-running N ...]`: the OpenAI-compatible HTTP server (default model: cli::default_model_dir()) (serve/server.h, docs/serving.md) until SIGTERM
-// or SIGINT, then a graceful shutdown (stop taking requests, finish or cancel in-flight ones) and exit 0.
+// --max-running N ...]`: the OpenAI-compatible HTTP server (default model: cli::default_model_dir())
+// (serve/server.h, docs/serving.md) until SIGTERM or SIGINT, then a graceful shutdown (stop taking requests,
+// finish or cancel in-flight ones) and exit 0.
 #include <csignal>
 #include <cstdio>
 #include <map>
@@ -42,13 +43,14 @@ void setup_serve(CLI::App& root) {
                   "KDA prefix-cache snapshots (-1: 2 x max-running)")
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "disable prefix caching");
-  cmd->add_option("--executor", c.executor,
-                  "how a step runs several requests: batched (one batched forward), parallel (one forward per "
-                  "request over the thread pool) or sequential")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, serve::executor_mode>{
-          {"batched", serve::executor_mode::batched},
-          {"parallel", serve::executor_mode::parallel},
-          {"sequential", serve::executor_mode::sequential}}))
+  cmd->add_option(
+         "--executor", c.executor,
+         "how a step runs several requests: batched (one batched forward), parallel (one forward per "
+         "request over the thread pool) or sequential")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, serve::executor_mode>{{"batched", serve::executor_mode::batched},
+                                                      {"parallel", serve::executor_mode::parallel},
+                                                      {"sequential", serve::executor_mode::sequential}}))
       ->default_str("batched");
   cmd->add_option("--max-body-bytes", c.max_body_bytes, "request body limit")->capture_default_str();
   cmd->add_option("--max-prompt-tokens", c.max_prompt_tokens, "prompt length limit (0: max-model-len - 1)")

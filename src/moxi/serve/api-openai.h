@@ -45,7 +45,7 @@ struct completion_request {
   std::optional<nlohmann::ordered_json> tools;
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   bool add_generation_prompt = true;
-  std::optional<int64_t> max_tokens;       // max_tokens or max_completion_tokens
+  std::optional<int64_t> max_tokens;  // max_tokens or max_completion_tokens
   sampling_params sampling;
   std::vector<std::string> stop;
   int n = 1;  // choices (independent samples of one prompt)

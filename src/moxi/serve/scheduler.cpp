@@ -205,7 +205,8 @@ request_output scheduler::accept(request& r, token_id t) {
 }
 
 void scheduler::fork_children(request& parent, const scheduled_request& s,
-                              const std::map<request_id, token_id>& sampled, std::vector<request_output>& events) {
+                              const std::map<request_id, token_id>& sampled,
+                              std::vector<request_output>& events) {
   for (request_id id : s.forks) {
     request& c = requests_.at(id);  // a fork cancelled since schedule() is still here until the next one
     auto it = sampled.find(id);

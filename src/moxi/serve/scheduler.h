@@ -121,8 +121,8 @@ class scheduler {
     std::vector<request_id> forks;      // not forked yet (cleared when the prefill ends)
     std::optional<request_id> fork_of;  // set while this request waits for its parent's prefill
   };
-  void fork_children(request& parent, const scheduled_request& s, const std::map<request_id, token_id>& sampled,
-                     std::vector<request_output>& events);
+  void fork_children(request& parent, const scheduled_request& s,
+                     const std::map<request_id, token_id>& sampled, std::vector<request_output>& events);
   // Appends a sampled token; on a stop token or max_tokens the request is finished: freed and forgotten.
   request_output accept(request& r, token_id t);
   int64_t chunk(const request& r, int64_t start, int64_t budget) const;

@@ -79,7 +79,8 @@ struct server::impl {
   int64_t max_model_len = 0;
   std::vector<token_id> stop_token_ids;  // end the generation (config eos + generation_config eos ids)
   std::optional<token_id> bos;
-  std::optional<formats::chat_template> chat_tmpl;  // the model's own (tokenizer_config.json); none: chat is 400
+  std::optional<formats::chat_template>
+      chat_tmpl;  // the model's own (tokenizer_config.json); none: chat is 400
 
   httplib::Server http;
   std::thread http_thread, engine_thread;
@@ -184,12 +185,13 @@ struct server::impl {
   void step() {
     const scheduler_output out = sched.schedule();
     const auto now = clock_type::now();
-    for (const auto& s : out.scheduled) {
-      auto it = live.find(s.id);
-      if (it == live.end()) continue;
-      std::lock_guard<std::mutex> l(it->second->m);
-      if (!it->second->scheduled) it->second->scheduled = true, it->second->first_scheduled = now;
-    }
+    for (const auto& s : out.scheduled)
+      for (size_t k = 0; k <= s.forks.size(); ++k) {  // a request and the forks its step samples for
+        auto it = live.find(k == 0 ? s.id : s.forks[k - 1]);
+        if (it == live.end()) continue;
+        std::lock_guard<std::mutex> l(it->second->m);
+        if (!it->second->scheduled) it->second->scheduled = true, it->second->first_scheduled = now;
+      }
     std::map<request_id, token_id> sampled;
     try {
       if (!out.scheduled.empty()) sampled = exec.execute(out);
@@ -197,11 +199,13 @@ struct server::impl {
       // A model failure fails the step's requests; their memory is freed by cancelling them, and the
       // update below (which commits nothing for them) is skipped.
       std::fprintf(stderr, "moxi serve: step failed: %s\n", e.what());
-      for (const auto& s : out.scheduled) {
-        sched.cancel(s.id);
-        auto it = live.find(s.id);
-        if (it != live.end()) deliver_error(it->second, std::string("the model failed: ") + e.what());
-      }
+      for (const auto& s : out.scheduled)
+        for (size_t k = 0; k <= s.forks.size(); ++k) {  // forks waiting for this step fail with it
+          const request_id id = k == 0 ? s.id : s.forks[k - 1];
+          sched.cancel(id);
+          auto it = live.find(id);
+          if (it != live.end()) deliver_error(it->second, std::string("the model failed: ") + e.what());
+        }
       for (request_id id : out.aborted) finish_live(id);
       return;
     }

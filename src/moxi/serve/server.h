@@ -52,7 +52,7 @@ struct engine_snapshot {
   int64_t live_requests = 0;    // requests the engine still tracks
   int64_t computed_tokens = 0;  // tokens the model computed, all steps together
   int64_t aborted = 0;          // requests cancelled in the engine (disconnects, stop strings, timeouts)
-  int64_t active_http = 0;    // completion requests inside handlers
+  int64_t active_http = 0;      // completion requests inside handlers
 };
 
 class server {
