@@ -23,6 +23,7 @@ struct gemv_result {
   int copies = 0;             // weight copies rotated so every call reads from DRAM
   double weight_mib = 0;      // one copy, blocks + scales
   double fast_ms = 0;         // median time per call
+  double classic_ms = 0;      // mxfp4 with AVX512-VBMI: median time of the older decode (0: not measured)
   double weight_gbs = 0;      // bytes of one copy / fast_ms
   double membw_gbs = 0;       // measured in the same run
   double share_of_membw = 0;  // weight_gbs / membw_gbs

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "moxi/base/mx.h"
 #include "moxi/kernels/mxfp4-dispatch.h"
 #include "moxi/kernels/ref/mxfp4.h"
+#include "moxi/kernels/x86/cpu.h"
 
 namespace {
 
@@ -186,6 +188,30 @@ TEST(Mxfp4Fast, SpecialScalesNanZeroAndExtremesMatchRef) {
       EXPECT_LE(s.worst_ratio, 1.0) << p.name << " T=" << T;
     }
   }
+}
+
+// The VBMI decode (VPERMI2B) and the widen/shift/ternary-logic decode give the GEMV the same bf16 weights in
+// the same VDPBF16PS order, so their outputs must be bit-identical (the tolerance test above holds both
+// against ref::matmul_mxfp4; this one pins them to each other, including ragged panels and NaN scales).
+TEST(Mxfp4Fast, VbmiGemvDecodeIsBitIdenticalToTheClassicDecode) {
+  if (!k::mxfp4_supported(mxfp4_variant::AVX512_BF16) || !k::x86::cpu().avx512_vbmi)
+    GTEST_SKIP() << "no AVX512-BF16 + VBMI on this CPU";
+  k::mxfp4_options classic;
+  classic.no_vbmi = true;
+  for (const int64_t N : {1, 17, 300})
+    for (const int64_t K : {32, 96, 4096})
+      for (int64_t T = 1; T <= 4; ++T) {
+        weights w = random_weights(N, K, uint64_t(N * 7 + K + T));
+        w.scales[0] = 255;  // a NaN block
+        const std::vector<float> x = activations(size_t(T * K), uint64_t(T + K));
+        const k::packed_mxfp4 pw =
+            k::pack_mxfp4(w.blocks.data(), w.scales.data(), N, K, mxfp4_variant::AVX512_BF16);
+        std::vector<float> a(size_t(T * N)), b(size_t(T * N));
+        k::matmul_mxfp4(x.data(), pw, a.data(), T, act_quant::NONE);
+        k::matmul_mxfp4(x.data(), pw, b.data(), T, act_quant::NONE, classic);
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+            << "N=" << N << " K=" << K << " T=" << T;
+      }
 }
 
 TEST(Mxfp4Fast, UnpackedConvenienceEqualsPackedBestVariant) {

@@ -150,7 +150,10 @@ void matmul_mxfp4(const float* x, const packed_mxfp4& w, float* y, int64_t T, ac
       thread_local std::vector<uint16_t> xb_buf;
       uint16_t* xb = scratch(xb_buf, size_t(T * K));
       x86::f32_to_bf16_avx512bf16(xx, xb, T * K);
-      x86::mxfp4_gemv_avx512bf16(xb, T, pw, r.begin, r.end, y);
+      if (x86::cpu().avx512_vbmi && !opt.no_vbmi)
+        x86::mxfp4_gemv_avx512vbmi(xb, T, pw, r.begin, r.end, y);
+      else
+        x86::mxfp4_gemv_avx512bf16(xb, T, pw, r.begin, r.end, y);
     });
     return;
   }

@@ -40,6 +40,10 @@ double avx512bf16_peak_loop(int64_t iters);
 // VDPBF16PS per 16 rows x K-pair, block sums scaled exactly in fp32.
 void mxfp4_gemv_avx512bf16(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t p0, int64_t p1,
                            float* y);
+// The same GEMV with a 3-instruction weight decode (VPERMI2B, VPERMW, VDPBF16PS) for CPUs that also have
+// AVX512-VBMI (mxfp4-gemv-avx512vbmi.cpp); bit-identical to mxfp4_gemv_avx512bf16.
+void mxfp4_gemv_avx512vbmi(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t p0, int64_t p1,
+                           float* y);
 // Scratch the GEMM needs per thread, in uint32 units.
 int64_t mxfp4_gemm_scratch_u32();
 // y[T, rows of panel pairs [pp0, pp1)] = xb . W^T with xb bf16 [T, K] (from f32_to_bf16_avx512bf16); panel
