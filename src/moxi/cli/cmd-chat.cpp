@@ -133,7 +133,10 @@ void setup_chat(CLI::App& root) {
     int turn = 0;
     std::string line;
     for (;;) {
-      if (tty) std::fputs("> ", stderr), std::fflush(stderr);
+      if (tty) {
+        std::fputs("> ", stderr);
+        std::fflush(stderr);
+      }
       if (!std::getline(std::cin, line)) break;
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (line.find_first_not_of(" \t") == std::string::npos) continue;
@@ -195,7 +198,7 @@ void setup_chat(CLI::App& root) {
                      prompt.size(), seq.reused(), prompt.size() - seq.reused(),
                      r.prompt_seconds > 0 ? double(prompt.size() - seq.reused()) / r.prompt_seconds : 0.0);
       std::fprintf(stderr, "[%zu tokens, %.1f tokens/s%s]\n", r.tokens.size(), r.generate_tokens_per_second(),
-                   r.finish_reason == "length" ? ", reply cut at --max-tokens" : "");
+                   r.finish_reason == "length" ? ", cut at the length limit" : "");
       messages.push_back({{"role", "assistant"}, {"content", reply}});
     }
   });
