@@ -1,5 +1,5 @@
 // Drives a running `moxi serve` with the official openai npm client: chat and completions, streaming and
-// not, usage (cached tokens), logprobs, and the client-side errors it raises for 4xx answers. Invoked by
+// not, usage (cached tokens), logprobs, tools and n > 1, and the client-side errors it raises for 4xx answers. Invoked by
 // tests/serve/http-openai-client-test.cpp with MOXI_BASE_URL, MOXI_API_KEY and MOXI_MODEL set.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -95,6 +95,24 @@ await check('completions stream', async () => {
   const ref = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 6, temperature: 0 });
   assert.equal(text, ref.choices[0].text);
   assert.equal(finish, ref.choices[0].finish_reason);
+});
+
+await check('chat with tools and n = 2: two seeded choices, tools rendered into the prompt', async () => {
+  const tools = [{ type: 'function', function: { name: 'get_time', description: 'now', parameters: { type: 'object', properties: {} } } }];
+  const messages = [{ role: 'user', content: 'What time is it?' }];
+  const plain = await client.chat.completions.create({ model, messages, max_tokens: 4, temperature: 0 });
+  const r = await client.chat.completions.create({
+    model, messages, tools, n: 2, seed: 5, temperature: 1, max_tokens: 4,
+  });
+  assert.equal(r.choices.length, 2);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  assert.ok(r.usage.prompt_tokens > plain.usage.prompt_tokens, 'the tool list is part of the prompt');
+  for (let i = 0; i < 2; i++) {
+    const one = await client.chat.completions.create({
+      model, messages, tools, seed: 5 + i, temperature: 1, max_tokens: 4,
+    });
+    assert.equal(r.choices[i].message.content, one.choices[0].message.content, `choice ${i} = seed ${5 + i}`);
+  }
 });
 
 await check('errors: unknown model is NotFoundError, bad parameter is BadRequestError', async () => {
