@@ -10,6 +10,7 @@
 #include "moxi/base/error.h"
 #include "moxi/base/thread-pool.h"
 #include "moxi/kernels/matmul-dispatch.h"
+#include "moxi/kernels/mla-dispatch.h"
 #include "moxi/kernels/ref/basic.h"
 #include "moxi/kernels/ref/dsa.h"
 #include "moxi/kernels/ref/mla.h"
@@ -22,7 +23,7 @@ namespace {
 
 // Sparse-attention multiply-adds per thread below which splitting queries over the pool costs more than
 // it saves (docs/kernels-mxfp4.md "Thread-pool thresholds").
-constexpr int64_t kDsaMinWorkPerThread = int64_t(1) << 16;
+constexpr int64_t kDsaMinWorkPerThread = int64_t(1) << 18;
 // Queries scored per indexer call: bounds the [block, S] score buffer at long context.
 constexpr int64_t kIndexerQueryBlock = 256;
 // DeepSeek-V3.2 Indexer: k_norm = LayerNorm(index_head_dim) with the torch default eps.
@@ -103,11 +104,12 @@ void dsa_attention(const float* q_lat, const float* latent, const int32_t* idx, 
     thread_pool::global().run([&](int tid, int nt) {
       const range r = split_range(T, tid, nt);
       if (r.begin < r.end)
-        ref::mla_attention_absorbed_sparse(q_lat + r.begin * H * Wl, latent, idx + r.begin * k,
-                                           o_lat + r.begin * H * L, r.end - r.begin, S, H, L, Dr, k, scale);
+        kernels::mla_attention_absorbed_sparse(q_lat + r.begin * H * Wl, latent, idx + r.begin * k,
+                                               o_lat + r.begin * H * L, r.end - r.begin, S, H, L, Dr, k,
+                                               scale);
     });
   } else {
-    ref::mla_attention_absorbed_sparse(q_lat, latent, idx, o_lat, T, S, H, L, Dr, k, scale);
+    kernels::mla_attention_absorbed_sparse(q_lat, latent, idx, o_lat, T, S, H, L, Dr, k, scale);
   }
 }
 
@@ -229,9 +231,9 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
   } else {
     for (const auto& sg : segs) {
       const mla_view view = sg.cache->mla(layer);
-      ref::mla_attention_absorbed(q_lat.data() + sg.begin * H * Wl, view.latent,
-                                  o_lat.data() + sg.begin * H * L, sg.T, view.length, H, L, Dr,
-                                  w.softmax_scale);
+      kernels::mla_attention_absorbed(q_lat.data() + sg.begin * H * Wl, view.latent,
+                                      o_lat.data() + sg.begin * H * L, sg.T, view.length, H, L, Dr,
+                                      w.softmax_scale);
     }
   }
 
