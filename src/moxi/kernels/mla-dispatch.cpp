@@ -2,28 +2,32 @@
 // scalar reference.
 #include "moxi/kernels/mla-dispatch.h"
 
+#include <vector>
+
 #include "moxi/base/error.h"
 #include "moxi/kernels/matmul-dispatch.h"
 #include "moxi/kernels/ref/mla.h"
 #include "moxi/kernels/x86/cpu.h"
+#include "moxi/kernels/x86/mla-x86.h"
 
 namespace moxi::kernels {
 
-#if defined(__x86_64__)
-namespace x86 {
-// kernels/x86/mla-avx512.cpp
-void mla_attention_absorbed_avx512(const float* q_lat, const float* latent, float* o_lat, int64_t T,
-                                   int64_t S, int64_t H, int64_t L, int64_t Dr, float scale);
-void mla_attention_absorbed_sparse_avx512(const float* q_lat, const float* latent, const int32_t* indices,
-                                          float* o_lat, int64_t T, int64_t H, int64_t L, int64_t Dr,
-                                          int64_t topk, float scale);
-}  // namespace x86
-#endif
-
 namespace {
+
 bool use_avx512() {
   return fast_kernels() && x86::cpu().avx512;
 }
+
+// Grow-only per-thread scratch for `rows` attended rows of width Wl.
+x86::mla_avx512_scratch scratch(int64_t rows, int64_t Wl) {
+  thread_local std::vector<float> qt, p;
+  thread_local std::vector<int64_t> idx;
+  if (qt.size() < size_t(Wl * 16)) qt.resize(size_t(Wl * 16));
+  if (p.size() < size_t(rows * 16)) p.resize(size_t(rows * 16));
+  if (idx.size() < size_t(rows)) idx.resize(size_t(rows));
+  return {qt.data(), p.data(), idx.data()};
+}
+
 }  // namespace
 
 void mla_attention_absorbed(const float* q_lat, const float* latent, float* o_lat, int64_t T, int64_t S,
@@ -31,7 +35,8 @@ void mla_attention_absorbed(const float* q_lat, const float* latent, float* o_la
 #if defined(__x86_64__)
   if (use_avx512()) {
     MOXI_ASSERT(S >= T);
-    return x86::mla_attention_absorbed_avx512(q_lat, latent, o_lat, T, S, H, L, Dr, scale);
+    return x86::mla_attention_absorbed_avx512(q_lat, latent, o_lat, T, S, H, L, Dr, scale,
+                                              scratch(S, L + Dr));
   }
 #endif
   ref::mla_attention_absorbed(q_lat, latent, o_lat, T, S, H, L, Dr, scale);
@@ -44,7 +49,8 @@ void mla_attention_absorbed_sparse(const float* q_lat, const float* latent, cons
   if (use_avx512()) {
     for (int64_t i = 0; i < T * topk; ++i)
       MOXI_ASSERT(indices[i] < S, "sparse attention index past the latent cache");
-    return x86::mla_attention_absorbed_sparse_avx512(q_lat, latent, indices, o_lat, T, H, L, Dr, topk, scale);
+    return x86::mla_attention_absorbed_sparse_avx512(q_lat, latent, indices, o_lat, T, H, L, Dr, topk, scale,
+                                                     scratch(topk, L + Dr));
   }
 #endif
   ref::mla_attention_absorbed_sparse(q_lat, latent, indices, o_lat, T, S, H, L, Dr, topk, scale);

@@ -5,13 +5,14 @@
 // to the reference (tests/kernels/kda-fast-test.cpp).
 //
 // Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq (kernels/CMakeLists.txt); called only after
-// kernels::x86::cpu() confirmed them. Only intrinsics and standard headers are included.
+// kernels::x86::cpu() confirmed them. Only intrinsics and C headers are included, and scratch comes from
+// the caller: no template of a shared header (std::vector) gets an AVX-512 body the linker could pick for
+// code that runs on other CPUs.
 #if defined(__x86_64__)
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstdint>
-#include <vector>
 
 namespace moxi::kernels::x86 {
 namespace {
@@ -63,14 +64,13 @@ void recurrent_head(const float* qt, const float* kt, const float* vt, const flo
 }  // namespace
 
 void kda_recurrent_avx512(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                          float scale, float* state, float* o, int64_t T, int64_t H, int64_t K, int64_t V) {
-  thread_local std::vector<float> delta;
-  if (delta.size() < size_t(V)) delta.resize(size_t(V));
+                          float scale, float* state, float* o, int64_t T, int64_t H, int64_t K, int64_t V,
+                          float* delta) {
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h) {
       const int64_t qk = (t * H + h) * K, ov = (t * H + h) * V;
-      recurrent_head(q + qk, k + qk, v + ov, g + qk, beta[t * H + h], scale, state + h * K * V, o + ov,
-                     delta.data(), K, V);
+      recurrent_head(q + qk, k + qk, v + ov, g + qk, beta[t * H + h], scale, state + h * K * V, o + ov, delta,
+                     K, V);
     }
 }
 

@@ -7,14 +7,17 @@
 // (tests/kernels/mla-fast-test.cpp).
 //
 // Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq (kernels/CMakeLists.txt); called only after
-// kernels::x86::cpu() confirmed them. Only intrinsics and standard headers are included.
+// kernels::x86::cpu() confirmed them. Only intrinsics, C headers and the plain entry-point header are
+// included, and scratch comes from the caller: no template of a shared header (std::vector) gets an AVX-512
+// body the linker could pick for code that runs on other CPUs.
 #if defined(__x86_64__)
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <vector>
+
+#include "moxi/kernels/x86/mla-x86.h"
 
 namespace moxi::kernels::x86 {
 namespace {
@@ -23,23 +26,17 @@ inline __mmask16 tail_mask(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
 }
 
-struct scratch {
-  std::vector<float> qt, p;  // q transposed [Wl, 16]; scores / probabilities [n, 16]
-};
-
 // Up to 16 heads [h0, h0 + hn) of one query over the rows idx[0, n): o f32 [hn, L] (row stride L).
 void attend_heads(const float* q, int64_t h0, int64_t hn, const float* latent, const int64_t* idx, int64_t n,
-                  int64_t L, int64_t Dr, float scale, float* o, scratch& s) {
+                  int64_t L, int64_t Dr, float scale, float* o, const mla_avx512_scratch& s) {
   const int64_t Wl = L + Dr;
   for (int64_t h = 0; h < hn; ++h)
     for (int64_t d = 0; d < L; d += 16)
       _mm512_mask_storeu_ps(o + h * L + d, tail_mask(L - d), _mm512_setzero_ps());
   if (n == 0) return;
   const __mmask16 hm = tail_mask(hn);
-  s.qt.resize(size_t(Wl * 16));
-  s.p.resize(size_t(n * 16));
   for (int64_t d = 0; d < Wl; ++d)
-    for (int64_t h = 0; h < 16; ++h) s.qt[size_t(d * 16 + h)] = h < hn ? q[(h0 + h) * Wl + d] : 0.0f;
+    for (int64_t h = 0; h < 16; ++h) s.qt[d * 16 + h] = h < hn ? q[(h0 + h) * Wl + d] : 0.0f;
   // Scores: lane h accumulates q_h[d] * row[d] over d in order, then times scale; running max as std::max.
   __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 sc = _mm512_set1_ps(scale);
@@ -47,9 +44,9 @@ void attend_heads(const float* q, int64_t h0, int64_t hn, const float* latent, c
     const float* row = latent + idx[j] * Wl;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t d = 0; d < Wl; ++d)
-      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(s.qt.data() + d * 16), _mm512_set1_ps(row[d])));
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(s.qt + d * 16), _mm512_set1_ps(row[d])));
     const __m512 pj = _mm512_mul_ps(acc, sc);
-    _mm512_storeu_ps(s.p.data() + j * 16, pj);
+    _mm512_storeu_ps(s.p + j * 16, pj);
     mx = _mm512_mask_mov_ps(mx, _mm512_cmp_ps_mask(mx, pj, _CMP_LT_OQ),
                             pj);  // std::max(mx, p): mx < p ? p : mx
   }
@@ -57,7 +54,7 @@ void attend_heads(const float* q, int64_t h0, int64_t hn, const float* latent, c
   alignas(64) float m[16], sum[16] = {};
   _mm512_store_ps(m, mx);
   for (int64_t j = 0; j < n; ++j) {
-    float* pj = s.p.data() + j * 16;
+    float* pj = s.p + j * 16;
     for (int64_t h = 0; h < hn; ++h) {
       pj[h] = std::exp(pj[h] - m[h]);
       sum[h] += pj[h];
@@ -68,7 +65,7 @@ void attend_heads(const float* q, int64_t h0, int64_t hn, const float* latent, c
   for (int64_t j = 0; j < n; ++j) {
     const float* row = latent + idx[j] * Wl;
     alignas(64) float w[16];
-    _mm512_store_ps(w, _mm512_maskz_div_ps(hm, _mm512_loadu_ps(s.p.data() + j * 16), sv));
+    _mm512_store_ps(w, _mm512_maskz_div_ps(hm, _mm512_loadu_ps(s.p + j * 16), sv));
     for (int64_t h = 0; h < hn; ++h) {
       const __m512 wh = _mm512_set1_ps(w[h]);
       float* oh = o + h * L;
@@ -83,7 +80,7 @@ void attend_heads(const float* q, int64_t h0, int64_t hn, const float* latent, c
 }
 
 void attend_query(const float* q, const float* latent, const int64_t* idx, int64_t n, int64_t H, int64_t L,
-                  int64_t Dr, float scale, float* o, scratch& s) {
+                  int64_t Dr, float scale, float* o, const mla_avx512_scratch& s) {
   for (int64_t h0 = 0; h0 < H; h0 += 16)
     attend_heads(q, h0, H - h0 < 16 ? H - h0 : 16, latent, idx, n, L, Dr, scale, o + h0 * L, s);
 }
@@ -91,25 +88,22 @@ void attend_query(const float* q, const float* latent, const int64_t* idx, int64
 }  // namespace
 
 void mla_attention_absorbed_avx512(const float* q_lat, const float* latent, float* o_lat, int64_t T,
-                                   int64_t S, int64_t H, int64_t L, int64_t Dr, float scale) {
-  thread_local scratch s;
-  std::vector<int64_t> idx(static_cast<size_t>(S));
-  for (int64_t i = 0; i < S; ++i) idx[size_t(i)] = i;
+                                   int64_t S, int64_t H, int64_t L, int64_t Dr, float scale,
+                                   const mla_avx512_scratch& s) {
+  for (int64_t i = 0; i < S; ++i) s.idx[i] = i;
   for (int64_t t = 0; t < T; ++t)
-    attend_query(q_lat + t * H * (L + Dr), latent, idx.data(), S - T + t + 1, H, L, Dr, scale,
-                 o_lat + t * H * L, s);
+    attend_query(q_lat + t * H * (L + Dr), latent, s.idx, S - T + t + 1, H, L, Dr, scale, o_lat + t * H * L,
+                 s);
 }
 
 void mla_attention_absorbed_sparse_avx512(const float* q_lat, const float* latent, const int32_t* indices,
                                           float* o_lat, int64_t T, int64_t H, int64_t L, int64_t Dr,
-                                          int64_t topk, float scale) {
-  thread_local scratch s;
-  std::vector<int64_t> idx(static_cast<size_t>(topk));
+                                          int64_t topk, float scale, const mla_avx512_scratch& s) {
   for (int64_t t = 0; t < T; ++t) {
     int64_t n = 0;
     for (int64_t j = 0; j < topk; ++j)
-      if (indices[t * topk + j] >= 0) idx[size_t(n++)] = indices[t * topk + j];
-    attend_query(q_lat + t * H * (L + Dr), latent, idx.data(), n, H, L, Dr, scale, o_lat + t * H * L, s);
+      if (indices[t * topk + j] >= 0) s.idx[n++] = indices[t * topk + j];
+    attend_query(q_lat + t * H * (L + Dr), latent, s.idx, n, H, L, Dr, scale, o_lat + t * H * L, s);
   }
 }
 
