@@ -192,6 +192,12 @@ level_result run_level(const target& tgt, const serve_bench_options& o, int conc
   std::vector<std::vector<int64_t>> prompts;
   std::mt19937_64 gen(o.seed * 0x9e3779b97f4a7c15ULL + level_seed);
   for (int i = 0; i < o.prompts; ++i) prompts.push_back(random_ids(gen, o.input_len));
+  // Arrival times: all at once, or a Poisson process (exponential gaps) at request_rate.
+  std::vector<double> arrival(prompts.size(), 0.0);
+  if (o.request_rate > 0) {
+    std::exponential_distribution<double> gap(o.request_rate);
+    for (size_t i = 1; i < arrival.size(); ++i) arrival[i] = arrival[i - 1] + gap(gen);
+  }
   std::vector<request_result> results(prompts.size());
   std::atomic<size_t> next{0};
   const auto t0 = clock_type::now();
@@ -199,8 +205,11 @@ level_result run_level(const target& tgt, const serve_bench_options& o, int conc
   for (int w = 0; w < concurrency; ++w)
     workers.emplace_back([&] {
       auto client = tgt.client();
-      for (size_t i; (i = next.fetch_add(1)) < prompts.size();)
+      for (size_t i; (i = next.fetch_add(1)) < prompts.size();) {
+        std::this_thread::sleep_until(
+            t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(arrival[i])));
         results[i] = stream_completion(*client, tgt, prompts[i], o.output_len);
+      }
     });
   for (auto& w : workers) w.join();
   level_result l;
@@ -316,6 +325,7 @@ void validate(const serve_bench_options& o) {
     if (c < 1) throw error("bench serve: concurrency levels must be >= 1, got " + std::to_string(c));
   if (o.prompts < 1 || o.input_len < 1 || o.output_len < 1)
     throw error("bench serve: --prompts, --input-len and --output-len must be >= 1");
+  if (!(o.request_rate >= 0)) throw error("bench serve: --request-rate must be >= 0 (0: all at once)");
   executor_mode_of(o.executor);
   if (o.multi_turn && (o.conversations < 1 || o.turns < 2 || o.turn_len < 1))
     throw error("bench serve: --multi-turn needs --conversations >= 1, --turns >= 2, --turn-len >= 1");
@@ -418,6 +428,7 @@ json serve_bench_report::to_json() const {
               {"url", options.url},
               {"model_dir", options.model_dir},
               {"prompts", options.prompts},
+              {"request_rate", options.request_rate},
               {"input_len", options.input_len},
               {"output_len", options.output_len},
               {"levels", levels_j}};
@@ -433,8 +444,10 @@ json serve_bench_report::to_json() const {
 std::string serve_bench_report::table() const {
   std::ostringstream s;
   char line[512];
-  std::snprintf(line, sizeof line, "serve bench: %s, %d prompts per level, %d input + %d output tokens%s\n",
-                model.c_str(), options.prompts, options.input_len, options.output_len,
+  char rate[64] = "";
+  if (options.request_rate > 0) std::snprintf(rate, sizeof rate, ", %g req/s", options.request_rate);
+  std::snprintf(line, sizeof line, "serve bench: %s, %d prompts per level, %d input + %d output tokens%s%s\n",
+                model.c_str(), options.prompts, options.input_len, options.output_len, rate,
                 options.url.empty() ? (", " + options.executor + " executor").c_str() : "");
   s << line;
   s << "  conc  done fail    req/s    out tok/s  total tok/s  x conc1 | TTFT ms mean/p50/p99  "
@@ -485,6 +498,9 @@ void add_serve_bench(CLI::App& bench) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--prompts", o->b.prompts, "Requests per concurrency level")->capture_default_str();
+  cmd->add_option("--request-rate", o->b.request_rate,
+                  "Poisson arrivals at this many requests/s, capped by the concurrency (0: all at once)")
+      ->capture_default_str();
   cmd->add_option("--input-len", o->b.input_len, "Prompt tokens")->capture_default_str();
   cmd->add_option("--output-len", o->b.output_len, "Generated tokens per request")->capture_default_str();
   cmd->add_flag("--multi-turn", o->b.multi_turn,

@@ -20,9 +20,11 @@ struct serve_bench_options {
   std::string model_dir;  // for the in-process server
   std::string api_key;
   std::vector<int> concurrency = {1, 4, 16, 64};
-  int prompts = 64;     // requests per concurrency level
-  int input_len = 128;  // prompt tokens
-  int output_len = 64;  // generated tokens per request (max_tokens with ignore_eos)
+  int prompts = 64;         // requests per concurrency level
+  double request_rate = 0;  // > 0: Poisson arrivals at this many requests/s (still at most `concurrency`
+                            // in flight, as vLLM's --request-rate with --max-concurrency); 0: all at once
+  int input_len = 128;      // prompt tokens
+  int output_len = 64;      // generated tokens per request (max_tokens with ignore_eos)
   bool multi_turn = false;
   int conversations = 4;  // multi-turn: conversations, run one after another (TTFT without queueing)
   int turns = 4;          // multi-turn: turns per conversation

@@ -25,6 +25,7 @@ TEST(serve_bench, RunsEndToEndAndItsCountsAddUp) {
   o.model_dir = tiny_model_dir();
   o.concurrency = {1, 3};
   o.prompts = 5;
+  o.request_rate = 500;  // Poisson arrivals (a few ms apart), capped by the concurrency
   o.input_len = 20;
   o.output_len = 4;
   o.multi_turn = true;
@@ -81,6 +82,9 @@ TEST(serve_bench, RejectsBadOptions) {
   o.concurrency = {0};
   EXPECT_THROW(bench::run_serve_bench(o, nullptr), error);
   o.concurrency = {1};
+  o.request_rate = -1;
+  EXPECT_THROW(bench::run_serve_bench(o, nullptr), error);
+  o.request_rate = 0;
   o.url = "http://127.0.0.1:1";
   EXPECT_THROW(bench::run_serve_bench(o, nullptr), error) << "both";
   o.model_dir.clear();
