@@ -227,7 +227,12 @@ level_result run_level(const target& tgt, const serve_bench_options& o, int conc
     l.output_events += int64_t(r.event_s.size());
     ttft.push_back(r.ttft_s);
     e2el.push_back(r.e2e_s);
-    if (r.completion_tokens > 1) tpot.push_back((r.e2e_s - r.ttft_s) / double(r.completion_tokens - 1));
+    const double tpot_s =
+        r.completion_tokens > 1 ? (r.e2e_s - r.ttft_s) / double(r.completion_tokens - 1) : 0;
+    if (r.completion_tokens > 1) tpot.push_back(tpot_s);
+    auto within = [](double s, double slo_ms) { return slo_ms <= 0 || 1000 * s <= slo_ms; };
+    l.good +=
+        within(r.ttft_s, o.slo_ttft_ms) && within(tpot_s, o.slo_tpot_ms) && within(r.e2e_s, o.slo_e2el_ms);
     for (size_t k = 1; k < r.event_s.size(); ++k) itl.push_back(r.event_s[k] - r.event_s[k - 1]);
   }
   l.request_throughput = l.completed / l.duration_s;
@@ -237,6 +242,7 @@ level_result run_level(const target& tgt, const serve_bench_options& o, int conc
   l.tpot = stats_ms(tpot);
   l.itl = stats_ms(itl);
   l.e2el = stats_ms(e2el);
+  l.request_goodput = l.good / l.duration_s;
   return l;
 }
 
@@ -326,6 +332,8 @@ void validate(const serve_bench_options& o) {
   if (o.prompts < 1 || o.input_len < 1 || o.output_len < 1)
     throw error("bench serve: --prompts, --input-len and --output-len must be >= 1");
   if (!(o.request_rate >= 0)) throw error("bench serve: --request-rate must be >= 0 (0: all at once)");
+  if (o.slo_ttft_ms < 0 || o.slo_tpot_ms < 0 || o.slo_e2el_ms < 0)
+    throw error("bench serve: goodput SLOs must be >= 0 ms");
   executor_mode_of(o.executor);
   if (o.multi_turn && (o.conversations < 1 || o.turns < 2 || o.turn_len < 1))
     throw error("bench serve: --multi-turn needs --conversations >= 1, --turns >= 2, --turn-len >= 1");
@@ -378,6 +386,10 @@ json latency_json(const latency_stats& l) {
   return {{"mean", l.mean}, {"p50", l.p50}, {"p99", l.p99}, {"count", l.count}};
 }
 
+bool has_slo(const serve_bench_options& o) {
+  return o.slo_ttft_ms > 0 || o.slo_tpot_ms > 0 || o.slo_e2el_ms > 0;
+}
+
 // Output throughput of each level as a multiple of concurrency 1 (absent without a level 1).
 std::optional<double> speedup(const serve_bench_report& r, const level_result& l) {
   for (const auto& b : r.levels)
@@ -405,6 +417,10 @@ json serve_bench_report::to_json() const {
               {"itl_ms", latency_json(l.itl)},
               {"e2el_ms", latency_json(l.e2el)}};
     if (auto s = speedup(*this, l)) j["output_throughput_vs_concurrency_1"] = *s;
+    if (has_slo(options)) {
+      j["request_goodput"] = l.request_goodput;
+      j["good_requests"] = l.good;
+    }
     if (l.failed) j["first_error"] = l.first_error;
     levels_j.push_back(std::move(j));
   }
@@ -462,6 +478,11 @@ std::string serve_bench_report::table() const {
                   l.ttft.mean, l.ttft.p50, l.ttft.p99, l.tpot.mean, l.tpot.p50, l.tpot.p99, l.itl.mean,
                   l.itl.p50, l.itl.p99, l.e2el.mean, l.e2el.p50, l.e2el.p99);
     s << line;
+    if (has_slo(options)) {
+      std::snprintf(line, sizeof line, "    goodput: %d of %d requests within the SLOs, %.2f req/s\n", l.good,
+                    l.completed, l.request_goodput);
+      s << line;
+    }
     if (l.failed) s << "    first error: " << l.first_error << "\n";
   }
   for (const auto& m : multi_turn) {
@@ -483,6 +504,34 @@ std::string serve_bench_report::table() const {
   return s.str();
 }
 
+namespace {
+
+// One --goodput KEY:MS pair.
+void set_slo(serve_bench_options& o, const std::string& kv) {
+  const size_t colon = kv.find(':');
+  const std::string key = kv.substr(0, colon);
+  double ms = 0;
+  try {
+    size_t used = 0;
+    if (colon == std::string::npos) throw std::invalid_argument("no ':'");
+    ms = std::stod(kv.substr(colon + 1), &used);
+    if (used != kv.size() - colon - 1 || !(ms > 0)) throw std::invalid_argument("not a positive number");
+  } catch (const std::exception&) {
+    throw error("bench serve: --goodput takes KEY:MS with KEY ttft, tpot or e2el and MS > 0, got '" + kv +
+                "'");
+  }
+  if (key == "ttft")
+    o.slo_ttft_ms = ms;
+  else if (key == "tpot")
+    o.slo_tpot_ms = ms;
+  else if (key == "e2el")
+    o.slo_e2el_ms = ms;
+  else
+    throw error("bench serve: --goodput key must be ttft, tpot or e2el, got '" + key + "'");
+}
+
+}  // namespace
+
 void add_serve_bench(CLI::App& bench) {
   struct options {
     serve_bench_options b;
@@ -490,6 +539,7 @@ void add_serve_bench(CLI::App& bench) {
   };
   auto o = std::make_shared<options>();
   auto* cmd = bench.add_subcommand("serve", "Serving throughput and latency (vllm bench serve metrics)");
+  auto goodput = std::make_shared<std::vector<std::string>>();
   auto* url = cmd->add_option("--url", o->b.url, "A running server, e.g. http://127.0.0.1:8000");
   cmd->add_option("--model", o->b.model_dir, "Start a server in this process on this model directory")
       ->excludes(url);
@@ -510,11 +560,14 @@ void add_serve_bench(CLI::App& bench) {
   cmd->add_option("--turn-len", o->b.turn_len, "Tokens of each follow-up user message")
       ->capture_default_str();
   cmd->add_option("--seed", o->b.seed, "Prompt contents")->capture_default_str();
+  cmd->add_option("--goodput", *goodput,
+                  "SLOs for goodput, e.g. ttft:200 tpot:50 e2el:2000 (ms; vLLM's --goodput)");
   cmd->add_option("--executor", o->b.executor,
                   "In-process server: batched, parallel or sequential (moxi serve --executor)")
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the table");
-  cmd->callback([o] {
+  cmd->callback([o, goodput] {
+    for (const auto& g : *goodput) set_slo(o->b, g);
     const auto r = run_serve_bench(o->b);
     if (o->json)
       std::printf("%s\n", r.to_json().dump().c_str());

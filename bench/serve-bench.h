@@ -31,6 +31,9 @@ struct serve_bench_options {
   int turn_len = 32;      // multi-turn: tokens of each follow-up user message
   uint64_t seed = 0;      // prompt contents (vary it against a warm server: vLLM's advice)
   std::string executor = "batched";  // the in-process server's executor_mode: batched, parallel, sequential
+  // Goodput SLOs in ms (vLLM --goodput ttft:MS tpot:MS e2el:MS); 0 = no limit. With any set, a request
+  // counts towards goodput only when it meets every one.
+  double slo_ttft_ms = 0, slo_tpot_ms = 0, slo_e2el_ms = 0;
 };
 
 struct latency_stats {
@@ -47,6 +50,8 @@ struct level_result {
   int64_t input_tokens = 0, output_tokens = 0;  // from the responses' usage
   int64_t output_events = 0;                    // SSE chunks that carried tokens
   double request_throughput = 0, output_throughput = 0, total_token_throughput = 0;
+  int good = 0;                // completed requests meeting every goodput SLO
+  double request_goodput = 0;  // good / duration (req/s); only with an SLO set
   latency_stats ttft, tpot, itl, e2el;
 };
 

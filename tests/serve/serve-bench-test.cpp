@@ -75,6 +75,25 @@ TEST(serve_bench, RunsEndToEndAndItsCountsAddUp) {
   EXPECT_NE(r.table().find("prefix cache off"), std::string::npos);
 }
 
+TEST(serve_bench, GoodputCountsRequestsWithinEverySlo) {
+  bench::serve_bench_options o;
+  o.model_dir = tiny_model_dir();
+  o.concurrency = {2};
+  o.prompts = 3;
+  o.input_len = 8;
+  o.output_len = 3;
+  o.slo_e2el_ms = 1e9;  // met by every request
+  auto r = bench::run_serve_bench(o, nullptr);
+  ASSERT_EQ(r.levels.size(), 1u);
+  EXPECT_EQ(r.levels[0].good, 3);
+  EXPECT_NEAR(r.levels[0].request_goodput, r.levels[0].request_throughput, 1e-9);
+  EXPECT_EQ(r.to_json()["levels"][0]["good_requests"], 3);
+  o.slo_ttft_ms = 1e-6;  // and one no request can meet (a first token within a nanosecond)
+  r = bench::run_serve_bench(o, nullptr);
+  EXPECT_EQ(r.levels[0].completed, 3);
+  EXPECT_EQ(r.levels[0].good, 0);
+}
+
 TEST(serve_bench, RejectsBadOptions) {
   bench::serve_bench_options o;
   EXPECT_THROW(bench::run_serve_bench(o, nullptr), error) << "neither --url nor --model";
