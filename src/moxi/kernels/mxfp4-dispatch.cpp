@@ -10,6 +10,7 @@
 #include "moxi/base/error.h"
 #include "moxi/base/mx.h"
 #include "moxi/base/thread-pool.h"
+#include "moxi/kernels/mx-dispatch.h"
 #include "moxi/kernels/x86/cpu.h"
 #include "moxi/kernels/x86/mxfp4-x86.h"
 
@@ -137,7 +138,7 @@ void matmul_mxfp4(const float* x, const packed_mxfp4& w, float* y, int64_t T, ac
       const float* xx = x;
       if (act != act_quant::NONE) {
         float* xq = scratch(xq_buf, size_t(T * K));
-        mx::fake_quantize(act_format(act), x, size_t(T * K), xq);
+        kernels::fake_quantize(act_format(act), x, size_t(T * K), xq);
         xx = xq;
       }
       if (!bf16) {
@@ -168,7 +169,7 @@ void matmul_mxfp4(const float* x, const packed_mxfp4& w, float* y, int64_t T, ac
     if (r.begin == r.end) return;
     const float* src = x + r.begin;
     if (xq) {
-      mx::fake_quantize(act_format(act), src, size_t(r.end - r.begin), xq + r.begin);
+      kernels::fake_quantize(act_format(act), src, size_t(r.end - r.begin), xq + r.begin);
       src = xq + r.begin;
     }
     x86::f32_to_bf16_avx512bf16(src, xb + r.begin, r.end - r.begin);
