@@ -14,6 +14,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "moxi/kernels/x86/kda-x86.h"
+
 namespace moxi::kernels::x86 {
 namespace {
 
@@ -72,6 +74,136 @@ void kda_recurrent_avx512(const float* q, const float* k, const float* v, const 
       recurrent_head(q + qk, k + qk, v + ov, g + qk, beta[t * H + h], scale, state + h * K * V, o + ov, delta,
                      K, V);
     }
+}
+
+// ---- Chunked prefill: ref::kda_chunked's arithmetic with its j (value) and d (key) loops vectorized and the
+// (r, c) score loop vectorized across 16 columns c (each lane sums over d in the reference's order). The
+// exps stay the same libm calls, one per element.
+
+namespace {
+
+// Loads 16 fp64 values of G^T row d (columns c0..c0+15, masked) and returns float(G_r[d] - G_c[d]).
+inline __m512 gate_diff16(double grd, const double* gt_row, __mmask16 m) {
+  const __m512d a = _mm512_sub_pd(_mm512_set1_pd(grd), _mm512_maskz_loadu_pd(__mmask8(m), gt_row));
+  const __m512d b = _mm512_sub_pd(_mm512_set1_pd(grd), _mm512_maskz_loadu_pd(__mmask8(m >> 8), gt_row + 8));
+  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(a)), _mm512_cvtpd_ps(b), 1);
+}
+
+// y[0, n) op= a * x[0, n) for op -= (sub) or += (add), one product and one sum per element.
+template <bool Sub>
+inline void axpy(float* y, float a, const float* x, int64_t n) {
+  const __m512 av = _mm512_set1_ps(a);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = tail_mask(n - j);
+    const __m512 p = _mm512_mul_ps(av, _mm512_maskz_loadu_ps(m, x + j));
+    const __m512 yv = _mm512_maskz_loadu_ps(m, y + j);
+    _mm512_mask_storeu_ps(y + j, m, Sub ? _mm512_sub_ps(yv, p) : _mm512_add_ps(yv, p));
+  }
+}
+
+}  // namespace
+
+void kda_chunked_avx512(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                        float scale, float* state, float* o, int64_t T, int64_t H, int64_t K, int64_t V,
+                        const kda_chunk_scratch& w) {
+  const int64_t C = kKdaChunk;
+  for (int64_t h = 0; h < H; ++h) {
+    float* S = state + h * K * V;
+    for (int64_t c0 = 0; c0 < T; c0 += C) {
+      const int64_t n = T - c0 < C ? T - c0 : C;
+      auto Q = [&](int64_t r) { return q + ((c0 + r) * H + h) * K; };
+      auto Kr = [&](int64_t r) { return k + ((c0 + r) * H + h) * K; };
+      auto Vr = [&](int64_t r) { return v + ((c0 + r) * H + h) * V; };
+      auto B = [&](int64_t r) { return beta[(c0 + r) * H + h]; };
+
+      // G (fp64 inclusive cumsum) and its transpose, K transposed: [d][c] rows for the column lanes.
+      for (int64_t r = 0; r < n; ++r) {
+        const float* gr = g + ((c0 + r) * H + h) * K;
+        for (int64_t d = 0; d < K; ++d) {
+          const double x = (r ? w.G[(r - 1) * K + d] : 0.0) + gr[d];
+          w.G[r * K + d] = x;
+          w.GT[d * C + r] = x;
+          w.KT[d * C + r] = Kr(r)[d];
+        }
+      }
+
+      // Aqk and L: lanes are 16 columns c <= r; each sums over d in order as the reference's scalar loop.
+      for (int64_t r = 0; r < n; ++r) {
+        const float* qr = Q(r);
+        const float* kr = Kr(r);
+        for (int64_t cb = 0; cb <= r; cb += 16) {
+          const __mmask16 m = tail_mask(r + 1 - cb);
+          __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+          alignas(64) float e[16];
+          for (int64_t d = 0; d < K; ++d) {
+            _mm512_store_ps(e, gate_diff16(w.G[r * K + d], w.GT + d * C + cb, m));
+            for (int i = 0; i < 16; ++i) e[i] = std::exp(e[i]);
+            const __m512 ek = _mm512_mul_ps(_mm512_load_ps(e), _mm512_maskz_loadu_ps(m, w.KT + d * C + cb));
+            a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(kr[d]), ek));
+            b = _mm512_add_ps(b, _mm512_mul_ps(_mm512_set1_ps(qr[d]), ek));
+          }
+          alignas(64) float av[16], bv[16];
+          _mm512_store_ps(av, a);
+          _mm512_store_ps(bv, b);
+          for (int64_t i = 0; i < 16 && cb + i <= r; ++i) {
+            const int64_t c = cb + i;
+            w.Aqk[r * C + c] = scale * bv[i];
+            w.L[r * C + c] = c < r ? B(r) * av[i] : 0.0f;
+          }
+        }
+      }
+
+      // UT transform by forward substitution.
+      for (int64_t r = 0; r < n; ++r) {
+        const float br = B(r);
+        const float* kr = Kr(r);
+        const float* vr = Vr(r);
+        float* wr = w.Wm + r * K;
+        float* ur = w.U + r * V;
+        for (int64_t d = 0; d < K; ++d) wr[d] = br * std::exp(float(w.G[r * K + d])) * kr[d];
+        for (int64_t j = 0; j < V; ++j) ur[j] = br * vr[j];
+        for (int64_t c = 0; c < r; ++c) {
+          const float l = w.L[r * C + c];
+          axpy<true>(wr, l, w.Wm + c * K, K);
+          axpy<true>(ur, l, w.U + c * V, V);
+        }
+      }
+
+      // Pseudo-values U - W S.
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t d = 0; d < K; ++d) axpy<true>(w.U + r * V, w.Wm[r * K + d], S + d * V, V);
+
+      // O = (scale Q exp(G)) S + Aqk V~.
+      for (int64_t r = 0; r < n; ++r) {
+        const float* qr = Q(r);
+        float* orow = o + ((c0 + r) * H + h) * V;
+        for (int64_t j = 0; j < V; j += 16)
+          _mm512_mask_storeu_ps(orow + j, tail_mask(V - j), _mm512_setzero_ps());
+        for (int64_t d = 0; d < K; ++d) {
+          const float qd = scale * qr[d] * std::exp(float(w.G[r * K + d]));
+          axpy<false>(orow, qd, S + d * V, V);
+        }
+        for (int64_t c = 0; c <= r; ++c) axpy<false>(orow, w.Aqk[r * C + c], w.U + c * V, V);
+      }
+
+      // S' = diag(exp(G_last)) S + sum_c (exp(G_last - G_c) k_c) V~_c^T.
+      const double* Glast = w.G + (n - 1) * K;
+      for (int64_t c = 0; c < n; ++c) {
+        const float* kc = Kr(c);
+        for (int64_t d = 0; d < K; ++d)
+          w.decay[c * K + d] = std::exp(float(Glast[d] - w.G[c * K + d])) * kc[d];
+      }
+      for (int64_t d = 0; d < K; ++d) {
+        const __m512 e = _mm512_set1_ps(std::exp(float(Glast[d])));
+        float* Sd = S + d * V;
+        for (int64_t j = 0; j < V; j += 16) {
+          const __mmask16 m = tail_mask(V - j);
+          _mm512_mask_storeu_ps(Sd + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, Sd + j), e));
+        }
+        for (int64_t c = 0; c < n; ++c) axpy<false>(Sd, w.decay[c * K + d], w.U + c * V, V);
+      }
+    }
+  }
 }
 
 }  // namespace moxi::kernels::x86

@@ -41,7 +41,7 @@ struct core_inputs {
 // split is bit-identical to one call over all heads.
 void core_heads(const core_inputs& a, int64_t r0, int64_t T, float* state, int64_t h0, int64_t h1) {
   const int64_t H = a.H, D = a.D, h = h1 - h0;
-  const auto core = T == 1 ? &kernels::kda_recurrent : &ref::kda_chunked;
+  const auto core = T == 1 ? &kernels::kda_recurrent : &kernels::kda_chunked;
   const int64_t x0 = r0 * H * D;
   if (h == H) {
     core(a.q + x0, a.k + x0, a.v + x0, a.g + x0, a.beta + r0 * H, a.scale, state, a.o + x0, T, H, D, D);

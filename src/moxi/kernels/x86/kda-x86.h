@@ -1,0 +1,33 @@
+// Entry points of the AVX-512 KDA kernels (kda-avx512.cpp), for the dispatcher. Plain C++ (no intrinsics);
+// the caller owns the scratch so the AVX-512 translation unit instantiates no standard-library template.
+#pragma once
+
+#include <cstdint>
+
+namespace moxi::kernels::x86 {
+
+inline constexpr int64_t kKdaChunk = 64;  // = ref::kda_chunk_size (checked by the dispatcher)
+
+// As ref::kda_recurrent; delta f32 [V] scratch.
+void kda_recurrent_avx512(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                          float scale, float* state, float* o, int64_t T, int64_t H, int64_t K, int64_t V,
+                          float* delta);
+
+// Workspace of the chunked prefill (C = kKdaChunk).
+struct kda_chunk_scratch {
+  double* G;     // [C, K] in-chunk inclusive cumsum of g
+  double* GT;    // [K, C] its transpose
+  float* KT;     // [K, C] the chunk's keys transposed
+  float* Aqk;    // [C, C]
+  float* L;      // [C, C]
+  float* Wm;     // [C, K]
+  float* U;      // [C, V]
+  float* decay;  // [C, K]
+};
+
+// As ref::kda_chunked, bit-identical to it.
+void kda_chunked_avx512(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                        float scale, float* state, float* o, int64_t T, int64_t H, int64_t K, int64_t V,
+                        const kda_chunk_scratch& scratch);
+
+}  // namespace moxi::kernels::x86
