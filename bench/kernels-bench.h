@@ -46,7 +46,7 @@ gemm_result run_gemm(int64_t m, int64_t k, int64_t n, int reps);
 struct pool_result {
   int threads = 0;
   int64_t jobs = 0;
-  double median_us = 0, p90_us = 0;  // one empty job: wake the workers, run, wait for all
+  double median_us = 0, p90_us = 0;  // one job whose every part runs on its own thread: wake, run, wait
 };
 // Round-trip cost of a thread-pool hand-off, what a kernel split must save to pay off.
 pool_result run_pool(int64_t jobs);

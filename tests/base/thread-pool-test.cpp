@@ -1,10 +1,13 @@
-// Thread pool: every index runs exactly once per job, jobs see each other's writes, nested calls run
-// inline, and split_range covers [0, n) exactly with aligned starts.
+// Thread pool: every index runs exactly once per job (also when the caller takes over parts of workers that
+// have not started), jobs see each other's writes, nested calls run inline, and split_range covers [0, n)
+// exactly with aligned starts.
 #include "moxi/base/thread-pool.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -22,6 +25,33 @@ TEST(ThreadPool, EveryIndexRunsOncePerJobAcrossManyJobs) {
     }
     for (int c : counts) EXPECT_EQ(c, 2000);
   }
+}
+
+// More workers than CPUs: many workers are not running when a job starts, so the caller takes over their
+// parts. Every part must still run exactly once per job, and its writes must be visible when run() returns.
+TEST(ThreadPool, EveryPartRunsOnceWhenTheCallerTakesOverUnstartedParts) {
+  const int n = 16;
+  moxi::thread_pool pool(n);
+  const auto caller = std::this_thread::get_id();
+  int64_t taken_over = 0;
+  for (int job = 0; job < 3000; ++job) {
+    std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
+    std::vector<int> plain(static_cast<size_t>(n), 0);
+    std::atomic<int> by_caller{0};
+    pool.run([&](int tid, int nt) {
+      ASSERT_EQ(nt, n);
+      runs[size_t(tid)].fetch_add(1);
+      plain[size_t(tid)] = job + 1;  // non-atomic: must be published by run() returning
+      if (tid != 0 && std::this_thread::get_id() == caller) by_caller.fetch_add(1);
+    });
+    for (int t = 0; t < n; ++t) {
+      ASSERT_EQ(runs[size_t(t)].load(), 1) << "job " << job << " part " << t;
+      ASSERT_EQ(plain[size_t(t)], job + 1);
+    }
+    taken_over += by_caller.load();
+  }
+  std::printf("parts run by the caller instead of their worker: %lld of %d\n", (long long)taken_over,
+              3000 * (n - 1));
 }
 
 TEST(ThreadPool, NestedRunIsInlineAndSumsAreComplete) {

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -23,9 +24,13 @@ class thread_pool {
 
   int size() const { return n_threads_; }
 
-  // Runs fn(tid, n) for tid = 0 .. n-1 (tid 0 on the calling thread) and returns when all have finished.
-  // fn must not throw. Calls from several threads are serialized; a call from inside a job runs the whole
-  // job inline on that thread (tid 0 of 1), so nested parallel kernels stay correct.
+  // Runs fn(tid, n) for tid = 0 .. n-1, each exactly once, and returns when all have finished. tid 0 runs
+  // on the calling thread, tid t on worker t unless that worker has not started it by the time the caller
+  // is done with its own part: then the caller runs it (a worker descheduled on an oversubscribed machine
+  // costs one part's time, not a scheduler time slice). Which thread runs a part never changes what the part
+  // computes, so results do not depend on the schedule. fn must not throw. Calls from several threads are
+  // serialized; a call from inside a job runs the whole job inline on that thread (tid 0 of 1), so nested
+  // parallel kernels stay correct.
   template <class F>
   void run(F&& fn) {
     run_impl(&invoke<std::remove_reference_t<F>>, const_cast<void*>(static_cast<const void*>(&fn)));
@@ -58,11 +63,13 @@ class thread_pool {
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  std::mutex run_mutex_;  // one job at a time
-  job_fn job_ = nullptr;  // written before generation_ is bumped (release), read after (acquire)
-  void* ctx_ = nullptr;
+  std::mutex run_mutex_;              // one job at a time
+  std::atomic<job_fn> job_{nullptr};  // written before generation_ is bumped (release)
+  std::atomic<void*> ctx_{nullptr};
   std::atomic<uint32_t> generation_{0};  // bumped once per job; workers wait on it
-  std::atomic<int> pending_{0};          // workers still running the current job
+  // Per part 1..n-1: (generation << 1) while open, | 1 once taken by its worker or by the caller.
+  std::unique_ptr<std::atomic<uint64_t>[]> claim_;
+  std::atomic<int> done_{0};  // parts 1..n-1 finished in the current job
   std::atomic<bool> stop_{false};
 };
 
