@@ -432,10 +432,10 @@ void check_moe(const char* config, int64_t layer, const std::string& moe_prefix,
 }
 
 TEST(Layers, MoeEqualsPerTokenDenseLoop) {
-  // Decode sizes too: T <= 4 takes the MXFP4 GEMV, and the fused expert job splits a handful of experts.
-  for (const int64_t T : {1, 3, 37})
-    check_moe("tiny-seed.json", 1, "block_sparse_moe", "w1", "w3", "w2", T);  // latent, MXFP4 + MXFP8
-  check_moe("tiny-kimi-linear.json", 2, "block_sparse_moe", "w1", "w3", "w2");  // scaling 2.446
+  // Latent, MXFP4 + MXFP8; decode sizes too: T <= 4 takes the MXFP4 GEMV, and the fused expert job splits
+  // a handful of experts.
+  for (const int64_t T : {1, 3, 37}) check_moe("tiny-seed.json", 1, "block_sparse_moe", "w1", "w3", "w2", T);
+  check_moe("tiny-kimi-linear.json", 2, "block_sparse_moe", "w1", "w3", "w2");          // scaling 2.446
   check_moe("tiny-deepseek-v3.2.json", 1, "mlp", "gate_proj", "up_proj", "down_proj");  // 4 groups, keep 2
 }
 
