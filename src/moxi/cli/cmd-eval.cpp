@@ -66,7 +66,8 @@ void print_comparison(const eval::comparison& c, const std::string& baseline) {
   auto row = [](const char* name, const eval::paired_stats& s) {
     char nir[32];
     std::snprintf(nir, sizeof nir, "%+.1f%% ±%.1f", 100.0 * s.net_improvement_rate(), 100.0 * s.nir_ci95());
-    std::printf("%-10s %7lld %6lld %7lld %8.1f%% %9.1f%% %18s %8.3g\n", name, (long long)s.n,
+    // 19 bytes for 18 columns: "±" is two bytes of UTF-8.
+    std::printf("%-10s %7lld %6lld %7lld %8.1f%% %9.1f%% %19s %8.3g\n", name, (long long)s.n,
                 (long long)s.fixed, (long long)s.broken, 100.0 * s.baseline_rate, 100.0 * s.candidate_rate,
                 nir, s.sign_test_p());
   };
