@@ -22,8 +22,8 @@ namespace ref = kernels::ref;
 namespace {
 
 // KDA core work per thread below which one thread runs every recurrence of the call, in state elements
-// touched (T * heads * D^2) with the scalar chunked prefill weighted kChunkedCost times the AVX-512 decode
-// step (docs/kernels-mxfp4.md "Thread-pool thresholds").
+// touched (T * heads * D^2), the chunked prefill (one scalar exp per score element) weighted kChunkedCost
+// times the decode step (docs/kernels-mxfp4.md "Thread-pool thresholds").
 constexpr int64_t kKdaMinWorkPerThread = int64_t(1) << 17;
 constexpr int64_t kChunkedCost = 8;
 
