@@ -1,5 +1,6 @@
-// The dispatched MLA absorbed attention (kernels::mla_attention_absorbed / _sparse: AVX-512 twins where the
-// CPU has them) against the scalar references in ref/mla.h. The twins perform the reference's operations
+// The dispatched MLA absorbed attention (kernels::mla_attention_absorbed / _sparse) and absorption steps
+// (kernels::mla_absorb_q / mla_unabsorb_o), AVX-512 twins where the CPU has them, against the scalar
+// references in ref/mla.h. The twins perform the reference's operations
 // element for element in the same order (no FMA contraction, same libm exp, std::max's comparison), so the
 // outputs must be bit-identical: head counts below, at and above the 16-lane vector, latent widths that are
 // not multiples of 16, DSA index lists with -1 padding, an all-padding query and repeated rows.
@@ -67,6 +68,29 @@ TEST(MlaFast, SparseAbsorbedAttentionIsBitIdenticalToTheReference) {
     moxi::kernels::mla_attention_absorbed_sparse(q.data(), lat.data(), idx.data(), got.data(), s.T, s.S, s.H,
                                                  s.L, s.Dr, topk, scale);
     EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+  }
+}
+
+TEST(MlaFast, AbsorbAndUnabsorbAreBitIdenticalToTheReference) {
+  struct dims {
+    int64_t T, H, Dn, Dr, Dv, L;
+  };
+  for (const dims s : {dims{1, 4, 16, 8, 16, 32}, dims{3, 8, 64, 32, 64, 256}, dims{2, 3, 10, 0, 20, 40},
+                       dims{5, 2, 7, 4, 33, 17}}) {
+    SCOPED_TRACE(::testing::Message() << "T=" << s.T << " H=" << s.H << " Dn=" << s.Dn << " Dr=" << s.Dr
+                                      << " Dv=" << s.Dv << " L=" << s.L);
+    std::mt19937_64 gen(uint64_t(s.L * 13 + s.Dv));
+    const Vec q = normal(gen, size_t(s.T * s.H * (s.Dn + s.Dr))),
+              w = normal(gen, size_t(s.H * (s.Dn + s.Dv) * s.L));
+    Vec want(size_t(s.T * s.H * (s.L + s.Dr))), got(want.size(), -1.0f);
+    ref::mla_absorb_q(q.data(), w.data(), want.data(), s.T, s.H, s.Dn, s.Dr, s.Dv, s.L);
+    moxi::kernels::mla_absorb_q(q.data(), w.data(), got.data(), s.T, s.H, s.Dn, s.Dr, s.Dv, s.L);
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << "absorb";
+    const Vec ol = normal(gen, size_t(s.T * s.H * s.L));
+    Vec want_o(size_t(s.T * s.H * s.Dv)), got_o(want_o.size(), -1.0f);
+    ref::mla_unabsorb_o(ol.data(), w.data(), want_o.data(), s.T, s.H, s.Dn, s.Dv, s.L);
+    moxi::kernels::mla_unabsorb_o(ol.data(), w.data(), got_o.data(), s.T, s.H, s.Dn, s.Dv, s.L);
+    EXPECT_EQ(0, std::memcmp(want_o.data(), got_o.data(), want_o.size() * sizeof(float))) << "unabsorb";
   }
 }
 

@@ -56,4 +56,23 @@ void mla_attention_absorbed_sparse(const float* q_lat, const float* latent, cons
   ref::mla_attention_absorbed_sparse(q_lat, latent, indices, o_lat, T, S, H, L, Dr, topk, scale);
 }
 
+void mla_absorb_q(const float* q, const float* wkv_b, float* q_lat, int64_t T, int64_t H, int64_t Dn,
+                  int64_t Dr, int64_t Dv, int64_t L) {
+#if defined(__x86_64__)
+  if (use_avx512()) return x86::mla_absorb_q_avx512(q, wkv_b, q_lat, T, H, Dn, Dr, Dv, L);
+#endif
+  ref::mla_absorb_q(q, wkv_b, q_lat, T, H, Dn, Dr, Dv, L);
+}
+
+void mla_unabsorb_o(const float* o_lat, const float* wkv_b, float* o, int64_t T, int64_t H, int64_t Dn,
+                    int64_t Dv, int64_t L) {
+#if defined(__x86_64__)
+  if (use_avx512()) {
+    MOXI_ASSERT(15 * L < (int64_t(1) << 31), "W_UV rows too long for 32-bit gather offsets");
+    return x86::mla_unabsorb_o_avx512(o_lat, wkv_b, o, T, H, Dn, Dv, L);
+  }
+#endif
+  ref::mla_unabsorb_o(o_lat, wkv_b, o, T, H, Dn, Dv, L);
+}
+
 }  // namespace moxi::kernels

@@ -1,6 +1,7 @@
-// MLA absorbed attention (dense causal and DSA sparse) on the best variant this CPU has: an AVX-512 twin
-// of the reference that is bit-identical to it (same operations in the same order, vectorized across heads
-// for the scores and across the latent width for the outputs), chosen per call by kernels::fast_kernels()
+// MLA absorbed attention (dense causal and DSA sparse) and the W_UK / W_UV absorption steps on the best
+// variant this CPU has: AVX-512 twins of the references that are bit-identical to them (same operations in
+// the same order, vectorized across heads for the scores, across the latent width for the weighted sums and
+// W_UK, across 16 outputs for W_UV), chosen per call by kernels::fast_kernels()
 // (MOXI_KERNELS=ref or a ref_kernels_scope gives the reference). Arguments as in kernels/ref/mla.h.
 #pragma once
 
@@ -13,5 +14,10 @@ void mla_attention_absorbed(const float* q_lat, const float* latent, float* o_la
 void mla_attention_absorbed_sparse(const float* q_lat, const float* latent, const int32_t* indices,
                                    float* o_lat, int64_t T, int64_t S, int64_t H, int64_t L, int64_t Dr,
                                    int64_t topk, float scale);
+
+void mla_absorb_q(const float* q, const float* wkv_b, float* q_lat, int64_t T, int64_t H, int64_t Dn,
+                  int64_t Dr, int64_t Dv, int64_t L);
+void mla_unabsorb_o(const float* o_lat, const float* wkv_b, float* o, int64_t T, int64_t H, int64_t Dn,
+                    int64_t Dv, int64_t L);
 
 }  // namespace moxi::kernels

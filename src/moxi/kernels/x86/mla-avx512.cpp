@@ -107,5 +107,51 @@ void mla_attention_absorbed_sparse_avx512(const float* q_lat, const float* laten
   }
 }
 
+void mla_absorb_q_avx512(const float* q, const float* wkv_b, float* q_lat, int64_t T, int64_t H, int64_t Dn,
+                         int64_t Dr, int64_t Dv, int64_t L) {
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const float* qh = q + (t * H + h) * (Dn + Dr);
+      float* out = q_lat + (t * H + h) * (L + Dr);
+      for (int64_t l = 0; l < L; l += 16)
+        _mm512_mask_storeu_ps(out + l, tail_mask(L - l), _mm512_setzero_ps());
+      // out[l] += q_nope[i] * W_UK_h[i][l], rows i in order (each element's sum in the reference's order).
+      for (int64_t i = 0; i < Dn; ++i) {
+        const float* wr = wkv_b + (h * (Dn + Dv) + i) * L;
+        const __m512 qi = _mm512_set1_ps(qh[i]);
+        for (int64_t l = 0; l < L; l += 16) {
+          const __mmask16 m = tail_mask(L - l);
+          const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, out + l),
+                                         _mm512_mul_ps(qi, _mm512_maskz_loadu_ps(m, wr + l)));
+          _mm512_mask_storeu_ps(out + l, m, v);
+        }
+      }
+      for (int64_t i = 0; i < Dr; ++i) out[L + i] = qh[Dn + i];
+    }
+}
+
+void mla_unabsorb_o_avx512(const float* o_lat, const float* wkv_b, float* o, int64_t T, int64_t H, int64_t Dn,
+                           int64_t Dv, int64_t L) {
+  // Lanes are 16 outputs j; each sums W_UV_h[j][l] * o_lat[l] over l in order, as the reference's scalar
+  // loop, with the 16 rows' elements at column l gathered (stride L).
+  const __m512i rows = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(int32_t(L)));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const float* ol = o_lat + (t * H + h) * L;
+      float* oh = o + (t * H + h) * Dv;
+      for (int64_t j0 = 0; j0 < Dv; j0 += 16) {
+        const __mmask16 m = tail_mask(Dv - j0);
+        const float* w0 = wkv_b + (h * (Dn + Dv) + Dn + j0) * L;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t l = 0; l < L; ++l) {
+          const __m512 wv = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, rows, w0 + l, 4);
+          acc = _mm512_add_ps(acc, _mm512_mul_ps(wv, _mm512_set1_ps(ol[l])));
+        }
+        _mm512_mask_storeu_ps(oh + j0, m, acc);
+      }
+    }
+}
+
 }  // namespace moxi::kernels::x86
 #endif  // __x86_64__

@@ -21,4 +21,10 @@ void mla_attention_absorbed_sparse_avx512(const float* q_lat, const float* laten
                                           float* o_lat, int64_t T, int64_t H, int64_t L, int64_t Dr,
                                           int64_t topk, float scale, const mla_avx512_scratch& s);
 
+// As ref::mla_absorb_q and ref::mla_unabsorb_o (bit-identical).
+void mla_absorb_q_avx512(const float* q, const float* wkv_b, float* q_lat, int64_t T, int64_t H, int64_t Dn,
+                         int64_t Dr, int64_t Dv, int64_t L);
+void mla_unabsorb_o_avx512(const float* o_lat, const float* wkv_b, float* o, int64_t T, int64_t H, int64_t Dn,
+                           int64_t Dv, int64_t L);
+
 }  // namespace moxi::kernels::x86

@@ -177,7 +177,7 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
   }
 
   std::vector<float> q_lat(size_t(R * H * Wl));  // f32 [R, H, L+Dr]
-  ref::mla_absorb_q(q.data(), w.kv_b.w.data(), q_lat.data(), R, H, Dn, Dr, Dv, L);
+  kernels::mla_absorb_q(q.data(), w.kv_b.w.data(), q_lat.data(), R, H, Dn, Dr, Dv, L);
 
   std::vector<float> o_lat(size_t(R * H * L));  // f32 [R, H, L]
   if (w.indexer) {
@@ -238,7 +238,7 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
   }
 
   std::vector<float> o(size_t(R * H * Dv));  // f32 [R, H*Dv]
-  ref::mla_unabsorb_o(o_lat.data(), w.kv_b.w.data(), o.data(), R, H, Dn, Dv, L);
+  kernels::mla_unabsorb_o(o_lat.data(), w.kv_b.w.data(), o.data(), R, H, Dn, Dv, L);
   dump(dump_to, name + ".o", {R, H, Dv}, o.data());
   if (!w.g_proj.empty()) {
     std::vector<float> g(size_t(R * H * Dv));
