@@ -9,6 +9,7 @@
 
 #include "moxi/base/error.h"
 #include "moxi/base/thread-pool.h"
+#include "moxi/kernels/dsa-dispatch.h"
 #include "moxi/kernels/matmul-dispatch.h"
 #include "moxi/kernels/mla-dispatch.h"
 #include "moxi/kernels/ref/basic.h"
@@ -216,8 +217,8 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
       for (int64_t t0 = 0; t0 < T; t0 += kIndexerQueryBlock) {
         const int64_t tb = std::min(kIndexerQueryBlock, T - t0), Sb = S0 + t0 + tb;
         scores.resize(size_t(tb * Sb));
-        ref::indexer_scores(qIs + t0 * HI * DI, view.index_keys, wts.data() + (r0 + t0) * HI, scores.data(),
-                            tb, Sb, HI, DI);
+        kernels::indexer_scores(qIs + t0 * HI * DI, view.index_keys, wts.data() + (r0 + t0) * HI,
+                                scores.data(), tb, Sb, HI, DI);
         ref::indexer_topk(scores.data(), idx.data() + t0 * k, tb, Sb, k);
       }
       if (want_topk)  // padded to index_topk columns so that dumps of successive calls line up
