@@ -10,61 +10,96 @@ namespace moxi::train {
 
 namespace F = torch::nn::functional;
 
+namespace {
+
+torch::Tensor all_valid(const torch::Tensor& like_bt, const torch::Tensor& valid) {
+  return valid.defined() ? valid.to(torch::kBool)
+                         : torch::ones({like_bt.size(0), like_bt.size(1)}, torch::kBool);
+}
+
+// Weighted mean of per-position cross-entropies: logits [B, L, V], targets i64 [B, L], weights f32 [B, L].
+torch::Tensor masked_ce(const torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& w) {
+  const auto ce = F::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
+                                   F::CrossEntropyFuncOptions().reduction(torch::kNone));
+  const auto wf = w.reshape({-1}).to(torch::kFloat32);
+  return (ce * wf).sum() / wf.sum().clamp_min(1.0f);
+}
+
+}  // namespace
+
+torch::Tensor valid_for_length(const torch::Tensor& valid, int64_t len) {
+  if (!valid.defined() || valid.size(1) == len) return valid;
+  if (valid.size(1) == len + 2) return valid.slice(1, 2);  // MTP position i is real iff token i + 2 is
+  throw error("valid_for_length: no mask for length " + std::to_string(len) + " of a batch of length " +
+              std::to_string(valid.size(1)));
+}
+
 torch::Tensor sequence_balance_loss(const torch::Tensor& experts, const torch::Tensor& scores,
-                                    int64_t num_experts) {
+                                    int64_t num_experts, const torch::Tensor& valid) {
   const int64_t B = experts.size(0), T = experts.size(1), K = experts.size(2);
+  const auto v = all_valid(experts, valid);                     // [B, T]
+  const auto n = v.sum(1).to(torch::kFloat32).clamp_min(1.0f);  // valid tokens per row
   // f_i: how often expert i is picked in the sequence, scaled so that uniform routing gives 1 (no gradient).
+  const auto picks = v.unsqueeze(-1).expand({B, T, K}).to(torch::kFloat32).reshape({B, T * K});
   const auto counts =
-      torch::zeros({B, num_experts}, torch::kFloat32)
-          .scatter_add(1, experts.reshape({B, T * K}), torch::ones({B, T * K}, torch::kFloat32));
-  const auto f = counts * (double(num_experts) / double(K * T));
-  // P_i: mean normalized affinity (differentiable, through the router).
-  const auto P = (scores / scores.sum(-1, true)).mean(1);  // [B, E]
+      torch::zeros({B, num_experts}, torch::kFloat32).scatter_add(1, experts.reshape({B, T * K}), picks);
+  const auto f = counts * double(num_experts) / (double(K) * n.unsqueeze(1));
+  // P_i: mean normalized affinity over the valid tokens (differentiable, through the router).
+  const auto P = ((scores / scores.sum(-1, true)) * v.unsqueeze(-1).to(torch::kFloat32)).sum(1) /
+                 n.unsqueeze(1);  // [B, E]
   return (f * P).sum(-1).mean();
 }
 
-torch::Tensor indexer_kl_loss(const indexer_stats& s) {
+torch::Tensor indexer_kl_loss(const indexer_stats& s, const torch::Tensor& valid) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const auto logq = torch::log_softmax(s.scores.masked_fill(s.support.logical_not(), neg_inf), -1);
   const auto p = s.target.masked_fill(s.support.logical_not(), 0.0f);
   // p log p - p log q where p > 0 (0 log 0 = 0; q is never 0 on the support).
   const auto pos = p.gt(0);
   const auto terms = torch::where(pos, p * (torch::log(p.clamp_min(1e-30f)) - logq), torch::zeros_like(p));
-  return terms.sum(-1).mean();
+  const auto v = all_valid(s.scores, valid).to(torch::kFloat32);  // [B, T]
+  return (terms.sum(-1) * v).sum() / v.sum().clamp_min(1.0f);
 }
 
-loss_terms training_loss(const train_model& m, const torch::Tensor& tokens, const loss_options& opts) {
+loss_terms training_loss(const train_model& m, const torch::Tensor& tokens, const loss_options& opts,
+                         const token_masks& masks) {
   const auto& c = m.config();
-  const int64_t T = tokens.size(1), V = c.vocab_size;
+  const int64_t T = tokens.size(1);
   if (T < 2) throw error("training_loss: sequences need at least 2 tokens");
+  const auto target = masks.target.defined() ? masks.target.to(torch::kFloat32)
+                                             : torch::ones(tokens.sizes(), torch::kFloat32);
   loss_terms r;
   const auto out = m.forward(tokens, nullptr, &r.stats);
-  r.ce = F::cross_entropy(out.logits.slice(1, 0, T - 1).reshape({-1, V}), tokens.slice(1, 1).reshape({-1}));
+  r.ce = masked_ce(out.logits.slice(1, 0, T - 1), tokens.slice(1, 1), target.slice(1, 1));
   r.mtp = torch::zeros({}, torch::kFloat32);
   if (c.num_mtp_layers > 0 && T >= 3) {
     // Depth 0 at position i reads h_i and t_{i+1} and predicts t_{i+2}.
     const auto logits =
         m.mtp_forward(out.hidden.slice(1, 0, T - 2), tokens.slice(1, 1, T - 1), 0, nullptr, &r.stats);
-    r.mtp = F::cross_entropy(logits.reshape({-1, V}), tokens.slice(1, 2).reshape({-1}));
+    r.mtp = masked_ce(logits, tokens.slice(1, 2), target.slice(1, 2));
   }
   r.balance = torch::zeros({}, torch::kFloat32);
   for (const auto& s : r.stats.moe)
-    r.balance = r.balance + sequence_balance_loss(s.experts, s.scores, c.moe.num_experts);
+    r.balance = r.balance + sequence_balance_loss(s.experts, s.scores, c.moe.num_experts,
+                                                  valid_for_length(masks.valid, s.experts.size(1)));
   r.indexer_kl = torch::zeros({}, torch::kFloat32);
-  for (const auto& s : r.stats.indexer) r.indexer_kl = r.indexer_kl + indexer_kl_loss(s);
+  for (const auto& s : r.stats.indexer)
+    r.indexer_kl = r.indexer_kl + indexer_kl_loss(s, valid_for_length(masks.valid, s.scores.size(1)));
   if (!r.stats.indexer.empty()) r.indexer_kl = r.indexer_kl / double(r.stats.indexer.size());
   r.total =
       r.ce + opts.mtp_weight * r.mtp + opts.balance_alpha * r.balance + opts.indexer_weight * r.indexer_kl;
   return r;
 }
 
-void update_router_bias(train_model& m, const forward_stats& stats, double speed) {
+void update_router_bias(train_model& m, const forward_stats& stats, double speed,
+                        const torch::Tensor& valid) {
   torch::NoGradGuard no_grad;
   const int64_t E = m.config().moe.num_experts;
   for (const auto& s : stats.moe) {
-    const auto flat = s.experts.reshape({-1});
-    const auto load =
-        torch::zeros({E}, torch::kFloat32).scatter_add(0, flat, torch::ones_like(flat, torch::kFloat32));
+    const int64_t B = s.experts.size(0), T = s.experts.size(1), K = s.experts.size(2);
+    const auto v = all_valid(s.experts, valid_for_length(valid, T));
+    const auto picks = v.unsqueeze(-1).expand({B, T, K}).to(torch::kFloat32).reshape({-1});
+    const auto load = torch::zeros({E}, torch::kFloat32).scatter_add(0, s.experts.reshape({-1}), picks);
     // sign(mean - load): +speed for underloaded experts, -speed for overloaded ones, 0 at the mean.
     m.params().at(s.bias).add_(torch::sign(load.mean() - load) * speed);
   }

@@ -24,20 +24,39 @@ struct loss_terms {
   forward_stats stats;       // routing of this step, for update_router_bias
 };
 
-// tokens i64 [B, T] with T >= 3 when the model has MTP layers.
-loss_terms training_loss(const train_model& m, const torch::Tensor& tokens, const loss_options& opts = {});
+// Which positions of a right-padded batch count. Undefined tensors mean "all".
+struct token_masks {
+  torch::Tensor target;  // f32 [B, T]: 1 where token j is a training target (SFT: the reply and its end
+                         // token), 0 for prompt and padding; CE at position i is weighted by target[i+1],
+                         // the MTP loss at i by target[i+2]
+  torch::Tensor valid;   // bool [B, T]: real tokens (not padding); the balance loss, the router bias
+                         // update and the indexer KL read only these
+};
+
+// tokens i64 [B, T] with T >= 3 when the model has MTP layers. CE and MTP are means over the target
+// positions of the whole batch (each target token weighs the same, whatever its row's length).
+loss_terms training_loss(const train_model& m, const torch::Tensor& tokens, const loss_options& opts = {},
+                         const token_masks& masks = {});
 
 // DeepSeek-V3 eq. 17-20 for one layer: alpha-free sum_i f_i P_i, averaged over the batch, with
-// f_i = E/(K T) * #{t : i in topk(t)} and P_i = mean_t s_it / sum_j s_jt. 1 when perfectly balanced.
+// f_i = E/(K T) * #{t : i in topk(t)} and P_i = mean_t s_it / sum_j s_jt over the T valid tokens of a row
+// (`valid` bool [B, T], undefined = all). 1 when perfectly balanced.
 torch::Tensor sequence_balance_loss(const torch::Tensor& experts,  // i64 [B, T, K]
                                     const torch::Tensor& scores,   // f32 [B, T, E]
-                                    int64_t num_experts);
+                                    int64_t num_experts, const torch::Tensor& valid = {});
 
-// KL(target || softmax(scores)) over `support`, mean over queries (DeepSeek-V3.2 indexer objective).
-torch::Tensor indexer_kl_loss(const indexer_stats& s);
+// KL(target || softmax(scores)) over `support`, mean over the valid queries (DeepSeek-V3.2 indexer
+// objective; `valid` bool [B, T], undefined = all).
+torch::Tensor indexer_kl_loss(const indexer_stats& s, const torch::Tensor& valid = {});
 
 // Aux-loss-free balancing (DeepSeek-V3 §2.1.2): each MoE layer's correction bias moves by `speed` toward
-// balance, down for experts above the mean load of the step, up for those below. No gradient involved.
-void update_router_bias(train_model& m, const forward_stats& stats, double speed = 0.001);
+// balance, down for experts above the mean load of the step, up for those below. Loads count the valid
+// tokens only (`valid` bool [B, T] of the main sequence, undefined = all). No gradient involved.
+void update_router_bias(train_model& m, const forward_stats& stats, double speed = 0.001,
+                        const torch::Tensor& valid = {});
+
+// The valid mask for a stats entry of length `len`: the main model's (len == T) or the MTP head's
+// (len == T - 2: position i reads token i + 1 and predicts token i + 2, so it is real iff token i + 2 is).
+torch::Tensor valid_for_length(const torch::Tensor& valid, int64_t len);
 
 }  // namespace moxi::train

@@ -10,9 +10,13 @@
 
 #include "moxi/base/error.h"
 #include "moxi/formats/checkpoint.h"
+#include "moxi/formats/convert.h"
 #include "moxi/kernels/ref/mla.h"
+#include "moxi/model/init.h"
 #include "moxi/model/layers/weights.h"
+#include "moxi/train/dense.h"
 #include "moxi/train/fake-quant.h"
+#include "moxi/train/kda-core.h"
 
 namespace moxi::train {
 
@@ -123,9 +127,22 @@ train_model train_model::load(formats::model_config config, const std::string& c
   return m;
 }
 
-void train_model::save(const std::string& out_dir) const {
+train_model train_model::init(formats::model_config config, uint64_t seed, train_options opts) {
+  train_model m(std::move(config), opts);
+  for (const auto& d : m.manifest_) {
+    auto t = torch::empty(d.shape, torch::kFloat32);
+    model::init_values(m.config_, d, seed, t.data_ptr<float>());
+    m.params_[d.name] = t.requires_grad_(true);
+  }
+  return m;
+}
+
+void train_model::save(const std::string& out_dir, const save_options& opts) const {
   namespace fs = std::filesystem;
-  const bool mxfp4 = config_.quant && config_.quant->method == formats::quant_method::MXFP4;
+  if (opts.float_type != dtype::F32 && opts.float_type != dtype::BF16)
+    throw error("train_model::save: float_type must be F32 or BF16");
+  const bool mxfp4 =
+      opts.mxfp4_experts && config_.quant && config_.quant->method == formats::quant_method::MXFP4;
   std::vector<torch::Tensor> keep;  // owns the bytes until the write
   std::vector<std::pair<formats::tensor_spec, const void*>> tensors;
   for (const auto& d : manifest_) {
@@ -138,6 +155,11 @@ void train_model::save(const std::string& out_dir) const {
           {{model::mx_scales_name(d.name), dtype::U8, scales.sizes().vec()}, scales.data_ptr()});
       keep.push_back(blocks);
       keep.push_back(scales);
+    } else if (opts.float_type == dtype::BF16 && !d.fp32) {  // A_log, dt_bias, biases stay F32 (manifest)
+      auto b = torch::empty({w.numel()}, torch::kInt16);     // raw BF16 bits
+      formats::from_f32(dtype::BF16, w.data_ptr<float>(), size_t(w.numel()), b.data_ptr());
+      tensors.push_back({{d.name, dtype::BF16, d.shape}, b.data_ptr()});
+      keep.push_back(b);
     } else {
       tensors.push_back({{d.name, dtype::F32, d.shape}, w.data_ptr()});
       keep.push_back(w);
@@ -157,7 +179,7 @@ const torch::Tensor& train_model::p(const std::string& name) const {
 }
 
 torch::Tensor train_model::lin(const torch::Tensor& x, const std::string& prefix) const {
-  return torch::matmul(x, p(prefix + ".weight").t());
+  return linear_nt(x, p(prefix + ".weight"));
 }
 
 torch::Tensor train_model::rms(const torch::Tensor& x, const std::string& weight) const {
@@ -193,20 +215,11 @@ torch::Tensor train_model::kda(const torch::Tensor& x, const std::string& pre, c
   put(dump, name + ".g", g);
   put(dump, name + ".beta", beta);
 
-  // Delta-rule recurrence in fp32, token by token (decay first, then the update; o_t reads the new state).
+  // Delta-rule core in fp32 (decay first, then the update; o_t reads the new state), chunkwise unless the
+  // options ask for the token-by-token recurrence (the same function: tests/train/kda-core-test.cpp).
   const double scale = 1.0 / std::sqrt(double(D));
-  auto S = torch::zeros({B, H, D, D}, torch::kFloat32);
-  std::vector<torch::Tensor> outs;
-  outs.reserve(size_t(T));
-  for (int64_t t = 0; t < T; ++t) {
-    const auto kt = kk.select(1, t), qt = q.select(1, t), vt = v.select(1, t);  // [B, H, D]
-    S = S * torch::exp(g.select(1, t)).unsqueeze(-1);
-    const auto pred = torch::matmul(kt.unsqueeze(-2), S).squeeze(-2);  // [B, H, V]
-    const auto delta = beta.select(1, t).unsqueeze(-1) * (vt - pred);
-    S = S + kt.unsqueeze(-1) * delta.unsqueeze(-2);
-    outs.push_back(torch::matmul((qt * scale).unsqueeze(-2), S).squeeze(-2));
-  }
-  auto o = torch::stack(outs, 1);  // [B, T, H, V]
+  auto o = opts_.kda_chunk > 0 ? kda_chunked(q, kk, v, g, beta, scale, opts_.kda_chunk)
+                               : kda_recurrent(q, kk, v, g, beta, scale);  // [B, T, H, V]
   put(dump, name + ".core", o);
 
   const auto gate =
@@ -320,7 +333,7 @@ torch::Tensor train_model::moe(const torch::Tensor& x, const std::string& pre, c
   const auto xf = x.reshape({N, h});
 
   // Router in fp32: selection on the biased scores, weights from the unbiased ones.
-  const auto s = torch::sigmoid(torch::matmul(xf, p(pre + ".gate.weight").t()));  // [N, E]
+  const auto s = torch::sigmoid(linear_nt(xf, p(pre + ".gate.weight")));  // [N, E]
   torch::Tensor sel;
   {
     torch::NoGradGuard no_grad;
@@ -373,10 +386,9 @@ torch::Tensor train_model::moe(const torch::Tensor& x, const std::string& pre, c
     const auto si = torch::tensor(slot[size_t(e)], torch::kInt64);
     const std::string xp = pre + ".experts." + std::to_string(e) + ".";
     const auto xin = quant_in(xe.index_select(0, ti));
-    const auto g = torch::matmul(xin, weight(xp + names.expert_gate + ".weight").t());
-    const auto u = torch::matmul(xin, weight(xp + names.expert_up + ".weight").t());
-    const auto y =
-        torch::matmul(quant_in(torch::silu(g) * u), weight(xp + names.expert_down + ".weight").t());
+    const auto g = linear_nt(xin, weight(xp + names.expert_gate + ".weight"));
+    const auto u = linear_nt(xin, weight(xp + names.expert_up + ".weight"));
+    const auto y = linear_nt(quant_in(torch::silu(g) * u), weight(xp + names.expert_down + ".weight"));
     acc = acc.index_add(0, ti, y * wflat.index_select(0, si).unsqueeze(1));
   }
   auto out = mc.latent_size ? lin(acc, pre + ".latent_up_proj") : acc;
@@ -409,7 +421,7 @@ torch::Tensor train_model::block(const torch::Tensor& h0, const model::arch::lay
 }
 
 torch::Tensor train_model::head(const torch::Tensor& h) const {
-  return torch::matmul(h, (config_.tie_word_embeddings ? p(layout_.embed) : p(layout_.lm_head)).t());
+  return linear_nt(h, config_.tie_word_embeddings ? p(layout_.embed) : p(layout_.lm_head));
 }
 
 train_model::output train_model::forward(const torch::Tensor& tokens, dump_map* dump,

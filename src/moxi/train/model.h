@@ -14,6 +14,7 @@
 #include "moxi/formats/model-config.h"
 #include "moxi/model/arch/registry.h"
 #include "moxi/model/manifest.h"
+#include "moxi/tensor/dtype.h"
 
 namespace moxi::train {
 
@@ -23,6 +24,9 @@ struct train_options {
   bool qat = false;
   // DSA dense warm-up (DeepSeek-V3.2): attention stays dense while the indexer learns to match it.
   bool dsa_dense = false;
+  // KDA core: chunks of this many tokens (the WY / UT-transform form), or 0 for the token-by-token
+  // recurrence. Both compute the same function; chunks are much faster on CPU.
+  int64_t kda_chunk = 16;
 };
 
 // Named intermediates, the engine's dump names (docs/model.md), each [B, T, ...] as float.
@@ -49,6 +53,14 @@ struct forward_stats {
   std::vector<indexer_stats> indexer;
 };
 
+// How save() stores the parameters.
+struct save_options {
+  // Routed experts as real MXFP4 (blocks + scales) when the config quantizes them; false keeps them F32
+  // (training checkpoints keep the exact master weights).
+  bool mxfp4_experts = true;
+  dtype float_type = dtype::F32;  // every other tensor: F32 or BF16 (round to nearest even)
+};
+
 class train_model {
  public:
   // Parameters shaped by the manifest, zero-filled (load() or an initializer fills them).
@@ -57,9 +69,11 @@ class train_model {
   static train_model load(const std::string& dir, train_options opts = {});
   static train_model load(formats::model_config config, const std::string& checkpoint_path,
                           train_options opts = {});
-  // Writes config.json and one safetensors checkpoint in the engine's layout: routed experts as real MXFP4
-  // when the config quantizes them, everything else F32.
-  void save(const std::string& out_dir) const;
+  // Random initial values: the engine's initializer (moxi::model::init_values, the same per-tensor streams
+  // as `moxi init --seed`), so a trainer run from a config starts from what `moxi init` would write.
+  static train_model init(formats::model_config config, uint64_t seed, train_options opts = {});
+  // Writes config.json and one safetensors checkpoint in the engine's layout (see save_options).
+  void save(const std::string& out_dir, const save_options& opts = {}) const;
 
   struct output {
     torch::Tensor logits;  // f32 [B, T, vocab]
@@ -79,6 +93,8 @@ class train_model {
   // The manifest the parameters follow (vision tensors excluded: the trainer has no vision tower yet).
   const std::vector<model::tensor_decl>& manifest() const { return manifest_; }
   const train_options& options() const { return opts_; }
+  // Switches QAT / DSA dense warm-up between phases of a run.
+  void set_options(const train_options& opts) { opts_ = opts; }
 
  private:
   const torch::Tensor& p(const std::string& name) const;

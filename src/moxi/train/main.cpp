@@ -1,0 +1,102 @@
+// `moxi-train`: the trainer's command line (`moxi train ...` runs it). A separate executable so that the
+// `moxi` binary never links libtorch. Subcommands: sft.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+
+#include "moxi/base/error.h"
+#include "moxi/train/sft.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string absolute(const std::string& p) {
+  return p.empty() ? p : fs::absolute(p).lexically_normal().string();
+}
+
+struct sft_args {
+  std::string recipe, config, init, chat_template, tokenizer, out, export_dir;
+  std::vector<std::string> data, eval_data, set;
+  int64_t steps = -1, qat_steps = -1, batch_size = -1, threads = -1;
+  double lr = -1;
+  int64_t seed = -1;
+};
+
+void run_sft(const sft_args& a) {
+  using namespace moxi::train;
+  // Command-line paths are relative to the working directory (the recipe's own to the recipe's directory).
+  recipe r = a.recipe.empty()
+                 ? parse_recipe(nlohmann::json::object(), "(command line)", fs::current_path().string())
+                 : load_recipe(a.recipe);
+  auto set = [&](const std::string& key, const nlohmann::json& v) { set_field(r, key, v); };
+  if (!a.config.empty()) set("model", {{"config", absolute(a.config)}});
+  if (!a.init.empty()) set("model", {{"init", absolute(a.init)}});
+  if (!a.chat_template.empty()) set("chat_template", absolute(a.chat_template));
+  if (!a.tokenizer.empty()) set("tokenizer.path", absolute(a.tokenizer));
+  if (!a.data.empty()) {
+    nlohmann::json files = nlohmann::json::array();
+    for (const auto& d : a.data) files.push_back(absolute(d));
+    set("data.train", files);
+  }
+  if (!a.eval_data.empty()) {
+    nlohmann::json files = nlohmann::json::array();
+    for (const auto& d : a.eval_data) files.push_back(absolute(d));
+    set("data.eval", files);
+  }
+  if (!a.out.empty()) set("out", absolute(a.out));
+  if (!a.export_dir.empty()) set("export", absolute(a.export_dir));
+  if (a.steps >= 0) set("optimizer.steps", a.steps);
+  if (a.batch_size >= 0) set("optimizer.batch_size", a.batch_size);
+  if (a.lr >= 0) set("optimizer.lr", a.lr);
+  if (a.qat_steps >= 0) set("qat.steps", a.qat_steps);
+  if (a.threads >= 0) set("threads", a.threads);
+  if (a.seed >= 0) set("seed", a.seed);
+  for (const auto& s : a.set) apply_override(r, s);
+  const auto res = moxi::train::run_sft(r);
+  std::printf("trained %lld steps; final loss %.4f", static_cast<long long>(res.steps_done), res.final_loss);
+  if (res.final_eval_loss >= 0) std::printf(", held-out loss %.4f", res.final_eval_loss);
+  std::printf("; model: %s\n", res.export_dir.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"moxi-train: post-train moxi models (run as `moxi train ...`)", "moxi train"};
+  app.require_subcommand(1);
+  auto* sft = app.add_subcommand("sft", "Supervised fine-tuning from a recipe (docs/train.md), resumable");
+  sft_args a;
+  sft->add_option("--recipe", a.recipe, "recipe JSON (recipes/moxi-tiny.json)")->check(CLI::ExistingFile);
+  sft->add_option("--config", a.config, "model config.json to initialize from (recipe model.config)");
+  sft->add_option("--init", a.init, "checkpoint directory to start from (recipe model.init)");
+  sft->add_option("--chat-template", a.chat_template, "Jinja chat template file (recipe chat_template)");
+  sft->add_option("--tokenizer", a.tokenizer, "tokenizer.json to use instead of training one");
+  sft->add_option("--data", a.data, "training task JSONL files from `moxi data` (replace data.train)");
+  sft->add_option("--eval-data", a.eval_data, "held-out task JSONL files (replace data.eval)");
+  sft->add_option("--out", a.out,
+                  "run directory: checkpoints, log, tokenizer (resumed when it has a checkpoint)");
+  sft->add_option("--export", a.export_dir, "where the final model goes (default OUT/model)");
+  sft->add_option("--steps", a.steps, "training steps before QAT");
+  sft->add_option("--qat-steps", a.qat_steps, "QAT steps at the end");
+  sft->add_option("--batch-size", a.batch_size, "conversations per step");
+  sft->add_option("--lr", a.lr, "peak learning rate");
+  sft->add_option("--seed", a.seed, "seed of the initialization and the data order");
+  sft->add_option("--threads", a.threads, "torch threads (0: all cores)");
+  sft->add_option("--set", a.set, "any recipe field, dotted: --set eval.every=50 (value as JSON)");
+  sft->callback([&a] { run_sft(a); });
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const moxi::error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "moxi train: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "moxi train: unexpected error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,135 @@
+// SFT samples, batches and their deterministic order (see sft-data.h).
+#include "moxi/train/sft-data.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "moxi/base/error.h"
+#include "moxi/eval/generate.h"
+
+namespace moxi::train {
+
+namespace {
+
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Fisher-Yates with a portable generator (no std:: distributions: their output differs between libraries).
+template <class T>
+void shuffle(std::vector<T>& v, uint64_t& state) {
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[splitmix64(state) % i]);
+}
+
+std::vector<int64_t> to_ids(const std::vector<token_id>& ids) {
+  return {ids.begin(), ids.end()};
+}
+
+}  // namespace
+
+chat_parts render_chat(const eval::task& t, const formats::chat_template& tpl, const std::string& end) {
+  formats::render_options gen;
+  gen.add_generation_prompt = true;
+  const auto prompt =
+      tpl.render(nlohmann::ordered_json::array({{{"role", "user"}, {"content", t.prompt}}}), gen);
+  const auto full = tpl.render(nlohmann::ordered_json::array(
+      {{{"role", "user"}, {"content", t.prompt}}, {{"role", "assistant"}, {"content", t.reference}}}));
+  // The reply is what the conversation has after the point where it departs from the generation prompt. A
+  // template may end its generation prompt with text the rendered turn does not repeat (moxi-tiny's
+  // "<|assistant|>\n" vs "<|assistant|>content"); the model is trained after the prompt it gets at inference.
+  size_t common = 0;
+  while (common < prompt.size() && common < full.size() && prompt[common] == full[common]) ++common;
+  if (prompt.find_first_not_of(" \t\r\n", common) != std::string::npos)
+    throw error(
+        tpl.source() + ": the conversation of task " + t.id +
+        " departs from its generation prompt before the reply, so the reply cannot be located (prompt " +
+        nlohmann::json(prompt).dump() + ", conversation " + nlohmann::json(full).dump() + ")");
+  std::string reply = full.substr(common);
+  const auto at = reply.find(end);
+  if (at == std::string::npos)
+    throw error(tpl.source() + ": the reply of task " + t.id + " has no end-of-turn marker '" + end +
+                "' after the generation prompt (prompt " + nlohmann::json(prompt).dump() + ", conversation " +
+                nlohmann::json(full).dump() + ")");
+  reply.resize(at + end.size());
+  return {prompt, reply};
+}
+
+sft_sample make_sample(const eval::task& t, const formats::chat_template& tpl, const tokenizer& tok,
+                       const std::string& end) {
+  const auto parts = render_chat(t, tpl, end);
+  sft_sample s;
+  s.domain = t.domain;
+  s.tokens = to_ids(tok.encode(parts.prompt));
+  s.target.assign(s.tokens.size(), 0);
+  const auto reply = to_ids(tok.encode(parts.reply));
+  s.tokens.insert(s.tokens.end(), reply.begin(), reply.end());
+  s.target.resize(s.tokens.size(), 1);
+  return s;
+}
+
+sft_batch make_batch(const std::vector<const sft_sample*>& rows, int64_t pad_id) {
+  if (rows.empty()) throw error("make_batch: no rows");
+  int64_t T = 0;
+  for (const auto* r : rows) T = std::max<int64_t>(T, int64_t(r->tokens.size()));
+  const int64_t B = int64_t(rows.size());
+  sft_batch b;
+  b.tokens = torch::full({B, T}, pad_id, torch::kInt64);
+  b.masks.target = torch::zeros({B, T}, torch::kFloat32);
+  b.masks.valid = torch::zeros({B, T}, torch::kBool);
+  auto tok = b.tokens.accessor<int64_t, 2>();
+  auto tgt = b.masks.target.accessor<float, 2>();
+  auto val = b.masks.valid.accessor<bool, 2>();
+  for (int64_t i = 0; i < B; ++i) {
+    const auto& r = *rows[size_t(i)];
+    for (size_t j = 0; j < r.tokens.size(); ++j) {
+      tok[i][int64_t(j)] = r.tokens[j];
+      tgt[i][int64_t(j)] = float(r.target[j]);
+      val[i][int64_t(j)] = true;
+      b.targets += r.target[j];
+    }
+    b.tokens_real += int64_t(r.tokens.size());
+  }
+  return b;
+}
+
+batch_order::batch_order(std::vector<int64_t> lengths, int64_t batch_size, uint64_t seed)
+    : lengths_(std::move(lengths)), batch_size_(batch_size), seed_(seed) {
+  if (lengths_.empty()) throw error("batch_order: no samples");
+  if (batch_size_ < 1) throw error("batch_order: batch size must be >= 1");
+  per_epoch_ = (int64_t(lengths_.size()) + batch_size_ - 1) / batch_size_;
+}
+
+void batch_order::build_epoch(int64_t epoch) {
+  uint64_t state = seed_ * 0x9e3779b97f4a7c15ull ^ (uint64_t(epoch) + 1) * 0xd1b54a32d192ed03ull;
+  std::vector<size_t> idx(lengths_.size());
+  std::iota(idx.begin(), idx.end(), size_t(0));
+  shuffle(idx, state);
+  const size_t chunk = size_t(batch_size_) * 32;
+  for (size_t at = 0; at < idx.size(); at += chunk) {
+    const auto e = idx.begin() + ptrdiff_t(std::min(idx.size(), at + chunk));
+    std::stable_sort(idx.begin() + ptrdiff_t(at), e,
+                     [&](size_t a, size_t b) { return lengths_[a] < lengths_[b]; });
+  }
+  epoch_batches_cache_.clear();
+  for (size_t at = 0; at < idx.size(); at += size_t(batch_size_))
+    epoch_batches_cache_.emplace_back(
+        idx.begin() + ptrdiff_t(at), idx.begin() + ptrdiff_t(std::min(idx.size(), at + size_t(batch_size_))));
+  shuffle(epoch_batches_cache_, state);
+  cached_epoch_ = epoch;
+}
+
+std::vector<size_t> batch_order::batch(int64_t step) {
+  const int64_t epoch = step / per_epoch_;
+  if (epoch != cached_epoch_) build_epoch(epoch);
+  return epoch_batches_cache_[size_t(step % per_epoch_)];
+}
+
+std::vector<eval::task> load_tasks(const data_source& s) {
+  if (!s.file.empty()) return eval::read_jsonl(s.file);
+  return eval::generate(eval::parse_domain(s.domain), eval::parse_split(s.split), size_t(s.n), s.seed);
+}
+
+}  // namespace moxi::train

@@ -1,0 +1,70 @@
+// SFT data: tasks rendered as chats with the model's chat template (user = the task prompt, assistant = the
+// reference), tokenized with a loss mask on the reply, right-padded into batches, in a deterministic order
+// that is a pure function of (seed, step) so that a resumed run sees exactly the batches it would have seen.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moxi/eval/task.h"
+#include "moxi/formats/chat-template.h"
+#include "moxi/formats/tokenizer.h"
+#include "moxi/train/losses.h"
+#include "moxi/train/recipe.h"
+
+namespace moxi::train {
+
+// One tokenized conversation: target[j] = 1 where token j is trained (the reply and its end token).
+struct sft_sample {
+  std::vector<int64_t> tokens;
+  std::vector<uint8_t> target;
+  eval::domain domain = eval::domain::math;
+};
+
+// The prompt text the model is given at inference (the user turn and the assistant header) and the reply
+// text that follows it in the rendered conversation, up to and including the end-of-turn marker `end`
+// (whatever the template writes after it belongs to no reply and is not trained).
+struct chat_parts {
+  std::string prompt, reply;
+};
+chat_parts render_chat(const eval::task& t, const formats::chat_template& tpl, const std::string& end);
+
+// Tokens = encode(prompt) + encode(reply): the reply is encoded on its own, as the model generates it after
+// the prompt; target covers the reply tokens.
+sft_sample make_sample(const eval::task& t, const formats::chat_template& tpl, const tokenizer& tok,
+                       const std::string& end);
+
+// A right-padded batch: rows shorter than the longest are filled with pad_id after their end; padding is
+// neither a target nor valid.
+struct sft_batch {
+  torch::Tensor tokens;  // i64 [B, T]
+  token_masks masks;     // target f32 [B, T], valid bool [B, T]
+  int64_t tokens_real = 0, targets = 0;
+};
+sft_batch make_batch(const std::vector<const sft_sample*>& rows, int64_t pad_id);
+
+// The order of batches: each epoch shuffles the samples (SplitMix64 Fisher-Yates seeded by seed and the
+// epoch), cuts the shuffled list into chunks of 32 batches, sorts each chunk by length (less padding), cuts
+// it into batches and shuffles the batches of the epoch. batch(step) depends only on (seed, step).
+class batch_order {
+ public:
+  batch_order(std::vector<int64_t> lengths, int64_t batch_size, uint64_t seed);
+  std::vector<size_t> batch(int64_t step);
+  int64_t batches_per_epoch() const { return per_epoch_; }
+
+ private:
+  void build_epoch(int64_t epoch);
+  std::vector<int64_t> lengths_;
+  int64_t batch_size_, per_epoch_;
+  uint64_t seed_;
+  int64_t cached_epoch_ = -1;
+  std::vector<std::vector<size_t>> epoch_batches_cache_;
+};
+
+// Tasks from a data source (a JSONL file or the generator).
+std::vector<eval::task> load_tasks(const data_source& s);
+
+}  // namespace moxi::train

@@ -1,0 +1,481 @@
+// The SFT driver (see sft.h): data and tokenizer preparation, the training loop with its progress line,
+// held-out evaluation, atomic checkpoints and resume, the QAT phase and the export.
+#include "moxi/train/sft.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "moxi/base/error.h"
+#include "moxi/eval/evaluate.h"
+#include "moxi/formats/bpe-trainer.h"
+#include "moxi/formats/convert.h"
+#include "moxi/train/losses.h"
+#include "moxi/train/optim.h"
+
+namespace moxi::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string read_text(const std::string& path, const std::string& what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw error(what + " " + path + ": cannot open");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), O_RDONLY | (directory ? O_DIRECTORY : 0));
+  if (fd < 0) throw io_error("open", path, errno);
+  const int rc = ::fsync(fd);
+  const int e = errno;
+  ::close(fd);
+  if (rc != 0) throw io_error("fsync", path, e);
+}
+
+// fsyncs every file of a directory and the directory itself.
+void fsync_tree(const std::string& dir) {
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file()) fsync_path(e.path().string(), false);
+  fsync_path(dir, true);
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f) throw error("cannot write " + path);
+}
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08" PRId64, step);
+  return buf;
+}
+
+std::string format_duration(double s) {
+  if (s < 0 || !std::isfinite(s)) return "?";
+  const int64_t t = int64_t(s + 0.5);
+  char buf[32];
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%" PRId64 "h%02" PRId64 "m", t / 3600, (t / 60) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%" PRId64 "m%02" PRId64 "s", t / 60, t % 60);
+  return buf;
+}
+
+// A deep copy (the pre-QAT export must not round the weights training continues from).
+train_model clone(const train_model& m) {
+  train_model c(m.config(), m.options());
+  for (const auto& [name, p] : m.params()) c.params()[name] = p.detach().clone().requires_grad_(true);
+  return c;
+}
+
+// ---- checkpoints ---------------------------------------------------------------------------------------
+
+struct run_state {
+  int64_t step = 0;  // steps completed = the next step to run
+};
+
+// out/checkpoints/step-N written as a temporary directory, fsynced, renamed into place; then `latest` is
+// replaced atomically. A kill at any point leaves `latest` naming a complete checkpoint.
+void write_checkpoint(const std::string& out, const train_model& m, torch::optim::Optimizer& opt,
+                      const run_state& st, const batch_order& order) {
+  const std::string root = out + "/checkpoints", name = step_name(st.step), final_dir = root + "/" + name;
+  const std::string tmp = root + "/.tmp-" + name + "-" + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  m.save(tmp, {.mxfp4_experts = false, .float_type = dtype::F32});  // exact master weights
+  torch::save(opt, tmp + "/optimizer.pt");
+  auto gen = at::detail::getDefaultCPUGenerator();
+  torch::Tensor rng;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    rng = gen.get_state();
+  }
+  torch::save(rng, tmp + "/rng.pt");
+  const json state = {{"step", st.step},
+                      {"data_position",
+                       {{"epoch", st.step / order.batches_per_epoch()},
+                        {"batch", st.step % order.batches_per_epoch()},
+                        {"batches_per_epoch", order.batches_per_epoch()}}}};
+  write_file(tmp + "/state.json", state.dump(2) + "\n");
+  fsync_tree(tmp);
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a previous run died between rename and `latest`
+  fs::rename(tmp, final_dir);
+  fsync_path(root, true);
+  eval::write_file_atomic(root + "/latest", name + "\n");
+  // Older checkpoints are no longer needed once `latest` names the new one.
+  for (const auto& e : fs::directory_iterator(root)) {
+    const auto n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("step-", 0) == 0 && n != name) fs::remove_all(e.path());
+  }
+}
+
+std::string latest_checkpoint(const std::string& out) {
+  const std::string p = out + "/checkpoints/latest";
+  if (!fs::exists(p)) return {};
+  auto name = read_text(p, "checkpoint pointer");
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  const std::string dir = out + "/checkpoints/" + name;
+  if (!fs::is_directory(dir)) throw error(p + ": names " + name + ", which does not exist");
+  return dir;
+}
+
+// ---- tokenizer and data -------------------------------------------------------------------------------
+
+std::string train_tokenizer(const recipe& r, const formats::model_config& c,
+                            const std::vector<eval::task>& tasks, const formats::chat_template& tpl) {
+  formats::bpe_train_options o;
+  o.vocab_size = c.vocab_size;
+  o.min_frequency = r.tokenizer_min_frequency;
+  formats::bpe_trainer t(o);
+  for (const auto& task : tasks) {
+    const auto parts = render_chat(task, tpl, r.end_token);
+    t.add_text(parts.prompt + parts.reply, task.id);
+  }
+  const auto model = t.train();
+  std::fprintf(stderr, "sft: tokenizer trained on %zu conversations (%.1f MB): %zu merges, %" PRId64 " ids\n",
+               tasks.size(), double(t.stats().input_bytes) / 1e6, model.merges.size(), c.vocab_size);
+  return formats::bpe_to_hf_json(model);
+}
+
+std::string special_of(const tokenizer& tok, const std::optional<int64_t>& id, const std::string& what,
+                       const std::string& fallback) {
+  if (!id) return fallback;
+  if (*id < 0 || *id >= tok.vocab_size() || !tok.is_special(token_id(*id)))
+    throw error("config " + what + " " + std::to_string(*id) + " is not a special token of the tokenizer");
+  return std::string(tok.token_bytes(token_id(*id)));
+}
+
+std::vector<sft_sample> make_samples(const std::vector<eval::task>& tasks, const formats::chat_template& tpl,
+                                     const tokenizer& tok, const recipe& r, const char* what) {
+  std::vector<sft_sample> out;
+  size_t dropped = 0;
+  for (const auto& t : tasks) {
+    auto s = make_sample(t, tpl, tok, r.end_token);
+    if (int64_t(s.tokens.size()) > r.max_tokens) {
+      ++dropped;
+      continue;
+    }
+    out.push_back(std::move(s));
+  }
+  int64_t total = 0;
+  for (const auto& s : out) total += int64_t(s.tokens.size());
+  std::fprintf(
+      stderr, "sft: %s: %zu conversations, %" PRId64 " tokens (mean %.0f)%s\n", what, out.size(), total,
+      out.empty() ? 0.0 : double(total) / double(out.size()),
+      dropped ? (", " + std::to_string(dropped) + " longer than data.max_tokens skipped").c_str() : "");
+  return out;
+}
+
+std::vector<eval::task> load_all(const std::vector<data_source>& sources) {
+  std::vector<eval::task> out;
+  for (const auto& s : sources) {
+    auto t = load_tasks(s);
+    out.insert(out.end(), std::make_move_iterator(t.begin()), std::make_move_iterator(t.end()));
+  }
+  return out;
+}
+
+void append_log(const std::string& out, const json& line) {
+  std::ofstream f(out + "/log.jsonl", std::ios::app);
+  f << line.dump() << "\n";
+}
+
+}  // namespace
+
+// ---- export ---------------------------------------------------------------------------------------------
+
+void export_model(train_model& m, const export_assets& a, const std::string& dir) {
+  const bool mxfp4 = m.config().quant && m.config().quant->method == formats::quant_method::MXFP4;
+  {
+    // Round what is stored as BF16 in place: the trainer keeps exactly the shipped weights.
+    torch::NoGradGuard no_grad;
+    std::vector<uint16_t> bits;
+    for (const auto& d : m.manifest()) {
+      if (d.fp32 || (d.routed_expert && mxfp4)) continue;
+      auto& p = m.params().at(d.name);
+      auto w = p.detach().contiguous();
+      bits.resize(size_t(w.numel()));
+      formats::from_f32(dtype::BF16, w.data_ptr<float>(), bits.size(), bits.data());
+      auto r = torch::empty_like(w);
+      formats::to_f32(dtype::BF16, bits.data(), bits.size(), r.data_ptr<float>());
+      p.copy_(r);
+    }
+  }
+  const std::string tmp = dir + ".tmp-" + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  m.save(tmp, {.mxfp4_experts = true, .float_type = dtype::BF16});
+  write_file(tmp + "/tokenizer.json", a.tokenizer_json);
+  const nlohmann::ordered_json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                     {"bos_token", a.bos_token},
+                                     {"eos_token", a.eos_token},
+                                     {"pad_token", a.pad_token},
+                                     {"model_max_length", m.config().max_position_embeddings},
+                                     {"chat_template", a.chat_template}};
+  write_file(tmp + "/tokenizer_config.json", tc.dump(2) + "\n");
+  const auto& c = m.config();
+  nlohmann::ordered_json gc = {{"bos_token_id", c.bos_token_id ? json(*c.bos_token_id) : json(nullptr)}};
+  json eos = json::array();
+  if (c.eos_token_id) eos.push_back(*c.eos_token_id);
+  if (a.end_token_id >= 0) eos.push_back(a.end_token_id);
+  gc["eos_token_id"] = eos;
+  gc["pad_token_id"] = c.pad_token_id ? json(*c.pad_token_id) : json(nullptr);
+  gc["do_sample"] = false;
+  write_file(tmp + "/generation_config.json", gc.dump(2) + "\n");
+  fsync_tree(tmp);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(tmp)) fs::rename(e.path(), fs::path(dir) / e.path().filename());
+  fsync_path(dir, true);
+  fs::remove_all(tmp);
+}
+
+double held_out_loss(const train_model& m, const std::vector<sft_sample>& samples, int64_t batch_size,
+                     int64_t pad_id) {
+  torch::NoGradGuard no_grad;
+  // Sorted by length so that batches carry little padding; the result does not depend on the order.
+  std::vector<const sft_sample*> sorted;
+  for (const auto& s : samples) sorted.push_back(&s);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto* a, const auto* b) { return a->tokens.size() < b->tokens.size(); });
+  double sum = 0, n = 0;
+  for (size_t at = 0; at < sorted.size(); at += size_t(batch_size)) {
+    std::vector<const sft_sample*> rows(
+        sorted.begin() + ptrdiff_t(at),
+        sorted.begin() + ptrdiff_t(std::min(sorted.size(), at + size_t(batch_size))));
+    const auto b = make_batch(rows, pad_id);
+    const int64_t T = b.tokens.size(1);
+    const auto logits = m.forward(b.tokens).logits.slice(1, 0, T - 1);
+    const auto ce = torch::nn::functional::cross_entropy(
+        logits.reshape({-1, logits.size(-1)}), b.tokens.slice(1, 1).reshape({-1}),
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    const auto w = b.masks.target.slice(1, 1).reshape({-1});
+    sum += (ce * w).sum().item<double>();
+    n += w.sum().item<double>();
+  }
+  return n > 0 ? sum / n : 0.0;
+}
+
+// ---- the run --------------------------------------------------------------------------------------------
+
+sft_result run_sft(const recipe& r) {
+  validate(r);
+  if (r.threads > 0) torch::set_num_threads(r.threads);
+  fs::create_directories(r.out + "/checkpoints");
+  const std::string resume_dir = latest_checkpoint(r.out);
+
+  const auto config = formats::load_model_config(r.init.empty() ? r.config : r.init);
+  const std::string template_source = r.chat_template.empty() ? "moxi-tiny (built in)" : r.chat_template;
+  const std::string template_text = r.chat_template.empty() ? std::string(formats::moxi_tiny_chat_template())
+                                                            : read_text(r.chat_template, "chat template");
+  const auto train_tasks = load_all(r.train_data), eval_tasks = load_all(r.eval_data);
+  if (train_tasks.empty()) throw error(r.source + ": data.train yields no tasks");
+
+  // The tokenizer: given, or trained once and kept in the run directory (a resume reuses it).
+  const std::string run_tok = r.out + "/tokenizer.json";
+  std::string tok_json;
+  if (!r.tokenizer.empty()) {
+    tok_json = read_text(r.tokenizer, "tokenizer");
+  } else if (fs::exists(run_tok)) {
+    tok_json = read_text(run_tok, "tokenizer");
+  } else {
+    // Rendering for the trainer needs the specials' text only; the default names are the trainer's.
+    const auto specials = formats::default_special_tokens();
+    const auto pre = formats::chat_template::from_tokenizer_config_json(
+        {{"chat_template", template_text}, {"bos_token", specials[1]}, {"eos_token", specials[2]}},
+        template_source);
+    tok_json = train_tokenizer(r, config, train_tasks, pre);
+    eval::write_file_atomic(run_tok, tok_json);
+  }
+  const auto tok = tokenizer::from_hf_json(tok_json, r.tokenizer.empty() ? run_tok : r.tokenizer);
+  if (tok.vocab_size() > config.vocab_size)
+    throw error("tokenizer has " + std::to_string(tok.vocab_size()) +
+                " ids, the model config's vocab_size is " + std::to_string(config.vocab_size));
+  export_assets assets;
+  assets.tokenizer_json = tok_json;
+  assets.chat_template = template_text;
+  assets.bos_token = special_of(tok, config.bos_token_id, "bos_token_id", "");
+  assets.eos_token = special_of(tok, config.eos_token_id, "eos_token_id", "");
+  assets.pad_token = special_of(tok, config.pad_token_id, "pad_token_id", "");
+  assets.end_token = r.end_token;
+  const auto end_id = tok.find(r.end_token);
+  if (!end_id) throw error(r.source + ": end_token '" + r.end_token + "' is not a token of the tokenizer");
+  assets.end_token_id = *end_id;
+  const int64_t pad_id = config.pad_token_id.value_or(0);
+  const auto tpl = formats::chat_template::from_tokenizer_config_json(
+      {{"chat_template", template_text}, {"bos_token", assets.bos_token}, {"eos_token", assets.eos_token}},
+      template_source);
+
+  const auto train_samples = make_samples(train_tasks, tpl, tok, r, "train");
+  const auto eval_samples = make_samples(eval_tasks, tpl, tok, r, "eval");
+  if (train_samples.empty())
+    throw error(r.source + ": every training conversation is longer than max_tokens");
+  std::vector<int64_t> lengths;
+  for (const auto& s : train_samples) lengths.push_back(int64_t(s.tokens.size()));
+  batch_order order(lengths, r.batch_size, r.seed);
+
+  // The model and optimizer: fresh, or exactly as the latest checkpoint left them.
+  torch::manual_seed(r.seed);
+  run_state st;
+  train_model m = !resume_dir.empty() ? train_model::load(resume_dir)
+                  : r.init.empty()    ? train_model::init(config, r.seed)
+                                      : train_model::load(r.init);
+  const auto groups = group_parameters(m);
+  auto opt = make_adamw(groups, {r.lr, r.weight_decay, r.beta1, r.beta2, r.eps});
+  if (!resume_dir.empty()) {
+    torch::load(*opt, resume_dir + "/optimizer.pt");
+    torch::Tensor rng;
+    torch::load(rng, resume_dir + "/rng.pt");
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(rng);
+    st.step =
+        json::parse(read_text(resume_dir + "/state.json", "checkpoint state")).at("step").get<int64_t>();
+    std::fprintf(stderr, "sft: resuming from %s (step %" PRId64 ")\n", resume_dir.c_str(), st.step);
+  } else {
+    write_file(r.out + "/recipe.json", r.doc.dump(2) + "\n");
+  }
+  std::vector<torch::Tensor> all_params = groups.params[0];
+  all_params.insert(all_params.end(), groups.params[1].begin(), groups.params[1].end());
+  int64_t n_params = 0;
+  for (const auto& p : all_params) n_params += p.numel();
+  std::fprintf(stderr,
+               "sft: %" PRId64 " trainable parameters, %" PRId64 " steps + %" PRId64
+               " QAT steps, batch %" PRId64 ", %" PRId64 " batches per epoch\n",
+               n_params, r.steps, r.qat_steps, r.batch_size, order.batches_per_epoch());
+
+  const lr_schedule main_lr{r.lr, r.min_lr, r.warmup_steps, r.steps};
+  const lr_schedule qat_lr{r.qat_lr, r.qat_lr * 0.1, 0, r.qat_steps};
+  const loss_options lo{r.mtp_weight, r.balance_alpha, 1.0};
+  const std::string sft_export = r.out + "/model-sft";
+  const std::string final_export = r.export_dir.empty() ? r.out + "/model" : r.export_dir;
+
+  auto eval_now = [&](int64_t step) {
+    if (eval_samples.empty()) return -1.0;
+    const double l = held_out_loss(m, eval_samples, r.batch_size, pad_id);
+    std::fprintf(stderr, "sft: step %" PRId64 " held-out loss %.4f%s\n", step, l,
+                 m.options().qat ? " (QAT)" : "");
+    append_log(r.out, {{"step", step}, {"eval_loss", l}, {"qat", m.options().qat}});
+    return l;
+  };
+
+  // Greedy pass rates of an exported directory through the engine and the sandboxed checkers (moxi eval).
+  auto pass_eval = [&](const std::string& dir, const std::string& name, int64_t step) {
+    if (eval_tasks.empty()) return;
+    eval::evaluate_options eo;
+    eo.max_tokens = r.pass_eval_max_new;
+    eo.progress = false;
+    const auto rep = eval::evaluate(dir, eval_tasks, eo);
+    std::string line;
+    json by = json::object();
+    for (const auto& [d, st2] : rep.by_domain) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, " %s %" PRId64 "/%" PRId64 " (%.1f%%)", eval::to_string(d), st2.passed,
+                    st2.judged(), 100 * st2.pass_rate());
+      line += buf;
+      by[eval::to_string(d)] = st2.pass_rate();
+    }
+    std::fprintf(stderr, "sft: step %" PRId64 " pass rate (%s):%s\n", step, name.c_str(), line.c_str());
+    append_log(r.out, {{"step", step}, {"pass_rate", by}, {"model", name}});
+    eval::write_file_atomic(r.out + "/eval-" + name + ".json", eval::to_json(rep).dump(2) + "\n");
+  };
+
+  sft_result res;
+  if (st.step == 0) res.final_eval_loss = eval_now(0);  // the baseline the log compares against
+  using clock = std::chrono::steady_clock;
+  auto window_start = clock::now();
+  int64_t window_tokens = 0, window_steps = 0;
+  double sec_per_step = 0;
+  for (int64_t step = st.step; step < r.total_steps(); ++step) {
+    const bool qat = step >= r.steps;
+    if (qat && step == r.steps && !fs::exists(sft_export + "/config.json")) {
+      // The model before QAT, exported as the engine will serve it (MXFP4 by rounding, no QAT).
+      auto copy = clone(m);
+      export_model(copy, assets, sft_export);
+      std::fprintf(stderr, "sft: exported the pre-QAT model to %s\n", sft_export.c_str());
+      pass_eval(sft_export, "sft", step);
+    }
+    auto mo = m.options();
+    mo.qat = qat;
+    mo.dsa_dense = step < r.dsa_dense_steps;
+    m.set_options(mo);
+    const double lr = qat ? qat_lr.lr_at(step - r.steps) : main_lr.lr_at(step);
+    set_lr(*opt, lr);
+
+    const auto idx = order.batch(step);
+    std::vector<const sft_sample*> rows;
+    for (auto i : idx) rows.push_back(&train_samples[i]);
+    const auto b = make_batch(rows, pad_id);
+    opt->zero_grad();
+    auto loss = training_loss(m, b.tokens, lo, b.masks);
+    loss.total.backward();
+    const double gnorm = clip_grad_norm(all_params, r.clip_norm);
+    opt->step();
+    update_router_bias(m, loss.stats, r.bias_update_speed, b.masks.valid);
+    res.final_loss = loss.total.item<double>();
+    ++res.steps_done;
+    window_tokens += b.tokens_real;
+    ++window_steps;
+
+    const int64_t done = step + 1;
+    if (done % r.log_every == 0 || done == r.total_steps()) {
+      const double secs = std::chrono::duration<double>(clock::now() - window_start).count();
+      const double per = secs / double(window_steps);
+      sec_per_step = sec_per_step == 0 ? per : 0.7 * sec_per_step + 0.3 * per;
+      const double tps = secs > 0 ? double(window_tokens) / secs : 0;
+      std::fprintf(stderr,
+                   "sft: step %" PRId64 "/%" PRId64
+                   "%s loss %.4f (ce %.4f mtp %.4f) lr %.2e gnorm %.2f "
+                   "%.0f tok/s eta %s\n",
+                   done, r.total_steps(), qat ? " QAT" : "", res.final_loss, loss.ce.item<double>(),
+                   loss.mtp.item<double>(), lr, gnorm, tps,
+                   format_duration(sec_per_step * double(r.total_steps() - done)).c_str());
+      append_log(r.out, {{"step", done},
+                         {"loss", res.final_loss},
+                         {"ce", loss.ce.item<double>()},
+                         {"mtp", loss.mtp.item<double>()},
+                         {"balance", loss.balance.item<double>()},
+                         {"indexer_kl", loss.indexer_kl.item<double>()},
+                         {"lr", lr},
+                         {"grad_norm", gnorm},
+                         {"tokens_per_s", tps},
+                         {"qat", qat}});
+      window_start = clock::now();
+      window_tokens = window_steps = 0;
+    }
+    if ((r.eval_every > 0 && done % r.eval_every == 0) || done == r.steps || done == r.total_steps())
+      res.final_eval_loss = eval_now(done);
+    if (r.pass_eval_every > 0 && done % r.pass_eval_every == 0 && done != r.total_steps()) {
+      auto copy = clone(m);
+      export_model(copy, assets, r.out + "/model-eval");
+      pass_eval(r.out + "/model-eval", "step", done);
+    }
+    if (done % r.checkpoint_every == 0 || done == r.total_steps()) {
+      st.step = done;
+      write_checkpoint(r.out, m, *opt, st, order);
+    }
+  }
+  auto fo = m.options();
+  fo.qat = r.qat_steps > 0;
+  fo.dsa_dense = false;
+  m.set_options(fo);
+  export_model(m, assets, final_export);
+  std::fprintf(stderr, "sft: exported %s\n", final_export.c_str());
+  pass_eval(final_export, r.qat_steps > 0 ? "qat" : "final", r.total_steps());
+  res.export_dir = final_export;
+  return res;
+}
+
+}  // namespace moxi::train

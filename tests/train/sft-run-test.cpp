@@ -1,0 +1,162 @@
+// Whole SFT runs of `moxi train sft` on a tiny config (issue 4): a run killed with SIGKILL in the middle and
+// resumed reaches exactly the parameters of an uninterrupted run (1 thread, same seed), a short run's
+// held-out loss drops, and `moxi train` runs moxi-train from its own directory or says why it cannot.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/temp-dir.h"
+#include "moxi/train/model.h"
+#include "moxi/train/recipe.h"
+#include "moxi/train/sft.h"
+
+namespace fs = std::filesystem;
+using namespace moxi;
+
+namespace {
+
+const std::string kSource = MOXI_SOURCE_DIR, kBinary = MOXI_BINARY_DIR;
+
+std::string read(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A recipe for a few seconds of training: tiny-seed (KDA + Gated DSA, MoE, MTP, MXFP4 experts), terminal
+// tasks, a tokenizer trained on them, checkpoints every 2 steps, a QAT phase at the end.
+std::string write_recipe(const std::string& dir, int64_t steps, int64_t qat_steps) {
+  const nlohmann::json r = {
+      {"seed", 3},
+      {"threads", 1},
+      {"model", {{"config", kSource + "/configs/tiny-seed.json"}}},
+      {"chat_template", kSource + "/configs/chat-templates/moxi-tiny.jinja"},
+      {"data",
+       {{"train", {{{"domain", "terminal"}, {"n", 24}, {"seed", 1}}}},
+        {"eval", {{{"domain", "terminal"}, {"split", "test"}, {"n", 8}, {"seed", 2}}}},
+        {"max_tokens", 96}}},
+      {"optimizer",
+       {{"batch_size", 4}, {"steps", steps}, {"lr", 3e-3}, {"min_lr", 3e-4}, {"warmup_steps", 2}}},
+      {"eval", {{"every", 0}}},
+      {"qat", {{"steps", qat_steps}, {"lr", 1e-3}}},
+      {"checkpoint_every", 2},
+      {"log_every", 1}};
+  const std::string path = dir + "/recipe.json";
+  std::ofstream(path) << r.dump(2);
+  return path;
+}
+
+pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int64_t latest_step(const std::string& out) {
+  const std::string p = out + "/checkpoints/latest";
+  if (!fs::exists(p)) return -1;
+  const auto s = read(p);
+  return s.rfind("step-", 0) == 0 ? std::stoll(s.substr(5)) : -1;
+}
+
+TEST(SftRun, KilledAndResumedRunEndsWithExactlyTheUninterruptedParameters) {
+  moxi::testing::temp_dir tmp("moxi-sft-resume");
+  const auto recipe = write_recipe(tmp.path(), 10, 2);
+  const std::string trainer = kBinary + "/moxi-train";
+  auto cmd = [&](const std::string& out) {
+    return std::vector<std::string>{trainer, "sft", "--recipe", recipe, "--out", out};
+  };
+  const std::string a = tmp / "a", b = tmp / "b";
+  ASSERT_EQ(wait_exit(spawn(cmd(a), tmp / "a.log")), 0) << read(tmp / "a.log");
+
+  // Kill the second run once it has checkpointed step 4 (it is then somewhere in steps 5..12).
+  const pid_t pid = spawn(cmd(b), tmp / "b1.log");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (latest_step(b) < 4 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ::kill(pid, SIGKILL);
+  ASSERT_EQ(wait_exit(pid), 128 + SIGKILL) << read(tmp / "b1.log");
+  const int64_t killed_at = latest_step(b);
+  ASSERT_GE(killed_at, 4);
+  ASSERT_LT(killed_at, 12) << "the run finished before it could be killed";
+
+  ASSERT_EQ(wait_exit(spawn(cmd(b), tmp / "b2.log")), 0) << read(tmp / "b2.log");
+  EXPECT_NE(read(tmp / "b2.log").find("resuming from"), std::string::npos) << read(tmp / "b2.log");
+  ASSERT_EQ(latest_step(a), 12);
+  ASSERT_EQ(latest_step(b), 12);
+  const auto ma = train::train_model::load(a + "/checkpoints/step-00000012");
+  const auto mb = train::train_model::load(b + "/checkpoints/step-00000012");
+  int64_t compared = 0;
+  for (const auto& [name, p] : ma.params()) {
+    EXPECT_TRUE(torch::equal(p, mb.params().at(name)))
+        << name << " differs after resume (killed at step " << killed_at << ")";
+    ++compared;
+  }
+  EXPECT_EQ(compared, int64_t(ma.manifest().size()));
+  // The exports (after QAT) are byte-identical too.
+  EXPECT_EQ(read(a + "/model/model.safetensors"), read(b + "/model/model.safetensors"));
+}
+
+TEST(SftRun, ShortRunLowersTheHeldOutLossAndExportsAServableModel) {
+  moxi::testing::temp_dir tmp("moxi-sft-short");
+  auto r = train::load_recipe(write_recipe(tmp.path(), 40, 4));
+  train::set_field(r, "out", tmp / "run");
+  train::set_field(r, "checkpoint_every", 100);
+  // Held out: unseen conversations of the training distribution (another seed). The test split holds out
+  // templates and parameter ranges, which a 40-step run is not expected to learn.
+  train::set_field(
+      r, "data.eval",
+      nlohmann::json::array({{{"domain", "terminal"}, {"split", "train"}, {"n", 16}, {"seed", 99}}}));
+  const auto res = train::run_sft(r);
+  EXPECT_EQ(res.steps_done, 44);
+  // log.jsonl: the held-out loss before training (step 0) and after.
+  std::ifstream log(tmp / "run/log.jsonl");
+  std::vector<double> evals;
+  for (std::string line; std::getline(log, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("eval_loss")) evals.push_back(j["eval_loss"].get<double>());
+  }
+  ASSERT_GE(evals.size(), 2u);
+  EXPECT_LT(evals.back(), 0.7 * evals.front()) << "held-out loss " << evals.front() << " -> " << evals.back();
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                        "generation_config.json"})
+    EXPECT_TRUE(fs::exists(tmp / ("run/model/" + std::string(f)))) << f;
+  EXPECT_TRUE(fs::exists(tmp / "run/model-sft/model.safetensors"));
+}
+
+TEST(SftRun, MoxiTrainRunsTheTrainerOrExplainsThatItIsMissing) {
+  moxi::testing::temp_dir tmp("moxi-train-cli");
+  ASSERT_EQ(wait_exit(spawn({kBinary + "/moxi", "train", "sft", "--help"}, tmp / "help.log")), 0);
+  EXPECT_NE(read(tmp / "help.log").find("--recipe"), std::string::npos) << read(tmp / "help.log");
+  // A moxi without moxi-train next to it (a build without libtorch).
+  fs::copy_file(kBinary + "/moxi", tmp / "moxi");
+  fs::permissions(tmp / "moxi", fs::perms::owner_exec, fs::perm_options::add);
+  ASSERT_EQ(wait_exit(spawn({tmp / "moxi", "train", "sft"}, tmp / "missing.log")), 1);
+  EXPECT_NE(read(tmp / "missing.log").find("built without libtorch"), std::string::npos)
+      << read(tmp / "missing.log");
+}
+
+}  // namespace
