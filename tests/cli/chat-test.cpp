@@ -13,36 +13,19 @@
 #include <string>
 #include <vector>
 
+#include "common/run-moxi.h"
 #include "common/temp-dir.h"
 #include "moxi/formats/chat-template.h"
 #include "moxi/formats/tokenizer.h"
 
 namespace {
 
-struct result {
-  int code;
-  std::string out, err;
-};
+using result = moxi::testing::command_result;
 
 // Runs `moxi args` with `input` on stdin; stdout and stderr apart.
 result run(const std::string& args, const std::string& input, const std::string& dir,
            const std::string& env = "") {
-  const std::string in = dir + "/stdin.txt", err = dir + "/stderr.txt";
-  std::ofstream(in, std::ios::binary) << input;
-  const std::string cmd =
-      env + " " + std::string(MOXI_BINARY_DIR) + "/moxi " + args + " <" + in + " 2>" + err;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return {-1, "", ""};
-  result r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::stringstream ss;
-  ss << std::ifstream(err, std::ios::binary).rdbuf();
-  r.err = ss.str();
-  return r;
+  return moxi::testing::run_moxi(args, input, dir, env);
 }
 
 // The --show-prompt lines of stderr, one per turn.

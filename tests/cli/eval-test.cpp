@@ -13,31 +13,14 @@
 #include <sstream>
 #include <string>
 
+#include "common/run-moxi.h"
 #include "common/temp-dir.h"
 
 namespace {
 
-struct result {
-  int code;
-  std::string out, err;
-};
+using result = moxi::testing::command_result;
 
-result run(const std::string& args, const std::string& dir) {
-  const std::string err = dir + "/stderr.txt";
-  const std::string cmd = std::string(MOXI_BINARY_DIR) + "/moxi " + args + " </dev/null 2>" + err;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return {-1, "", ""};
-  result r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::stringstream ss;
-  ss << std::ifstream(err, std::ios::binary).rdbuf();
-  r.err = ss.str();
-  return r;
-}
+result run(const std::string& args, const std::string& dir) { return moxi::testing::run_moxi(args, "", dir); }
 
 std::string read(const std::string& path) {
   std::stringstream ss;

@@ -9,15 +9,14 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <thread>
 #include <unordered_map>
 
 #include "moxi/base/error.h"
 #include "moxi/base/progress.h"
 #include "moxi/base/thread-pool.h"
+#include "moxi/formats/json-file.h"
 #include "moxi/runtime/local-model.h"
 
 namespace moxi::eval {
@@ -296,17 +295,7 @@ eval_report report_from_json(const nlohmann::json& j, const std::string& where) 
 }
 
 eval_report read_report(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw error("cannot open eval report " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw error(path + ": invalid JSON: " + e.what());
-  }
-  return report_from_json(j, path);
+  return report_from_json(formats::read_json_file(path, "eval report"), path);
 }
 
 // ---- comparison ----

@@ -4,11 +4,10 @@
 #include "moxi/formats/chat-template.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "moxi/base/error.h"
 #include "moxi/formats/chat-template-ast.h"
+#include "moxi/formats/json-file.h"
 
 namespace moxi::formats {
 
@@ -39,15 +38,7 @@ std::string token_text(const nlohmann::ordered_json& config, const char* key) {
 }
 
 nlohmann::ordered_json read_tokenizer_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw error("cannot open tokenizer config " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return nlohmann::ordered_json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw error(path + ": invalid JSON: " + e.what());
-  }
+  return read_json_file<nlohmann::ordered_json>(path, "tokenizer config");
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "moxi/base/error.h"
 #include "moxi/base/mx.h"
 #include "moxi/base/progress.h"
+#include "moxi/base/splitmix.h"
 #include "moxi/formats/byte-tokenizer.h"
 #include "moxi/formats/chat-template.h"
 #include "moxi/formats/checkpoint.h"
@@ -24,13 +25,6 @@
 
 namespace moxi::model {
 namespace {
-
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 // xoshiro256** seeded from (seed, name): a stream per tensor, so shard layout never changes values.
 class rng {

@@ -4,11 +4,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "moxi/base/error.h"
+#include "moxi/formats/json-file.h"
 
 namespace moxi {
 namespace fs = std::filesystem;
@@ -50,16 +49,7 @@ std::vector<int64_t> generation_config_stops(const std::string& dir) {
   const fs::path path = fs::path(dir) / "generation_config.json";
   std::error_code ec;
   if (!fs::exists(path, ec)) return {};
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw error("cannot open " + path.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw error(path.string() + ": invalid JSON: " + e.what());
-  }
+  const nlohmann::json j = formats::read_json_file(path.string(), "generation config");
   if (!j.is_object() || !j.contains("eos_token_id") || j["eos_token_id"].is_null()) return {};
   const auto& e = j["eos_token_id"];
   std::vector<int64_t> ids;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "moxi/base/error.h"
+#include "moxi/base/splitmix.h"
 
 namespace moxi::serve {
 
@@ -21,15 +22,8 @@ using hidden = std::array<float, D>;
 using formats::attn_kind;
 using memory::cache_spec;
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 float unit(uint64_t x) {
-  return float(int64_t(splitmix64(x) >> 40) - (int64_t(1) << 23)) / float(1 << 23);
+  return float(int64_t(moxi::splitmix64(x) >> 40) - (int64_t(1) << 23)) / float(1 << 23);
 }
 
 hidden embed(token_id t, int64_t pos) {

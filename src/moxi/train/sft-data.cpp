@@ -5,18 +5,12 @@
 #include <numeric>
 
 #include "moxi/base/error.h"
+#include "moxi/base/splitmix.h"
 #include "moxi/eval/generate.h"
 
 namespace moxi::train {
 
 namespace {
-
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 // Fisher-Yates with a portable generator (no std:: distributions: their output differs between libraries).
 template <class T>

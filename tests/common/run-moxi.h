@@ -1,0 +1,40 @@
+// Running the built `moxi` binary from a test: its exit code, stdout and stderr apart.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace moxi::testing {
+
+struct command_result {
+  int code;  // exit status, or 128 + signal
+  std::string out, err;
+};
+
+// Runs `env MOXI_BINARY_DIR/moxi args` through the shell with `input` on stdin; `dir` holds the stdin and
+// stderr files.
+inline command_result run_moxi(const std::string& args, const std::string& input, const std::string& dir,
+                               const std::string& env = "") {
+  const std::string in = dir + "/stdin.txt", err = dir + "/stderr.txt";
+  std::ofstream(in, std::ios::binary) << input;
+  const std::string cmd = env + " " + std::string(MOXI_BINARY_DIR) + "/moxi " + args + " <" + in + " 2>" + err;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return {-1, "", ""};
+  command_result r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::stringstream ss;
+  ss << std::ifstream(err, std::ios::binary).rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+}  // namespace moxi::testing
