@@ -12,18 +12,17 @@
 // <= 2e-7 max|ref| on all three configs. Bound: max <= 1e-3 max|ref| (room for an occasional E4M3 flip) and
 // mean <= 1e-4 max|ref| (a wrong kernel gives O(1) errors everywhere).
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <optional>
-#include <random>
 
+#include "common/model-fixture.h"
+#include "common/temp-dir.h"
 #include "moxi/formats/model-config.h"
 #include "moxi/kernels/matmul-dispatch.h"
-#include "moxi/model/init.h"
 #include "moxi/model/model.h"
 
 namespace fs = std::filesystem;
@@ -31,38 +30,14 @@ using namespace moxi;
 
 namespace {
 
-class scratch_dir {
- public:
-  scratch_dir() {
-    std::string t = (fs::temp_directory_path() / "moxi-fast-forward-XXXXXX").string();
-    if (!::mkdtemp(t.data())) throw std::runtime_error("mkdtemp");
-    dir_ = t;
-  }
-  ~scratch_dir() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  const std::string& dir() const { return dir_; }
-
- private:
-  std::string dir_;
-};
+using scratch_dir = moxi::testing::temp_dir;
 
 std::string make_checkpoint(const scratch_dir& s, const std::string& name) {
-  const std::string out = s.dir() + "/" + name + ".ckpt";
-  model::init_options o;
-  o.seed = 7;
-  o.show_progress = false;
-  model::init_checkpoint(formats::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/" + name), out,
-                         o);
-  return out;
+  return moxi::testing::init_test_checkpoint(s.path(), name, 7);
 }
 
 std::vector<token_id> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<token_id> t(static_cast<size_t>(n));
-  for (auto& x : t) x = token_id(rng() % uint64_t(vocab));
-  return t;
+  return moxi::testing::random_token_ids(n, vocab, seed);
 }
 
 // Logits of a prefill of `prefill` tokens then single-token decode steps for the rest (both kernel shapes).
