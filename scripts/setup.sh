@@ -9,6 +9,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libseccomp-dev libxxhash-dev libpcre2-dev bubblewrap libcpp-httplib-dev
   prometheus libtorch-dev
+  python3  # the code-domain checkers run candidate programs and their tests with it (in the sandbox)
 )
 
 missing=()
