@@ -1,6 +1,8 @@
 // MXFP4 dispatch: variant choice (once), packing into the panel-16 layout, activation quantization and
 // bf16 conversion into grow-only per-thread scratch, and static partitioning of weight panels over the
 // global thread pool (each thread writes disjoint rows of y, so results do not depend on the schedule).
+// The AVX512_BF16 and AMX_BF16 GEMMs share one driver (run_bf16_gemm); the AMX one can also run on the
+// tile emulator (detail::matmul_mxfp4_amx), which is how it is tested on CPUs without AMX.
 #include "moxi/kernels/mxfp4-dispatch.h"
 
 #include <cstdlib>
@@ -20,18 +22,42 @@ struct mxfp4_access {
   static x86::mxfp4_panels panels(const packed_mxfp4& w) { return {w.qs_.data(), w.sc_.data(), w.n_, w.k_}; }
   static const uint8_t* qs(const packed_mxfp4& w) { return w.qs_.data(); }
   static const uint8_t* sc(const packed_mxfp4& w) { return w.sc_.data(); }
+
+  // The panel-16 layout of every x86 variant (mxfp4-x86.h), without the CPU check.
+  static packed_mxfp4 pack_panels(const uint8_t* blocks, const uint8_t* scales, int64_t N, int64_t K,
+                                  mxfp4_variant variant) {
+    packed_mxfp4 p;
+    p.n_ = N;
+    p.k_ = K;
+    p.variant_ = variant;
+    const int64_t half = K / 2, nb = K / mx::kBlock;
+    const int64_t panels = (N + x86::kPanel - 1) / x86::kPanel;
+    p.qs_.assign(size_t(panels * half * 16), 0);  // padded rows are zero codes with scale 2^-127: they add 0
+    p.sc_.assign(size_t(panels * nb * 16), 0);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t P = n / 16, r = n % 16;
+      const uint8_t* src = blocks + n * half;
+      uint8_t* dst = p.qs_.data() + P * half * 16 + r;
+      for (int64_t j = 0; j < half; ++j) dst[j * 16] = src[j];
+      const uint8_t* ss = scales + n * nb;
+      uint8_t* sd = p.sc_.data() + P * nb * 16 + r;
+      for (int64_t b = 0; b < nb; ++b) sd[b * 16] = ss[b];
+    }
+    return p;
+  }
 };
 
 namespace {
 
 mxfp4_variant choose_variant() {
-  mxfp4_variant cap = mxfp4_variant::AVX512_BF16;
+  mxfp4_variant cap = mxfp4_variant::AMX_BF16;
   if (const char* env = std::getenv("MOXI_KERNELS")) {
     const std::string s = env;
     if (s == "ref") cap = mxfp4_variant::REF;
     if (s == "avx512") cap = mxfp4_variant::AVX512;
+    if (s == "avx512_bf16") cap = mxfp4_variant::AVX512_BF16;
   }
-  for (mxfp4_variant v : {mxfp4_variant::AVX512_BF16, mxfp4_variant::AVX512})
+  for (mxfp4_variant v : {mxfp4_variant::AMX_BF16, mxfp4_variant::AVX512_BF16, mxfp4_variant::AVX512})
     if (uint8_t(v) <= uint8_t(cap) && mxfp4_supported(v)) return v;
   return mxfp4_variant::REF;
 }
@@ -54,6 +80,62 @@ mx::elem_format act_format(act_quant act) {
   return act == act_quant::MXFP8_E4M3 ? mx::elem_format::FP8_E4M3 : mx::elem_format::FP8_E5M2;
 }
 
+enum class bf16_gemm : uint8_t { AVX512_BF16, AMX, AMX_EMULATED, AMX_EMULATED_SCALAR };
+
+// The GEMM (prefill) of the bf16 variants: activation quantization (the same mx::fake_quantize as the
+// reference) and the bf16 conversion split over threads by 32-blocks, then weight panel pairs split over
+// threads. The AMX kernels read x in whole 16-token tiles, so their xb has T rounded up to 16 rows, the
+// padding zero.
+void run_bf16_gemm(const float* x, const x86::mxfp4_panels& pw, float* y, int64_t T, act_quant act,
+                   bf16_gemm kind) {
+  thread_pool& pool = thread_pool::global();
+  const int64_t K = pw.K, N = pw.N;
+  const bool amx = kind != bf16_gemm::AVX512_BF16;
+  const int64_t Tp = amx ? (T + x86::kAmxTokenPad - 1) / x86::kAmxTokenPad * x86::kAmxTokenPad : T;
+  thread_local std::vector<float> xq_buf;
+  thread_local std::vector<uint16_t> xb_buf;
+  float* xq = act != act_quant::NONE ? scratch(xq_buf, size_t(T * K)) : nullptr;
+  uint16_t* xb = scratch(xb_buf, size_t(Tp * K));
+  std::memset(xb + T * K, 0, size_t((Tp - T) * K) * sizeof(uint16_t));
+  pool.run_if(T * K, kMinConvertPerThread, [&](int tid, int nt) {
+    const range r = split_range(T * K, tid, nt, mx::kBlock);
+    if (r.begin == r.end) return;
+    const float* src = x + r.begin;
+    if (xq) {
+      kernels::fake_quantize(act_format(act), src, size_t(r.end - r.begin), xq + r.begin);
+      src = xq + r.begin;
+    }
+    if (kind == bf16_gemm::AMX_EMULATED_SCALAR)
+      x86::f32_to_bf16_scalar(src, xb + r.begin, r.end - r.begin);
+    else
+      x86::f32_to_bf16_avx512bf16(src, xb + r.begin, r.end - r.begin);
+  });
+  const int64_t pairs = (pw.panels() + 1) / 2;
+  pool.run_if(T * N * K, kMinGemmMacsPerThread, [&](int tid, int nt) {
+    const range r = split_range(pairs, tid, nt);
+    if (r.begin == r.end) return;
+    thread_local std::vector<uint32_t> wbuf;
+    switch (kind) {
+      case bf16_gemm::AVX512_BF16:
+        x86::mxfp4_gemm_avx512bf16(xb, T, pw, r.begin, r.end, y,
+                                   scratch(wbuf, size_t(x86::mxfp4_gemm_scratch_u32())));
+        break;
+      case bf16_gemm::AMX:
+        x86::mxfp4_gemm_amx(xb, T, pw, r.begin, r.end, y,
+                            scratch(wbuf, size_t(x86::mxfp4_gemm_amx_scratch_u32())));
+        break;
+      case bf16_gemm::AMX_EMULATED:
+        x86::mxfp4_gemm_amx_emulated(xb, T, pw, r.begin, r.end, y,
+                                     scratch(wbuf, size_t(x86::mxfp4_gemm_amx_scratch_u32())));
+        break;
+      case bf16_gemm::AMX_EMULATED_SCALAR:
+        x86::mxfp4_gemm_amx_emulated_scalar(xb, T, pw, r.begin, r.end, y,
+                                            scratch(wbuf, size_t(x86::mxfp4_gemm_amx_scratch_u32())));
+        break;
+    }
+  });
+}
+
 }  // namespace
 
 const char* to_string(mxfp4_variant v) {
@@ -64,6 +146,8 @@ const char* to_string(mxfp4_variant v) {
       return "avx512";
     case mxfp4_variant::AVX512_BF16:
       return "avx512_bf16";
+    case mxfp4_variant::AMX_BF16:
+      return "amx_bf16";
   }
   return "?";
 }
@@ -76,6 +160,8 @@ bool mxfp4_supported(mxfp4_variant v) {
       return x86::cpu().avx512;
     case mxfp4_variant::AVX512_BF16:
       return x86::cpu().avx512 && x86::cpu().avx512_bf16;
+    case mxfp4_variant::AMX_BF16:  // its GEMV, bf16 conversion and weight decode are AVX512-BF16 code
+      return x86::cpu().avx512 && x86::cpu().avx512_bf16 && x86::cpu().amx_bf16;
   }
   return false;
 }
@@ -91,28 +177,13 @@ packed_mxfp4 pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t N,
   if (!mxfp4_supported(variant))
     throw error(std::string("MXFP4 kernel variant ") + to_string(variant) +
                 " is not supported on this CPU (" + x86::cpu_features_string() + ")");
+  if (variant != mxfp4_variant::REF) return mxfp4_access::pack_panels(blocks, scales, N, K, variant);
   packed_mxfp4 p;
   p.n_ = N;
   p.k_ = K;
   p.variant_ = variant;
-  const int64_t half = K / 2, nb = K / mx::kBlock;
-  if (variant == mxfp4_variant::REF) {
-    p.qs_.assign(blocks, blocks + N * half);
-    p.sc_.assign(scales, scales + N * nb);
-    return p;
-  }
-  const int64_t panels = (N + x86::kPanel - 1) / x86::kPanel;
-  p.qs_.assign(size_t(panels * half * 16), 0);  // padded rows are zero codes with scale 2^-127: they add 0
-  p.sc_.assign(size_t(panels * nb * 16), 0);
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t P = n / 16, r = n % 16;
-    const uint8_t* src = blocks + n * half;
-    uint8_t* dst = p.qs_.data() + P * half * 16 + r;
-    for (int64_t j = 0; j < half; ++j) dst[j * 16] = src[j];
-    const uint8_t* ss = scales + n * nb;
-    uint8_t* sd = p.sc_.data() + P * nb * 16 + r;
-    for (int64_t b = 0; b < nb; ++b) sd[b * 16] = ss[b];
-  }
+  p.qs_.assign(blocks, blocks + N * (K / 2));
+  p.sc_.assign(scales, scales + N * (K / mx::kBlock));
   return p;
 }
 
@@ -127,7 +198,7 @@ void matmul_mxfp4(const float* x, const packed_mxfp4& w, float* y, int64_t T, ac
   }
   thread_pool& pool = thread_pool::global();
   const x86::mxfp4_panels pw = mxfp4_access::panels(w);
-  const bool bf16 = w.variant() == mxfp4_variant::AVX512_BF16;
+  const bool bf16 = w.variant() == mxfp4_variant::AVX512_BF16 || w.variant() == mxfp4_variant::AMX_BF16;
   if (!bf16 || (T <= opt.gemv_max_tokens && T <= x86::kGemvMaxTokens)) {
     // GEMV (decode): one pool job. Each thread quantizes and converts the few rows of x itself (T * K
     // elements against its share of N * K weights) instead of a job per step, then runs its panels.
@@ -158,29 +229,8 @@ void matmul_mxfp4(const float* x, const packed_mxfp4& w, float* y, int64_t T, ac
     });
     return;
   }
-  // GEMM (prefill): activation quantization (the same mx::fake_quantize as the reference) and the bf16
-  // conversion split over threads by 32-blocks, then weight panel pairs split over threads.
-  thread_local std::vector<float> xq_buf;
-  thread_local std::vector<uint16_t> xb_buf;
-  float* xq = act != act_quant::NONE ? scratch(xq_buf, size_t(T * K)) : nullptr;
-  uint16_t* xb = scratch(xb_buf, size_t(T * K));
-  pool.run_if(T * K, kMinConvertPerThread, [&](int tid, int nt) {
-    const range r = split_range(T * K, tid, nt, mx::kBlock);
-    if (r.begin == r.end) return;
-    const float* src = x + r.begin;
-    if (xq) {
-      kernels::fake_quantize(act_format(act), src, size_t(r.end - r.begin), xq + r.begin);
-      src = xq + r.begin;
-    }
-    x86::f32_to_bf16_avx512bf16(src, xb + r.begin, r.end - r.begin);
-  });
-  const int64_t pairs = (pw.panels() + 1) / 2;
-  pool.run_if(T * N * K, kMinGemmMacsPerThread, [&](int tid, int nt) {
-    thread_local std::vector<uint32_t> wbuf;
-    uint32_t* s = scratch(wbuf, size_t(x86::mxfp4_gemm_scratch_u32()));
-    const range r = split_range(pairs, tid, nt);
-    if (r.begin < r.end) x86::mxfp4_gemm_avx512bf16(xb, T, pw, r.begin, r.end, y, s);
-  });
+  run_bf16_gemm(x, pw, y, T, act,
+                w.variant() == mxfp4_variant::AMX_BF16 ? bf16_gemm::AMX : bf16_gemm::AVX512_BF16);
 }
 
 void matmul_mxfp4(const float* x, const uint8_t* blocks, const uint8_t* scales, float* y, int64_t T,
@@ -192,5 +242,26 @@ void matmul_mxfp4(const float* x, const uint8_t* blocks, const uint8_t* scales, 
   }
   matmul_mxfp4(x, pack_mxfp4(blocks, scales, N, K, v), y, T, act);
 }
+
+namespace detail {
+
+void matmul_mxfp4_amx(const float* x, const uint8_t* blocks, const uint8_t* scales, float* y, int64_t T,
+                      int64_t N, int64_t K, act_quant act, amx_tiles tiles) {
+  MOXI_ASSERT(K % mx::kBlock == 0 && N >= 0 && K >= 0 && T >= 0);
+  const mxfp4_variant needs = tiles == amx_tiles::HARDWARE   ? mxfp4_variant::AMX_BF16
+                              : tiles == amx_tiles::EMULATED ? mxfp4_variant::AVX512_BF16
+                                                             : mxfp4_variant::REF;
+  if (!mxfp4_supported(needs))
+    throw error(std::string("AMX GEMM on these tiles needs the ") + to_string(needs) +
+                " variant, not supported on this CPU (" + x86::cpu_features_string() + ")");
+  if (T == 0 || N == 0) return;
+  const packed_mxfp4 w = mxfp4_access::pack_panels(blocks, scales, N, K, mxfp4_variant::AMX_BF16);
+  run_bf16_gemm(x, mxfp4_access::panels(w), y, T, act,
+                tiles == amx_tiles::HARDWARE   ? bf16_gemm::AMX
+                : tiles == amx_tiles::EMULATED ? bf16_gemm::AMX_EMULATED
+                                               : bf16_gemm::AMX_EMULATED_SCALAR);
+}
+
+}  // namespace detail
 
 }  // namespace moxi::kernels

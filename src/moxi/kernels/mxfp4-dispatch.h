@@ -1,6 +1,7 @@
 // MXFP4-weight matmul for the engine: weights packed once at load (`pack_mxfp4`), then `matmul_mxfp4`
 // runs the best kernel this CPU has (chosen once by CPUID; MOXI_KERNELS=ref forces the scalar reference)
-// on the global thread pool. Decode (few tokens) takes the memory-bound GEMV, prefill the BF16 GEMM.
+// on the global thread pool. Decode (few tokens) takes the memory-bound GEMV, prefill the BF16 GEMM (on
+// AMX tiles where the CPU has them).
 //
 // Variants and numerics against ref::matmul_mxfp4 (docs/kernels-mxfp4.md):
 //   REF          the scalar reference itself (bit-identical).
@@ -9,6 +10,9 @@
 //   AVX512_BF16  a BF16 GEMV (VDPBF16PS) for T <= gemv_max_tokens, else the BF16 GEMM: weights exact in
 //                bf16, x rounded to bf16 (RNE), exact products, fp32 accumulation. With MXFP8 activations x
 //                is already exact in bf16, so only the summation order differs.
+//   AMX_BF16     the AVX512_BF16 GEMV for T <= gemv_max_tokens (the tiles do not pay for a few tokens),
+//                else the AMX-BF16 GEMM (TDPBF16PS tiles): the same numerics as the BF16 GEMM (x rounded
+//                to bf16, exact weights and products, fp32 accumulation in another order).
 #pragma once
 
 #include <cstddef>
@@ -21,7 +25,7 @@ namespace moxi::kernels {
 
 using ref::act_quant;
 
-enum class mxfp4_variant : uint8_t { REF, AVX512, AVX512_BF16 };
+enum class mxfp4_variant : uint8_t { REF, AVX512, AVX512_BF16, AMX_BF16 };
 
 const char* to_string(mxfp4_variant v);
 
@@ -29,7 +33,8 @@ const char* to_string(mxfp4_variant v);
 bool mxfp4_supported(mxfp4_variant v);
 
 // The variant matmul_mxfp4 uses by default: the best supported one, chosen once per process. MOXI_KERNELS
-// = ref | avx512 | avx512_bf16 caps it (an unsupported request falls back to the best supported below it).
+// = ref | avx512 | avx512_bf16 | amx_bf16 caps it (an unsupported request falls back to the best supported
+// below it).
 mxfp4_variant mxfp4_best_variant();
 
 // Weights in the layout of one variant, built once at load; opaque to callers. Movable, not copyable.
@@ -59,7 +64,7 @@ packed_mxfp4 pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t N,
 
 struct mxfp4_options {
   int64_t gemv_max_tokens =
-      4;  // AVX512_BF16: T up to this takes the GEMV, above it the GEMM (0: always GEMM)
+      4;  // AVX512_BF16, AMX_BF16: T up to this takes the GEMV, above it the GEMM (0: always GEMM)
   // AVX512_BF16 GEMV: keep the widen/shift/ternary-logic decode even where AVX512-VBMI offers the cheaper
   // VPERMI2B one (tests and the benchmark compare the two; their results are identical).
   bool no_vbmi = false;
@@ -75,5 +80,23 @@ void matmul_mxfp4(const float* x,  // f32 [T, K]
 // directly, others pack per call, an extra pass over W. Hot paths pack once with pack_mxfp4.
 void matmul_mxfp4(const float* x, const uint8_t* blocks, const uint8_t* scales, float* y, int64_t T,
                   int64_t N, int64_t K, act_quant act);
+
+namespace detail {
+
+// Where the AMX-BF16 GEMM's tile instructions run.
+enum class amx_tiles : uint8_t {
+  HARDWARE,         // the CPU's tiles (needs mxfp4_supported(AMX_BF16))
+  EMULATED,         // x86/amx-emu (SDM semantics in scalar C++), with the hardware path's AVX-512 weight
+                    // decode and bf16 conversion (needs mxfp4_supported(AVX512_BF16))
+  EMULATED_SCALAR,  // the emulator with a scalar decode and conversion, bit-identical to EMULATED: any CPU
+};
+
+// Test hook: the GEMM path matmul_mxfp4 takes for AMX_BF16 weights (activation quantization, bf16
+// rounding, token padding, panel pairs split over the pool), for any T >= 1, on the given tiles. Weights
+// in the checkpoint layout are packed per call. Throws moxi::error if the tiles need what the CPU lacks.
+void matmul_mxfp4_amx(const float* x, const uint8_t* blocks, const uint8_t* scales, float* y, int64_t T,
+                      int64_t N, int64_t K, act_quant act, amx_tiles tiles);
+
+}  // namespace detail
 
 }  // namespace moxi::kernels

@@ -52,4 +52,30 @@ int64_t mxfp4_gemm_scratch_u32();
 void mxfp4_gemm_avx512bf16(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0, int64_t pp1,
                            float* y, uint32_t* scratch);
 
+// ---- AMX-BF16 (mxfp4-gemm-amx.cpp; body in mxfp4-gemm-amx.h, emulated twin in mxfp4-gemm-amx-emu.cpp) ----
+// The AMX GEMM reads x in whole 16-token tiles: xb holds T rounded up to this, the padding rows zero.
+inline constexpr int64_t kAmxTokenPad = 16;
+// Scratch the AMX GEMM needs per thread (decoded weights + a bounce tile), in uint32 units.
+int64_t mxfp4_gemm_amx_scratch_u32();
+// As mxfp4_gemm_avx512bf16 (same panel pairs, same bf16 activations, exact bf16 weights) on AMX tiles:
+// TDPBF16PS on 16 x 32 bf16 x-tiles and 16-pair x 16-row weight tiles into 16 x 16 fp32 y-tiles. Needs
+// cpu().amx_bf16 (and AVX512-BF16 for its weight decode); configures and releases the calling thread's
+// tiles.
+void mxfp4_gemm_amx(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0, int64_t pp1, float* y,
+                    uint32_t* scratch);
+// The same kernel with its tile instructions run by the scalar emulator (amx-emu.h), for tests on CPUs
+// without AMX: with the hardware path's AVX-512 weight decode (needs AVX512-BF16) ...
+void mxfp4_gemm_amx_emulated(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0, int64_t pp1,
+                             float* y, uint32_t* scratch);
+// ... or with a scalar decode, bit-identical to it (any CPU).
+void mxfp4_gemm_amx_emulated_scalar(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0,
+                                    int64_t pp1, float* y, uint32_t* scratch);
+// x f32 [n] -> bf16 [n] as VCVTNEPS2BF16 does it (SDM: RNE, denormals to signed zero, NaN quieted), in
+// scalar code: bit-identical to f32_to_bf16_avx512bf16, for the emulated path on any CPU.
+void f32_to_bf16_scalar(const float* x, uint16_t* out, int64_t n);
+// Register-resident TDPBF16PS loop for the benchmark's compute ceiling on AMX CPUs: iters x 6 tile
+// multiplies of 16 x 16 x 32 multiply-adds (98,304 flop per iteration); returns a value that depends on
+// every result. Needs cpu().amx_bf16.
+double amx_bf16_peak_loop(int64_t iters);
+
 }  // namespace moxi::kernels::x86

@@ -1,0 +1,185 @@
+// The AMX-BF16 MXFP4 GEMM body, written once against a small tile interface and compiled twice: with the
+// hardware tile instructions (mxfp4-gemm-amx.cpp) and with the scalar tile emulator (amx-emu.h; in
+// mxfp4-gemm-amx.cpp with the AVX-512 weight decode, in mxfp4-gemm-amx-emu.cpp with a scalar one), so
+// the tests exercise on any CPU the same blocking, tile shapes, strides and remainder handling that run
+// on AMX hardware. Internal to those translation units; callers use the entry points in mxfp4-x86.h.
+//
+// Tile interface (a class Tiles with): config(const amx_tile_config&) = LDTILECFG, release() =
+// TILERELEASE, and templates on compile-time tile numbers (the hardware intrinsics take the tile number
+// as a literal): zero<T>(), load<T>(ptr, stride_bytes), store<T>(ptr, stride_bytes), dp<C, A, B>() =
+// TDPBF16PS. Decode policy (a class with): panel(w, P, kc, kn, out, stride) writing the bf16 pairs of
+// panel P, K range [kc, kc + kn), as in the layout below.
+//
+// Layout. The packed "panel-16" weights (mxfp4-x86.h) hold, per panel and K-pair p, 16 bytes = the pair
+// for 16 rows. Decoded (scale folded in, exact) to a dword per row = (bf16 of element 2p) | (bf16 of
+// element 2p+1) << 16, those 16 dwords are one 64-byte row of a TDPBF16PS B tile in its "VNNI" layout: B
+// row k holds K-pair k for 16 output rows (the tile's columns), low half paired with A's even element
+// (SDM: temp[2n+0] += A[m].bf16[2k+0] * B[k].bf16[2n+0]). So a B tile is 16 consecutive K-pairs of one
+// panel; the decode buffer interleaves the two panels of a pair, 128 bytes per K-pair (stride 128). The
+// A tile is 16 tokens x 32 bf16 of x (row stride 2K bytes), and C = 16 tokens x 16 rows of y in fp32,
+// which is y's own layout (row stride 4N bytes).
+//
+// Tiling, per thread (it owns a range of panel pairs): token blocks of kAmxTb, K-chunks of kAmxKc; per
+// panel pair and chunk the weights are decoded once into a 32 KiB buffer, then each 32-token step runs a
+// 2 x 2 block of C tiles (tmm0..3 = C(token tile i, panel j) at 2i + j), 2 A tiles (tmm4, 5) and 2 B
+// tiles (tmm6, 7): 4 TDPBF16PS per 2 + 2 tile loads. C accumulates in y across K-chunks (loaded back at
+// kc > 0). Remainders: x rows are zero-padded by the caller to a multiple of 16 tokens (kAmxTokenPad), a
+// step with <= 16 tokens left uses one A tile, a last odd panel one B tile, and C tiles that reach past T
+// or N go through a 16 x 16 bounce buffer so only valid outputs are read or written.
+#pragma once
+
+#include <cstdint>
+
+#include "moxi/kernels/x86/amx-emu.h"
+#include "moxi/kernels/x86/mxfp4-x86.h"
+
+namespace moxi::kernels::x86 {
+// Internal linkage on purpose: each translation unit (each with its own -m flags) gets its own copy, so
+// the linker can never substitute a copy compiled for a richer ISA.
+namespace {
+
+constexpr int64_t kAmxKc = 512;  // K-chunk (multiple of 32): decoded panel pair 32 x 512 bf16 = 32 KiB
+constexpr int64_t kAmxTb = 256;  // token block (multiple of 32): x block 256 x 512 bf16 = 256 KiB
+constexpr int64_t kAmxDecodeU32 = (kAmxKc / 2) * 32;
+constexpr int64_t kAmxBounceU32 = 16 * 16;
+static_assert(kAmxKc % 32 == 0 && kAmxTb % 32 == 0);
+
+// Palette 1, all 8 tiles 16 rows x 64 bytes (C: 16 x 16 fp32; A: 16 x 32 bf16; B: 16 K-pairs x 16 rows).
+inline amx_tile_config gemm_tile_config() {
+  amx_tile_config c{};
+  c.palette_id = 1;
+  for (int t = 0; t < kAmxTiles; ++t) {
+    c.rows[t] = kAmxMaxRows;
+    c.colsb[t] = kAmxBytesPerRow;
+  }
+  return c;
+}
+
+// The emulator behind the tile interface.
+struct emu_tiles {
+  amx_emu& e;
+  void config(const amx_tile_config& c) { e.ldtilecfg(c); }
+  void release() { e.tilerelease(); }
+  template <int T>
+  void zero() {
+    e.tilezero(T);
+  }
+  template <int T>
+  void load(const void* p, int64_t stride) {
+    e.tileloadd(T, p, stride);
+  }
+  template <int T>
+  void store(void* p, int64_t stride) {
+    e.tilestored(T, p, stride);
+  }
+  template <int C, int A, int B>
+  void dp() {
+    e.tdpbf16ps(C, A, B);
+  }
+};
+
+// C tile from y (tv valid tokens x nv valid rows at yt, row stride N), directly when the tile is whole.
+template <int C, class Tiles>
+void load_c(Tiles& tl, const float* yt, int64_t N, int64_t tv, int64_t nv, float* bounce) {
+  if (tv == 16 && nv == 16) {
+    tl.template load<C>(yt, N * 4);
+    return;
+  }
+  for (int64_t r = 0; r < 16; ++r)
+    for (int64_t c = 0; c < 16; ++c) bounce[r * 16 + c] = r < tv && c < nv ? yt[r * N + c] : 0.0f;
+  tl.template load<C>(bounce, 64);
+}
+
+template <int C, class Tiles>
+void store_c(Tiles& tl, float* yt, int64_t N, int64_t tv, int64_t nv, float* bounce) {
+  if (tv == 16 && nv == 16) {
+    tl.template store<C>(yt, N * 4);
+    return;
+  }
+  tl.template store<C>(bounce, 64);
+  for (int64_t r = 0; r < tv; ++r)
+    for (int64_t c = 0; c < nv; ++c) yt[r * N + c] = bounce[r * 16 + c];
+}
+
+inline int64_t clamp16(int64_t n) {
+  return n <= 0 ? 0 : n >= 16 ? 16 : n;
+}
+
+// One 32-token (NA = 2) or 16-token (NA = 1) step over one panel pair (NB = 2) or a last single panel
+// (NB = 1), all npairs K-pairs of the chunk. xa: x at (t0, kc), row stride K; wb: the decode buffer; yt:
+// y at (t0, row0). tv/nv: valid tokens/rows of the step.
+template <int NA, int NB, class Tiles>
+void tile_step(Tiles& tl, const uint16_t* xa, int64_t K, const uint32_t* wb, int64_t npairs, float* yt,
+               int64_t N, int64_t tv, int64_t nv, bool accumulate, float* bounce) {
+  const int64_t tv0 = clamp16(tv), tv1 = clamp16(tv - 16), nv0 = clamp16(nv), nv1 = clamp16(nv - 16);
+  if (accumulate) {
+    load_c<0>(tl, yt, N, tv0, nv0, bounce);
+    if constexpr (NB == 2) load_c<1>(tl, yt + 16, N, tv0, nv1, bounce);
+    if constexpr (NA == 2) load_c<2>(tl, yt + 16 * N, N, tv1, nv0, bounce);
+    if constexpr (NA == 2 && NB == 2) load_c<3>(tl, yt + 16 * N + 16, N, tv1, nv1, bounce);
+  } else {
+    tl.template zero<0>();
+    if constexpr (NB == 2) tl.template zero<1>();
+    if constexpr (NA == 2) tl.template zero<2>();
+    if constexpr (NA == 2 && NB == 2) tl.template zero<3>();
+  }
+  for (int64_t p = 0; p < npairs; p += 16) {
+    tl.template load<4>(xa + 2 * p, K * 2);
+    if constexpr (NA == 2) tl.template load<5>(xa + 16 * K + 2 * p, K * 2);
+    tl.template load<6>(wb + p * 32, 128);
+    if constexpr (NB == 2) tl.template load<7>(wb + p * 32 + 16, 128);
+    tl.template dp<0, 4, 6>();
+    if constexpr (NB == 2) tl.template dp<1, 4, 7>();
+    if constexpr (NA == 2) tl.template dp<2, 5, 6>();
+    if constexpr (NA == 2 && NB == 2) tl.template dp<3, 5, 7>();
+  }
+  store_c<0>(tl, yt, N, tv0, nv0, bounce);
+  if constexpr (NB == 2) store_c<1>(tl, yt + 16, N, tv0, nv1, bounce);
+  if constexpr (NA == 2) store_c<2>(tl, yt + 16 * N, N, tv1, nv0, bounce);
+  if constexpr (NA == 2 && NB == 2) store_c<3>(tl, yt + 16 * N + 16, N, tv1, nv1, bounce);
+}
+
+// y[T, rows of panel pairs [pp0, pp1)] = xb . W^T; xb bf16 [Tpad, K] with Tpad = T rounded up to 16 and
+// the padding rows zero; scratch: kAmxDecodeU32 + kAmxBounceU32 uint32. Configures the tiles on entry
+// and releases them on return (tile state is per thread).
+template <class Decode, class Tiles>
+void amx_gemm(Tiles& tl, const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0, int64_t pp1,
+              float* y, uint32_t* scratch) {
+  const int64_t K = w.K, N = w.N, panels = w.panels();
+  uint32_t* wb = scratch;
+  float* bounce = reinterpret_cast<float*>(scratch + kAmxDecodeU32);
+  tl.config(gemm_tile_config());
+  for (int64_t tb = 0; tb < T; tb += kAmxTb) {
+    const int64_t te = T - tb < kAmxTb ? T : tb + kAmxTb;
+    for (int64_t kc = 0; kc < K; kc += kAmxKc) {
+      const int64_t kn = K - kc < kAmxKc ? K - kc : kAmxKc;
+      for (int64_t pp = pp0; pp < pp1; ++pp) {
+        const int64_t P = 2 * pp, row0 = P * kPanel;
+        const bool two = P + 1 < panels;
+        Decode::panel(w, P, kc, kn, wb, 32);
+        if (two) Decode::panel(w, P + 1, kc, kn, wb + 16, 32);
+        for (int64_t t0 = tb; t0 < te; t0 += 32) {
+          const uint16_t* xa = xb + t0 * K + kc;
+          float* yt = y + t0 * N + row0;
+          const int64_t tv = te - t0, nv = N - row0;
+          const bool acc = kc > 0;
+          if (tv > 16) {
+            if (two)
+              tile_step<2, 2>(tl, xa, K, wb, kn / 2, yt, N, tv, nv, acc, bounce);
+            else
+              tile_step<2, 1>(tl, xa, K, wb, kn / 2, yt, N, tv, nv, acc, bounce);
+          } else {
+            if (two)
+              tile_step<1, 2>(tl, xa, K, wb, kn / 2, yt, N, tv, nv, acc, bounce);
+            else
+              tile_step<1, 1>(tl, xa, K, wb, kn / 2, yt, N, tv, nv, acc, bounce);
+          }
+        }
+      }
+    }
+  }
+  tl.release();
+}
+
+}  // namespace
+}  // namespace moxi::kernels::x86
