@@ -99,25 +99,33 @@ void check_format(const std::string& f, bool bf16_ok) {
                 std::string(bf16_ok ? ", bf16" : "") + ")");
 }
 
-// Register-resident compute ceiling of this CPU on all pool threads, in GFLOP/s, and what it measured.
+// Register-resident compute ceiling of this CPU on all pool threads, in GFLOP/s, and what it measured: the
+// ceiling of the instruction the MXFP4 GEMM issues, TDPBF16PS where it runs on AMX tiles, else VDPBF16PS.
 std::pair<double, std::string> compute_peak() {
 #if !defined(__x86_64__)
   return {0.0, "none (not x86-64)"};
 #else
-  if (!k::mxfp4_supported(k::mxfp4_variant::AVX512_BF16)) return {0.0, "none (no AVX512-BF16)"};
+  // mxfp4_best_variant rather than the CPU flag: with MOXI_KERNELS=avx512_bf16 on an AMX CPU the GEMM
+  // issues VDPBF16PS, and its share is against that.
+  const bool amx = k::mxfp4_best_variant() == k::mxfp4_variant::AMX_BF16;
+  if (!amx && !k::mxfp4_supported(k::mxfp4_variant::AVX512_BF16)) return {0.0, "none (no AVX512-BF16)"};
   thread_pool& pool = thread_pool::global();
-  const int64_t iters = 2'000'000;
+  // A few milliseconds per rep either way: 6 tile multiplies (98,304 flop) or 24 VDPBF16PS (1,536 flop)
+  // per iteration.
+  const int64_t iters = amx ? 200'000 : 2'000'000;
+  const double flop_per_iter = amx ? 98304.0 : 1536.0;
   std::vector<double> sink(size_t(pool.size()));
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = clock_type::now();
-    pool.run([&](int tid, int) { sink[size_t(tid)] = k::x86::avx512bf16_peak_loop(iters); });
+    pool.run([&](int tid, int) {
+      sink[size_t(tid)] = amx ? k::x86::amx_bf16_peak_loop(iters) : k::x86::avx512bf16_peak_loop(iters);
+    });
     const double s = seconds_since(t0);
-    best = std::max(best, double(pool.size()) * double(iters) * 1536.0 / s / 1e9);
+    best = std::max(best, double(pool.size()) * double(iters) * flop_per_iter / s / 1e9);
   }
-  // AMX tiles would be the ceiling on CPUs that have them; this build has no AMX kernel yet, so the peak
-  // is the instruction the GEMM actually issues.
-  return {best, k::x86::cpu().amx_bf16 ? "avx512_bf16 vdpbf16ps (AMX present, not used yet)"
+  if (amx) return {best, "amx_bf16 tdpbf16ps (register-resident tiles)"};
+  return {best, k::x86::cpu().amx_bf16 ? "avx512_bf16 vdpbf16ps (AMX present, capped off by MOXI_KERNELS)"
                                        : "avx512_bf16 vdpbf16ps (no AMX on this CPU)"};
 #endif
 }
