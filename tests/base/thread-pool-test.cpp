@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <thread>
 #include <vector>
@@ -52,6 +53,31 @@ TEST(ThreadPool, EveryPartRunsOnceWhenTheCallerTakesOverUnstartedParts) {
   }
   std::printf("parts run by the caller instead of their worker: %lld of %d\n", (long long)taken_over,
               3000 * (n - 1));
+}
+
+// Workers wait for a job by spinning up to a budget, then sleeping on a futex. Gaps longer than the budget
+// between jobs make them sleep and be woken; both paths must run every part once and publish its writes.
+TEST(ThreadPool, JobsCompleteWhetherWorkersSpinOrSleepBetweenThem) {
+  for (const int64_t spin_us : {int64_t(0), int64_t(50), int64_t(1000)}) {
+    moxi::thread_pool pool(3, spin_us);
+    ASSERT_EQ(pool.spin_us(), spin_us);
+    std::vector<int> plain(3, 0);
+    for (int job = 0; job < 300; ++job) {
+      // Every 25th job comes after a pause longer than the spin budget: the workers are asleep by then.
+      if (job % 25 == 0) std::this_thread::sleep_for(std::chrono::microseconds(2 * spin_us + 500));
+      pool.run([&](int tid, int nt) {
+        ASSERT_EQ(nt, 3);
+        plain[size_t(tid)] = job + 1;
+      });
+      for (int t = 0; t < 3; ++t) ASSERT_EQ(plain[size_t(t)], job + 1) << "spin " << spin_us << " job " << job;
+    }
+  }
+}
+
+TEST(ThreadPool, SpinBudgetIsClampedToItsRange) {
+  EXPECT_EQ(moxi::thread_pool(2, -5).spin_us(), 0);
+  EXPECT_EQ(moxi::thread_pool(2, 5'000'000).spin_us(), 1'000'000);
+  EXPECT_GE(moxi::thread_pool::default_spin_us(), 0);
 }
 
 TEST(ThreadPool, NestedRunIsInlineAndSumsAreComplete) {

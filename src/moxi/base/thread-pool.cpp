@@ -1,13 +1,26 @@
 // Static thread pool: workers sleep on a generation counter (C++20 atomic wait = futex), wake for each job,
 // claim their part and run it. The caller, once its own part is done, claims and runs the parts no worker
-// has started, so a descheduled worker (oversubscribed cores) does not stall the job. A short spin before
-// sleeping keeps the wake-up latency of back-to-back decode kernels low without burning a shared core long.
+// has started, so a descheduled worker (oversubscribed cores) does not stall the job.
+//
+// Between jobs a worker first spins (with a pause hint) for a bounded time before it sleeps. A decode step
+// is ~100 kernel jobs separated by short serial stretches (norms, routing, small cores); a futex wake-up
+// on a VM costs tens of microseconds, comparable to a whole 1-2 MB GEMV, so a worker that went to sleep in
+// those stretches cost bench-1.5b decode a third of its speed (docs/kernels-mxfp4.md "Thread-pool spin").
+// The budget bounds what an idle pool burns after its last job; MOXI_SPIN_US sets it (0 = sleep at once).
+// The pause hint keeps a spinning thread from starving its SMT sibling; a pool larger than the CPUs it runs
+// on should use a small budget, since spinners then take time slices from the threads doing the work.
 #include "moxi/base/thread-pool.h"
 
 #include <sched.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "moxi/base/error.h"
 
@@ -16,7 +29,16 @@ namespace {
 
 thread_local bool t_in_job = false;  // set while this thread runs a job: nested run() goes inline
 
-constexpr int kSpin = 4000;  // ~ a few microseconds of polling before futex sleep
+// Default spin budget: bench-1.5b decode gained 1.2-1.6x over a 4 us spin, with no clear difference
+// between 200 us and 5 ms (docs/kernels-mxfp4.md "Thread-pool spin").
+constexpr int64_t kDefaultSpinUs = 1000;
+constexpr int64_t kMaxSpinUs = 1'000'000;
+
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
 
 uint64_t open_claim(uint32_t g) {
   return uint64_t(g) << 1;
@@ -24,8 +46,40 @@ uint64_t open_claim(uint32_t g) {
 
 }  // namespace
 
-thread_pool::thread_pool(int n_threads)
-    : n_threads_(n_threads < 1 ? 1 : n_threads), claim_(new std::atomic<uint64_t>[size_t(n_threads_)]) {
+// Polls `ready` until it holds or the spin budget is spent; returns whether it held.
+template <class Pred>
+bool thread_pool::spin_until(Pred ready) const {
+  if (ready()) return true;
+  if (spin_ns_ == 0) return false;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint32_t i = 1;; ++i) {
+    cpu_relax();
+    if (ready()) return true;
+    if ((i & 63) == 0 &&
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count() >=
+            spin_ns_)
+      return false;
+  }
+}
+
+int64_t thread_pool::default_spin_us() {
+  static const int64_t us = [] {
+    const char* env = std::getenv("MOXI_SPIN_US");
+    if (!env) return kDefaultSpinUs;
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 0 && v <= kMaxSpinUs) return int64_t(v);
+    std::fprintf(stderr, "moxi: warning: MOXI_SPIN_US=%s is not an integer in 0..%lld; using %lld\n", env,
+                 static_cast<long long>(kMaxSpinUs), static_cast<long long>(kDefaultSpinUs));
+    return kDefaultSpinUs;
+  }();
+  return us;
+}
+
+thread_pool::thread_pool(int n_threads, int64_t spin_us)
+    : n_threads_(n_threads < 1 ? 1 : n_threads),
+      spin_ns_(1000 * (spin_us < 0 ? 0 : spin_us > kMaxSpinUs ? kMaxSpinUs : spin_us)),
+      claim_(new std::atomic<uint64_t>[size_t(n_threads_)]) {
   for (int t = 0; t < n_threads_; ++t) claim_[size_t(t)].store(open_claim(0) | 1, std::memory_order_relaxed);
   workers_.reserve(size_t(n_threads_ - 1));
   for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker(t); });
@@ -41,8 +95,8 @@ thread_pool::~thread_pool() {
 void thread_pool::worker(int tid) {
   uint32_t seen = 0;
   for (;;) {
-    uint32_t g = generation_.load(std::memory_order_acquire);
-    for (int i = 0; g == seen && i < kSpin; ++i) g = generation_.load(std::memory_order_acquire);
+    uint32_t g = seen;
+    spin_until([&] { return (g = generation_.load(std::memory_order_acquire)) != seen; });
     while (g == seen) {
       generation_.wait(seen, std::memory_order_acquire);
       g = generation_.load(std::memory_order_acquire);
@@ -88,8 +142,8 @@ void thread_pool::run_impl(job_fn fn, void* ctx) {
     }
   }
   t_in_job = false;
-  int d = done_.load(std::memory_order_acquire);
-  for (int i = 0; d != n_threads_ - 1 && i < kSpin; ++i) d = done_.load(std::memory_order_acquire);
+  int d = 0;
+  spin_until([&] { return (d = done_.load(std::memory_order_acquire)) == n_threads_ - 1; });
   while (d != n_threads_ - 1) {
     done_.wait(d, std::memory_order_acquire);
     d = done_.load(std::memory_order_acquire);

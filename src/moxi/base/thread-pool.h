@@ -16,8 +16,11 @@ namespace moxi {
 
 class thread_pool {
  public:
-  // n_threads >= 1 counts the calling thread: n_threads - 1 workers are started.
-  explicit thread_pool(int n_threads);
+  // n_threads >= 1 counts the calling thread: n_threads - 1 workers are started. Between jobs a worker (and
+  // the caller waiting for the workers) polls for up to spin_us microseconds before it sleeps on a futex:
+  // a decode step is ~100 jobs with short serial stretches between them, and a futex wake-up costs tens of
+  // microseconds on a VM (docs/kernels-mxfp4.md "Thread-pool spin"). 0 = sleep at once.
+  explicit thread_pool(int n_threads, int64_t spin_us = default_spin_us());
   ~thread_pool();
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;
@@ -51,6 +54,9 @@ class thread_pool {
   // The process-wide pool used by the kernels: MOXI_THREADS if set (>= 1), else the number of CPUs this
   // process may run on. Created on first use.
   static thread_pool& global();
+  // MOXI_SPIN_US if set (0 .. 1000000), else 1000 (measured: docs/kernels-mxfp4.md "Thread-pool spin").
+  static int64_t default_spin_us();
+  int64_t spin_us() const { return spin_ns_ / 1000; }
 
  private:
   using job_fn = void (*)(void*, int, int);
@@ -60,8 +66,11 @@ class thread_pool {
   }
   void run_impl(job_fn fn, void* ctx);
   void worker(int tid);
+  template <class Pred>
+  bool spin_until(Pred ready) const;
 
   int n_threads_;
+  int64_t spin_ns_;
   std::vector<std::thread> workers_;
   std::mutex run_mutex_;              // one job at a time
   std::atomic<job_fn> job_{nullptr};  // written before generation_ is bumped (release)
