@@ -1,5 +1,5 @@
 // Kernel benchmarks. Every figure that matters is a ratio of two measurements taken in this run (the
-// machine is shared and noisy): GEMV weight bandwidth over the read bandwidth measured just before it,
+// machine is shared and noisy): GEMV weight bandwidth over the read bandwidth sampled before each rep,
 // GEMM throughput over a register-resident peak, both over the scalar reference.
 #include "bench/kernels-bench.h"
 
@@ -32,11 +32,6 @@ using clock_type = std::chrono::steady_clock;
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 // The L3 this VM sees (sysfs, what lscpu prints); glibc's sysconf can report the host's larger figure.
@@ -132,28 +127,53 @@ std::pair<double, std::string> compute_peak() {
 
 }  // namespace
 
-membw_result run_membw(double mib, int reps) {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+struct membw_probe::impl {
+  size_t words = 0;
+  std::unique_ptr<uint64_t[]> buf;
+  std::vector<uint64_t> sink;
+};
+
+membw_probe::membw_probe() : membw_probe(std::max(512.0, 8.0 * double(llc_bytes()) / (1 << 20))) {}
+
+membw_probe::membw_probe(double mib) : impl_(std::make_unique<impl>()) {
   thread_pool& pool = thread_pool::global();
-  const size_t words = size_t(mib * 1024 * 1024) / 8;
-  std::unique_ptr<uint64_t[]> buf(new uint64_t[words]);
+  impl_->words = size_t(mib * 1024 * 1024) / 8;
+  impl_->buf.reset(new uint64_t[impl_->words]);
+  impl_->sink.resize(size_t(pool.size()));
   // Each thread first-touches (faults in) the slice it will read.
   pool.run([&](int tid, int nt) {
-    const range r = split_range(int64_t(words), tid, nt, 8);
-    for (int64_t i = r.begin; i < r.end; ++i) buf[size_t(i)] = uint64_t(i);
+    const range r = split_range(int64_t(impl_->words), tid, nt, 8);
+    for (int64_t i = r.begin; i < r.end; ++i) impl_->buf[size_t(i)] = uint64_t(i);
   });
-  std::vector<uint64_t> sink(size_t(pool.size()));
+  sample_gbs();  // warms the TLBs and the pool
+}
+
+membw_probe::~membw_probe() = default;
+
+double membw_probe::mib() const {
+  return double(impl_->words) * 8.0 / (1 << 20);
+}
+
+double membw_probe::sample_gbs() {
+  const auto t0 = clock_type::now();
+  thread_pool::global().run([&](int tid, int nt) {
+    const range r = split_range(int64_t(impl_->words), tid, nt, 8);
+    impl_->sink[size_t(tid)] += read_slice(impl_->buf.get() + r.begin, size_t(r.end - r.begin));
+  });
+  return double(impl_->words) * 8.0 / seconds_since(t0) / 1e9;
+}
+
+membw_result run_membw(double mib, int reps) {
+  membw_probe probe(mib);
   std::vector<double> gbs;
-  for (int rep = 0; rep < reps + 1; ++rep) {
-    const auto t0 = clock_type::now();
-    pool.run([&](int tid, int nt) {
-      const range r = split_range(int64_t(words), tid, nt, 8);
-      sink[size_t(tid)] += read_slice(buf.get() + r.begin, size_t(r.end - r.begin));
-    });
-    const double s = seconds_since(t0);
-    if (rep > 0) gbs.push_back(double(words) * 8.0 / s / 1e9);  // rep 0 warms TLBs and the pool
-  }
+  for (int rep = 0; rep < reps; ++rep) gbs.push_back(probe.sample_gbs());
   membw_result r;
-  r.threads = pool.size();
+  r.threads = thread_pool::global().size();
   r.buffer_mib = mib;
   r.best_gbs = *std::max_element(gbs.begin(), gbs.end());
   r.median_gbs = median(gbs);
@@ -176,17 +196,20 @@ gemv_result run_gemv_bf16(int64_t m, int64_t kk, int reps) {
   std::vector<std::vector<uint16_t>> copies(size_t(r.copies), w);
   const std::vector<float> x = random_x(size_t(kk), 2);
   std::vector<float> y(static_cast<size_t>(m));
-  r.membw_gbs = run_membw(std::max(512.0, 8.0 * double(llc_bytes()) / (1 << 20)), 3).best_gbs;
+  membw_probe probe;
   for (const auto& c : copies) k::matmul_bf16(x.data(), c.data(), nullptr, y.data(), 1, m, kk);
-  std::vector<double> ms;
+  std::vector<double> ms, bw, share;
   for (int rep = 0; rep < reps; ++rep) {
+    bw.push_back(probe.sample_gbs());
     const auto t0 = clock_type::now();
     for (const auto& c : copies) k::matmul_bf16(x.data(), c.data(), nullptr, y.data(), 1, m, kk);
     ms.push_back(seconds_since(t0) * 1e3 / r.copies);
+    share.push_back(double(bytes) / (ms.back() * 1e-3) / 1e9 / bw.back());
   }
   r.fast_ms = median(ms);
   r.weight_gbs = double(bytes) / (r.fast_ms * 1e-3) / 1e9;
-  r.share_of_membw = r.weight_gbs / r.membw_gbs;
+  r.membw_gbs = median(bw);
+  r.share_of_membw = median(share);
   const auto t0 = clock_type::now();
   k::ref::matmul_bf16(x.data(), w.data(), nullptr, y.data(), 1, m, kk);
   r.ref_ms = seconds_since(t0) * 1e3;
@@ -213,15 +236,16 @@ gemv_result run_gemv(int64_t m, int64_t kk, int reps, const std::string& format)
     packed.push_back(k::pack_mxfp4(w.blocks.data(), w.scales.data(), m, kk, v));
   const std::vector<float> x = random_x(size_t(kk), 2);
   std::vector<float> y(static_cast<size_t>(m));
-  r.membw_gbs = run_membw(std::max(512.0, 8.0 * double(llc_bytes()) / (1 << 20)), 3).best_gbs;
+  membw_probe probe;
   for (int c = 0; c < r.copies; ++c)
     k::matmul_mxfp4(x.data(), packed[size_t(c)], y.data(), 1, k::act_quant::NONE);
   // The default GEMV and, where AVX512-VBMI gives it a cheaper decode, the older decode, interleaved.
   k::mxfp4_options classic;
   classic.no_vbmi = true;
   const bool vbmi = v == k::mxfp4_variant::AVX512_BF16 && k::x86::cpu().avx512_vbmi;
-  std::vector<double> ms, classic_ms;
+  std::vector<double> ms, classic_ms, bw, share;
   for (int rep = 0; rep < reps; ++rep) {
+    bw.push_back(probe.sample_gbs());
     for (int variant = 0; variant < (vbmi ? 2 : 1); ++variant) {
       const auto t0 = clock_type::now();
       for (int c = 0; c < r.copies; ++c)
@@ -229,11 +253,13 @@ gemv_result run_gemv(int64_t m, int64_t kk, int reps, const std::string& format)
                         variant ? classic : k::mxfp4_options{});
       (variant ? classic_ms : ms).push_back(seconds_since(t0) * 1e3 / r.copies);
     }
+    share.push_back(double(bytes) / (ms.back() * 1e-3) / 1e9 / bw.back());
   }
   r.fast_ms = median(ms);
   r.classic_ms = vbmi ? median(classic_ms) : 0.0;
   r.weight_gbs = double(bytes) / (r.fast_ms * 1e-3) / 1e9;
-  r.share_of_membw = r.weight_gbs / r.membw_gbs;
+  r.membw_gbs = median(bw);
+  r.share_of_membw = median(share);
   std::vector<double> ref_ms;
   for (int rep = 0; rep < 2; ++rep) {
     const auto t0 = clock_type::now();
@@ -408,9 +434,9 @@ void add_gemv_bench(CLI::App& bench) {
                 thread_pool::global().size(), k::x86::cpu_features_string());
     std::printf("  weights %.1f MiB x %d copies rotated (> 4x LLC, every call reads DRAM)\n", r.weight_mib,
                 r.copies);
-    std::printf(
-        "  %-10s %9.3f ms  %7.2f GB/s of weights  = %5.1f %% of %.2f GB/s read bandwidth (same run)\n",
-        "fast", r.fast_ms, r.weight_gbs, 100.0 * r.share_of_membw, r.membw_gbs);
+    std::printf("  %-10s %9.3f ms  %7.2f GB/s of weights  = %5.1f %% of the read bandwidth sampled beside each "
+                "rep (median %.2f GB/s)\n",
+                "fast", r.fast_ms, r.weight_gbs, 100.0 * r.share_of_membw, r.membw_gbs);
     if (r.classic_ms > 0)
       std::printf("  %-10s %9.3f ms  %7.2f GB/s (the decode without VBMI, same run)\n", "classic",
                   r.classic_ms, double(r.weight_mib) * (1 << 20) / (r.classic_ms * 1e-3) / 1e9);

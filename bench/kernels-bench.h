@@ -5,7 +5,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace moxi::bench {
 
@@ -17,6 +19,28 @@ struct membw_result {
 // Streams a buffer of `mib` MiB (far larger than the LLC) with every pool thread reading its own slice.
 membw_result run_membw(double mib, int reps);
 
+// A read-bandwidth probe that keeps its buffer, so a benchmark can sample the bandwidth between its own timed
+// segments. On this shared host the bandwidth drifts by up to 1.7x within seconds (33 vs 56 GB/s in
+// consecutive runs), so a share of the bandwidth is only meaningful against bandwidth read at the same time.
+class membw_probe {
+ public:
+  // A buffer of max(512 MiB, 8x the LLC), faulted in by the threads that will read it.
+  membw_probe();
+  explicit membw_probe(double mib);
+  ~membw_probe();
+  membw_probe(const membw_probe&) = delete;
+  membw_probe& operator=(const membw_probe&) = delete;
+  double mib() const;
+  // One pass of every pool thread over its slice; GB/s (1e9 bytes).
+  double sample_gbs();
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+double median(std::vector<double> v);
+
 struct gemv_result {
   int64_t m = 0, k = 0;
   std::string variant;
@@ -25,8 +49,8 @@ struct gemv_result {
   double fast_ms = 0;         // median time per call
   double classic_ms = 0;      // mxfp4 with AVX512-VBMI: median time of the older decode (0: not measured)
   double weight_gbs = 0;      // bytes of one copy / fast_ms
-  double membw_gbs = 0;       // measured in the same run
-  double share_of_membw = 0;  // weight_gbs / membw_gbs
+  double membw_gbs = 0;       // median of the samples taken between the timed reps
+  double share_of_membw = 0;  // median over reps of (rep's weight GB/s / the bandwidth sampled beside it)
   double ref_ms = 0, speedup_vs_ref = 0;
 };
 // format: "mxfp4" (kernels::matmul_mxfp4) or "bf16" (kernels::matmul_bf16, the dense layers).

@@ -55,6 +55,47 @@ double decode_seconds_per_token(const model::model& m, const std::vector<token_i
   return seconds_since(t0) / double(steps.size());
 }
 
+struct paired_decode {
+  double seconds_per_token = 0;
+  double membw_gbs = 0;          // median of the bandwidth samples
+  double share_of_roofline = 0;  // median over segments
+};
+
+// Decode timed in up to 8 segments with a read-bandwidth sample before each segment and after the last:
+// each segment's tokens/s is set against the roofline from the mean of the two samples around it, so the
+// share does not move with the host's bandwidth drifting during the run (seconds-scale, up to 1.7x here).
+paired_decode decode_against_bandwidth(const model::model& m, const std::vector<token_id>& prompt,
+                                       const std::vector<token_id>& steps, double bytes_per_token,
+                                       membw_probe& probe) {
+  auto cache = m.new_cache();
+  model::forward_options fo;
+  fo.last_only = true;
+  m.forward(prompt, *cache, fo);
+  const size_t segments = std::min<size_t>(8, steps.size());
+  std::vector<double> bw{probe.sample_gbs()}, seconds;
+  size_t done = 0;
+  for (size_t sgm = 0; sgm < segments; ++sgm) {
+    const size_t end = steps.size() * (sgm + 1) / segments;
+    const auto t0 = clock_type::now();
+    for (; done < end; ++done) m.forward(std::span(&steps[done], 1), *cache, fo);
+    seconds.push_back(seconds_since(t0));
+    bw.push_back(probe.sample_gbs());
+  }
+  paired_decode r;
+  double total = 0;
+  std::vector<double> shares;
+  for (size_t sgm = 0; sgm < segments; ++sgm) {
+    total += seconds[sgm];
+    const double n = double(steps.size() * (sgm + 1) / segments - steps.size() * sgm / segments);
+    const double roofline = 0.5 * (bw[sgm] + bw[sgm + 1]) * 1e9 / bytes_per_token;
+    shares.push_back(n / seconds[sgm] / roofline);
+  }
+  r.seconds_per_token = total / double(steps.size());
+  r.membw_gbs = median(bw);
+  r.share_of_roofline = median(shares);
+  return r;
+}
+
 // Seconds per decoded token (all sequences together) of `batch` sequences stepped together through
 // forward_batch: each prefilled with `prompt` (one batched call), then `steps` single-token steps.
 double batched_decode_seconds_per_token(const model::model& m, const std::vector<token_id>& prompt,
@@ -158,7 +199,10 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
     const auto steps = random_tokens(o.tokens, config.vocab_size, 2);
     decode_seconds_per_token(m, prompt,
                              std::vector(steps.begin(), steps.begin() + std::min<int64_t>(2, o.tokens)));
-    const double s = decode_seconds_per_token(m, prompt, steps);
+    r.bytes_per_token = plan.bytes_per_token_batch1;
+    membw_probe probe;
+    const paired_decode d = decode_against_bandwidth(m, prompt, steps, r.bytes_per_token, probe);
+    const double s = d.seconds_per_token;
     r.ref_tokens = std::min(o.ref_tokens, o.tokens);
     double ref_s;
     {
@@ -169,10 +213,9 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
     r.ms_per_token = s * 1e3;
     r.ref_tokens_per_s = 1.0 / ref_s;
     r.speedup_vs_ref = ref_s / s;
-    r.bytes_per_token = plan.bytes_per_token_batch1;
-    r.membw_gbs = run_membw(1024, 3).best_gbs;
+    r.membw_gbs = d.membw_gbs;
     r.roofline_tokens_per_s = r.membw_gbs * 1e9 / r.bytes_per_token;
-    r.share_of_roofline = r.tokens_per_s / r.roofline_tokens_per_s;
+    r.share_of_roofline = d.share_of_roofline;
     r.batch = o.batch;
     if (o.batch > 1) {
       r.batch_tokens_per_s = 1.0 / batched_decode_seconds_per_token(m, prompt, steps, o.batch);
@@ -235,8 +278,10 @@ void print(const model_bench_result& r, bool json) {
   if (r.mode == "decode") {
     std::printf("  decode after %lld-token prompt: %.2f tok/s (%.1f ms/token) over %lld steps\n",
                 (long long)r.prompt, r.tokens_per_s, r.ms_per_token, (long long)r.tokens);
-    std::printf("  roofline: %.2f GB/s / %.1f MB per token = %.2f tok/s -> %.0f %% of roofline\n",
-                r.membw_gbs, r.bytes_per_token / 1e6, r.roofline_tokens_per_s, 100 * r.share_of_roofline);
+    std::printf("  roofline: %.2f GB/s (median of samples between segments) / %.1f MB per token = %.2f tok/s\n",
+                r.membw_gbs, r.bytes_per_token / 1e6, r.roofline_tokens_per_s);
+    std::printf("  -> %.0f %% of roofline (median over segments, each against the bandwidth sampled beside it)\n",
+                100 * r.share_of_roofline);
     if (r.batch > 1)
       std::printf("  batch %lld (forward_batch): %.2f tok/s over all sequences = %.2fx batch 1\n",
                   (long long)r.batch, r.batch_tokens_per_s, r.batch_speedup);
