@@ -1,6 +1,7 @@
 // A scalar emulator of the AMX tile instructions the AMX-BF16 GEMM uses (LDTILECFG, TILERELEASE, TILEZERO,
 // TILELOADD, TILESTORED, TDPBF16PS), written from the pseudo-code of the Intel SDM (Vol. 2, "Intel AMX
-// Instruction Set Reference", and the AMX-E3/E4 exception classes), so that the kernel body that runs on
+// Instruction Set Reference", and the AMX-E3/E4 exception classes; mirrored per instruction at
+// https://www.felixcloutier.com/x86/tdpbf16ps and neighbours), so that the kernel body that runs on
 // the hardware tiles can also run, unchanged, on CPUs without AMX (this project's machines): the tests run
 // the GEMM through it everywhere (tests/kernels/mxfp4-amx-test.cpp, docs/kernels-mxfp4.md "AMX-BF16 GEMM").
 //

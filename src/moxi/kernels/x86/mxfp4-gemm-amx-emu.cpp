@@ -50,7 +50,7 @@ uint16_t f32_to_bf16_sdm(float f) {
 }  // namespace
 
 int64_t mxfp4_gemm_amx_scratch_u32() {
-  return kAmxDecodeU32 + kAmxBounceU32;
+  return kAmxDecodeU32;
 }
 
 void f32_to_bf16_scalar(const float* x, uint16_t* out, int64_t n) {

@@ -41,7 +41,6 @@ namespace {
 constexpr int64_t kAmxKc = 512;  // K-chunk (multiple of 32): decoded panel pair 32 x 512 bf16 = 32 KiB
 constexpr int64_t kAmxTb = 256;  // token block (multiple of 32): x block 256 x 512 bf16 = 256 KiB
 constexpr int64_t kAmxDecodeU32 = (kAmxKc / 2) * 32;
-constexpr int64_t kAmxBounceU32 = 16 * 16;
 static_assert(kAmxKc % 32 == 0 && kAmxTb % 32 == 0);
 
 // Palette 1, all 8 tiles 16 rows x 64 bytes (C: 16 x 16 fp32; A: 16 x 32 bf16; B: 16 K-pairs x 16 rows).
@@ -140,14 +139,14 @@ void tile_step(Tiles& tl, const uint16_t* xa, int64_t K, const uint32_t* wb, int
 }
 
 // y[T, rows of panel pairs [pp0, pp1)] = xb . W^T; xb bf16 [Tpad, K] with Tpad = T rounded up to 16 and
-// the padding rows zero; scratch: kAmxDecodeU32 + kAmxBounceU32 uint32. Configures the tiles on entry
-// and releases them on return (tile state is per thread).
+// the padding rows zero; scratch: kAmxDecodeU32 uint32 (the decoded weights). Configures the tiles on
+// entry and releases them on return (tile state is per thread).
 template <class Decode, class Tiles>
 void amx_gemm(Tiles& tl, const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0, int64_t pp1,
               float* y, uint32_t* scratch) {
   const int64_t K = w.K, N = w.N, panels = w.panels();
   uint32_t* wb = scratch;
-  float* bounce = reinterpret_cast<float*>(scratch + kAmxDecodeU32);
+  alignas(64) float bounce[16 * 16];
   tl.config(gemm_tile_config());
   for (int64_t tb = 0; tb < T; tb += kAmxTb) {
     const int64_t te = T - tb < kAmxTb ? T : tb + kAmxTb;

@@ -55,7 +55,7 @@ void mxfp4_gemm_avx512bf16(const uint16_t* xb, int64_t T, const mxfp4_panels& w,
 // ---- AMX-BF16 (mxfp4-gemm-amx.cpp; body in mxfp4-gemm-amx.h, emulated twin in mxfp4-gemm-amx-emu.cpp) ----
 // The AMX GEMM reads x in whole 16-token tiles: xb holds T rounded up to this, the padding rows zero.
 inline constexpr int64_t kAmxTokenPad = 16;
-// Scratch the AMX GEMM needs per thread (decoded weights + a bounce tile), in uint32 units.
+// Scratch the AMX GEMM needs per thread (its decoded weights), in uint32 units.
 int64_t mxfp4_gemm_amx_scratch_u32();
 // As mxfp4_gemm_avx512bf16 (same panel pairs, same bf16 activations, exact bf16 weights) on AMX tiles:
 // TDPBF16PS on 16 x 32 bf16 x-tiles and 16-pair x 16-row weight tiles into 16 x 16 fp32 y-tiles. Needs
