@@ -76,7 +76,7 @@ TEST(MlaFast, AbsorbAndUnabsorbAreBitIdenticalToTheReference) {
     int64_t T, H, Dn, Dr, Dv, L;
   };
   for (const dims s : {dims{1, 4, 16, 8, 16, 32}, dims{3, 8, 64, 32, 64, 256}, dims{2, 3, 10, 0, 20, 40},
-                       dims{5, 2, 7, 4, 33, 17}}) {
+                       dims{5, 2, 7, 4, 33, 17}, dims{2, 2, 8, 0, 130, 24}}) {
     SCOPED_TRACE(::testing::Message() << "T=" << s.T << " H=" << s.H << " Dn=" << s.Dn << " Dr=" << s.Dr
                                       << " Dv=" << s.Dv << " L=" << s.L);
     std::mt19937_64 gen(uint64_t(s.L * 13 + s.Dv));
@@ -89,8 +89,17 @@ TEST(MlaFast, AbsorbAndUnabsorbAreBitIdenticalToTheReference) {
     const Vec ol = normal(gen, size_t(s.T * s.H * s.L));
     Vec want_o(size_t(s.T * s.H * s.Dv)), got_o(want_o.size(), -1.0f);
     ref::mla_unabsorb_o(ol.data(), w.data(), want_o.data(), s.T, s.H, s.Dn, s.Dv, s.L);
-    moxi::kernels::mla_unabsorb_o(ol.data(), w.data(), got_o.data(), s.T, s.H, s.Dn, s.Dv, s.L);
+    moxi::kernels::mla_unabsorb_o(ol.data(), w.data(), nullptr, got_o.data(), s.T, s.H, s.Dn, s.Dv, s.L);
     EXPECT_EQ(0, std::memcmp(want_o.data(), got_o.data(), want_o.size() * sizeof(float))) << "unabsorb";
+    // From W_UV transposed at load: checked against the transpose's definition, then the same bits.
+    const Vec wt = moxi::kernels::mla_transpose_uv(w.data(), s.H, s.Dn, s.Dv, s.L);
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t j = 0; j < s.Dv; ++j)
+        for (int64_t l = 0; l < s.L; ++l)
+          ASSERT_EQ(wt[size_t((h * s.L + l) * s.Dv + j)], w[size_t((h * (s.Dn + s.Dv) + s.Dn + j) * s.L + l)]);
+    std::fill(got_o.begin(), got_o.end(), -1.0f);
+    moxi::kernels::mla_unabsorb_o(ol.data(), w.data(), wt.data(), got_o.data(), s.T, s.H, s.Dn, s.Dv, s.L);
+    EXPECT_EQ(0, std::memcmp(want_o.data(), got_o.data(), want_o.size() * sizeof(float))) << "unabsorb, W_UV^T";
   }
 }
 

@@ -64,9 +64,20 @@ void mla_absorb_q(const float* q, const float* wkv_b, float* q_lat, int64_t T, i
   ref::mla_absorb_q(q, wkv_b, q_lat, T, H, Dn, Dr, Dv, L);
 }
 
-void mla_unabsorb_o(const float* o_lat, const float* wkv_b, float* o, int64_t T, int64_t H, int64_t Dn,
-                    int64_t Dv, int64_t L) {
+std::vector<float> mla_transpose_uv(const float* wkv_b, int64_t H, int64_t Dn, int64_t Dv, int64_t L) {
+  std::vector<float> t(size_t(H * L * Dv));
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t j = 0; j < Dv; ++j) {
+      const float* row = wkv_b + (h * (Dn + Dv) + Dn + j) * L;
+      for (int64_t l = 0; l < L; ++l) t[size_t((h * L + l) * Dv + j)] = row[l];
+    }
+  return t;
+}
+
+void mla_unabsorb_o(const float* o_lat, const float* wkv_b, const float* wuv_t, float* o, int64_t T, int64_t H,
+                    int64_t Dn, int64_t Dv, int64_t L) {
 #if defined(__x86_64__)
+  if (use_avx512() && wuv_t) return x86::mla_unabsorb_o_t_avx512(o_lat, wuv_t, o, T, H, Dv, L);
   if (use_avx512()) {
     MOXI_ASSERT(15 * L < (int64_t(1) << 31), "W_UV rows too long for 32-bit gather offsets");
     return x86::mla_unabsorb_o_avx512(o_lat, wkv_b, o, T, H, Dn, Dv, L);

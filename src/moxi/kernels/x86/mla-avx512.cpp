@@ -153,5 +153,29 @@ void mla_unabsorb_o_avx512(const float* o_lat, const float* wkv_b, float* o, int
     }
 }
 
+void mla_unabsorb_o_t_avx512(const float* o_lat, const float* wuv_t, float* o, int64_t T, int64_t H, int64_t Dv,
+                             int64_t L) {
+  // Lanes are 16 outputs j, four blocks of them at a time (independent add chains); each lane sums
+  // W_UV_h[j][l] * o_lat[l] over l in order, as the reference's scalar loop does.
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const float* ol = o_lat + (t * H + h) * L;
+      const float* wt = wuv_t + h * L * Dv;
+      float* oh = o + (t * H + h) * Dv;
+      for (int64_t j0 = 0; j0 < Dv; j0 += 64) {
+        __mmask16 m[4];
+        for (int b = 0; b < 4; ++b) m[b] = j0 + 16 * b < Dv ? tail_mask(Dv - j0 - 16 * b) : __mmask16(0);
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int64_t l = 0; l < L; ++l) {
+          const __m512 x = _mm512_set1_ps(ol[l]);
+          const float* wr = wt + l * Dv + j0;
+          for (int b = 0; b < 4; ++b)
+            acc[b] = _mm512_add_ps(acc[b], _mm512_mul_ps(_mm512_maskz_loadu_ps(m[b], wr + 16 * b), x));
+        }
+        for (int b = 0; b < 4; ++b) _mm512_mask_storeu_ps(oh + j0 + 16 * b, m[b], acc[b]);
+      }
+    }
+}
+
 }  // namespace moxi::kernels::x86
 #endif  // __x86_64__

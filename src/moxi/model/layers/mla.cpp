@@ -60,6 +60,8 @@ mla_weights load_mla(weight_loader& ld, const std::string& p) {
   w.kv_a_norm = ld.f32(p + ".kv_a_layernorm.weight", {L});
   // f32: the absorbed attention reads kv_b's weights directly, not through linear::apply.
   w.kv_b = ld.lin(p + ".kv_b_proj", H * (m.qk_nope_head_dim + m.v_head_dim), L, /*need_f32=*/true);
+  if (kernels::fast_kernels())
+    w.wuv_t = kernels::mla_transpose_uv(w.kv_b.w.data(), H, m.qk_nope_head_dim, m.v_head_dim, L);
   if (m.output_gate) w.g_proj = ld.lin(p + ".g_proj", H * m.v_head_dim, h);
   w.o_proj = ld.lin(p + ".o_proj", h, H * m.v_head_dim);
   if (c.dsa) {
@@ -239,7 +241,8 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
   }
 
   std::vector<float> o(size_t(R * H * Dv));  // f32 [R, H*Dv]
-  kernels::mla_unabsorb_o(o_lat.data(), w.kv_b.w.data(), o.data(), R, H, Dn, Dv, L);
+  kernels::mla_unabsorb_o(o_lat.data(), w.kv_b.w.data(), w.wuv_t.empty() ? nullptr : w.wuv_t.data(), o.data(), R,
+                          H, Dn, Dv, L);
   dump(dump_to, name + ".o", {R, H, Dv}, o.data());
   if (!w.g_proj.empty()) {
     std::vector<float> g(size_t(R * H * Dv));

@@ -30,6 +30,7 @@ struct mla_weights {
   linear kv_a;                   // [L+Dr, hidden]
   std::vector<float> kv_a_norm;  // f32 [L]
   linear kv_b;                   // [H*(Dn+Dv), L]: per head W_UK (Dn rows) then W_UV (Dv rows)
+  std::vector<float> wuv_t;      // f32 [H, L, Dv] W_UV transposed for the fast unabsorb (empty under ref)
   linear g_proj;                 // [H*Dv, hidden] output gate, or empty
   linear o_proj;                 // [hidden, H*Dv]
   std::optional<indexer_weights> indexer;
