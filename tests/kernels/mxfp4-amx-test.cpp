@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/mxfp4-fixture.h"
 #include "moxi/base/error.h"
 #include "moxi/kernels/mxfp4-dispatch.h"
 #include "moxi/kernels/ref/mxfp4.h"
@@ -227,79 +228,14 @@ TEST(AmxEmu, FaultsWhereTheHardwareWould) {
 
 // ---- 2. the GEMM ----
 
-struct weights {
-  std::vector<uint8_t> blocks, scales;
-};
-
-weights random_weights(int64_t N, int64_t K, uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  weights w;
-  w.blocks.resize(size_t(N * K / 2));
-  w.scales.resize(size_t(N * K / 32));
-  for (auto& b : w.blocks) b = uint8_t(gen());
-  std::uniform_int_distribution<int> s(127 - 14, 127 + 3);
-  for (auto& v : w.scales) v = uint8_t(s(gen));
-  return w;
-}
-
-std::vector<float> activations(size_t n, uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(gen) * (gen() % 16 == 0 ? 30.0f : 1.0f);
-  return v;
-}
-
-// sum_k |xq_k w_k| per output in fp64, xq the activations after the MXFP8 fake-quantization (if any).
-std::vector<double> magnitudes(const std::vector<float>& x, const weights& w, int64_t T, int64_t N, int64_t K,
-                               act_quant act) {
-  std::vector<float> wf(size_t(N * K)), xq = x;
-  mx::dequantize_mxfp4(w.blocks.data(), w.scales.data(), size_t(N * K), wf.data());
-  if (act != act_quant::NONE) {
-    const auto f = act == act_quant::MXFP8_E4M3 ? mx::elem_format::FP8_E4M3 : mx::elem_format::FP8_E5M2;
-    for (int64_t t = 0; t < T; ++t) mx::fake_quantize(f, x.data() + t * K, size_t(K), xq.data() + t * K);
-  }
-  std::vector<double> m(size_t(T * N));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t n = 0; n < N; ++n) {
-      double s = 0;
-      for (int64_t i = 0; i < K; ++i)
-        s += std::fabs(double(xq[size_t(t * K + i)]) * double(wf[size_t(n * K + i)]));
-      m[size_t(t * N + n)] = s;
-    }
-  return m;
-}
-
-struct stats {
-  double worst_ratio = 0;  // max |err| / allowed
-  double nrmse = 0;
-  int nan_mismatch = 0;
-};
-
-// allowed_rel: the bound's factor on mag; slack covers mag being taken on unrounded x (bf16 moves each
-// |x_k| by at most 2^-8).
-stats compare(const std::vector<float>& got, const std::vector<float>& want, const std::vector<double>& mag,
-              double allowed_rel) {
-  stats s;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(want[i]) || std::isnan(got[i])) {
-      s.nan_mismatch += std::isnan(want[i]) != std::isnan(got[i]);
-      continue;
-    }
-    const double e = std::fabs(double(got[i]) - double(want[i]));
-    const double allowed = allowed_rel * mag[i] + 1e-37;
-    s.worst_ratio = std::max(s.worst_ratio, e / allowed);
-    num += e * e;
-    den += double(want[i]) * double(want[i]);
-  }
-  s.nrmse = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  return s;
-}
-
-double order_bound(int64_t K) {
-  return 2.0 * double(K + 2) * 0x1p-24;
-}
+using weights = moxi::testing::mxfp4_weights;
+using stats = moxi::testing::mxfp4_error_stats;
+using moxi::testing::allowed_rel;
+using moxi::testing::compare_to_ref;
+using moxi::testing::order_bound;
+constexpr auto& random_weights = moxi::testing::random_mxfp4_weights;
+constexpr auto& activations = moxi::testing::mxfp4_activations;
+constexpr auto& magnitudes = moxi::testing::mxfp4_magnitudes;
 
 struct tiles_case {
   amx_tiles tiles;
@@ -343,7 +279,7 @@ void gemm_matches_ref(bool hardware) {
         k::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), got.data(), sh.T, sh.N, sh.K,
                                     act, c.tiles);
         const bool rounds = act == act_quant::NONE;
-        const stats s = compare(got, want, mag, (rounds ? 0x1p-8 : 0.0) + order_bound(sh.K));
+        const stats s = compare_to_ref(got, want, mag, (rounds ? 0x1p-8 : 0.0) + order_bound(sh.K));
         const std::string where = std::string(c.name) + " T=" + std::to_string(sh.T) +
                                   " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K) +
                                   " act=" + std::to_string(int(act));
@@ -395,7 +331,7 @@ TEST(Mxfp4Amx, SpecialScalesNanZeroAndExtremesMatchRef) {
         EXPECT_TRUE(std::isnan(got[size_t(t * N + 2)])) << c.name;
         EXPECT_TRUE(std::isnan(got[size_t(t * N + 17)])) << c.name;
       }
-      const stats s = compare(got, want, mag, 0x1p-8 + order_bound(K));
+      const stats s = compare_to_ref(got, want, mag, 0x1p-8 + order_bound(K));
       EXPECT_EQ(s.nan_mismatch, 0) << c.name << " T=" << T;
       EXPECT_LE(s.worst_ratio, 1.0) << c.name << " T=" << T;
     }
@@ -458,7 +394,7 @@ TEST(Mxfp4Amx, EmulatedGemmAgreesWithTheAvx512Bf16GemmToSummationOrder) {
       k::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), got.data(), sh.T, sh.N, sh.K,
                                   act, amx_tiles::EMULATED_SCALAR);
       const std::vector<double> mag = magnitudes(x, w, sh.T, sh.N, sh.K, act);
-      const stats s = compare(got, want, mag, order_bound(sh.K) * (1.0 + 0x1p-7));
+      const stats s = compare_to_ref(got, want, mag, order_bound(sh.K) * (1.0 + 0x1p-7));
       EXPECT_EQ(s.nan_mismatch, 0);
       EXPECT_LE(s.worst_ratio, 1.0) << "T=" << sh.T << " N=" << sh.N << " K=" << sh.K << " act=" << int(act);
     }
@@ -484,7 +420,7 @@ TEST(Mxfp4Amx, HardwareAgreesWithTheEmulatorAndTheDispatcherUsesIt) {
                                 act_quant::NONE, amx_tiles::HARDWARE);
     k::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), emu.data(), sh.T, sh.N, sh.K,
                                 act_quant::NONE, amx_tiles::EMULATED);
-    const stats s = compare(hw, emu, magnitudes(x, w, sh.T, sh.N, sh.K, act_quant::NONE),
+    const stats s = compare_to_ref(hw, emu, magnitudes(x, w, sh.T, sh.N, sh.K, act_quant::NONE),
                             order_bound(sh.K) * (1.0 + 0x1p-7));
     EXPECT_EQ(s.nan_mismatch, 0);
     EXPECT_LE(s.worst_ratio, 1.0) << "T=" << sh.T << " N=" << sh.N << " K=" << sh.K;

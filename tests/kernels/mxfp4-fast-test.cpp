@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mxfp4-fixture.h"
 #include "moxi/base/mx.h"
 #include "moxi/kernels/mxfp4-dispatch.h"
 #include "moxi/kernels/ref/mxfp4.h"
@@ -32,48 +33,14 @@ namespace mx = moxi::mx;
 using k::act_quant;
 using k::mxfp4_variant;
 
-struct weights {
-  std::vector<uint8_t> blocks, scales;
-};
-
-weights random_weights(int64_t N, int64_t K, uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  weights w;
-  w.blocks.resize(size_t(N * K / 2));
-  w.scales.resize(size_t(N * K / 32));
-  for (auto& b : w.blocks) b = uint8_t(gen());
-  std::uniform_int_distribution<int> s(127 - 14, 127 + 3);
-  for (auto& v : w.scales) v = uint8_t(s(gen));
-  return w;
-}
-
-std::vector<float> activations(size_t n, uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(gen) * (gen() % 16 == 0 ? 30.0f : 1.0f);
-  return v;
-}
-
-// sum_k |xq_k w_k| per output in fp64, xq the activations as the kernels see them.
-std::vector<double> magnitudes(const std::vector<float>& x, const weights& w, int64_t T, int64_t N, int64_t K,
-                               act_quant act) {
-  std::vector<float> wf(size_t(N * K)), xq = x;
-  mx::dequantize_mxfp4(w.blocks.data(), w.scales.data(), size_t(N * K), wf.data());
-  if (act != act_quant::NONE) {
-    const auto f = act == act_quant::MXFP8_E4M3 ? mx::elem_format::FP8_E4M3 : mx::elem_format::FP8_E5M2;
-    for (int64_t t = 0; t < T; ++t) mx::fake_quantize(f, x.data() + t * K, size_t(K), xq.data() + t * K);
-  }
-  std::vector<double> m(size_t(T * N));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t n = 0; n < N; ++n) {
-      double s = 0;
-      for (int64_t i = 0; i < K; ++i)
-        s += std::fabs(double(xq[size_t(t * K + i)]) * double(wf[size_t(n * K + i)]));
-      m[size_t(t * N + n)] = s;
-    }
-  return m;
-}
+using weights = moxi::testing::mxfp4_weights;
+using stats = moxi::testing::mxfp4_error_stats;
+using moxi::testing::allowed_rel;
+using moxi::testing::compare_to_ref;
+using moxi::testing::order_bound;
+constexpr auto& random_weights = moxi::testing::random_mxfp4_weights;
+constexpr auto& activations = moxi::testing::mxfp4_activations;
+constexpr auto& magnitudes = moxi::testing::mxfp4_magnitudes;
 
 struct path {
   mxfp4_variant variant;
@@ -91,33 +58,6 @@ std::vector<path> available_paths() {
     p.push_back({mxfp4_variant::AVX512_BF16, 0, "avx512_bf16-gemm", true});
   }
   return p;
-}
-
-struct stats {
-  double worst_ratio = 0;  // max |err| / allowed
-  double nrmse = 0;
-  int nan_mismatch = 0;
-};
-
-stats compare(const std::vector<float>& got, const std::vector<float>& want, const std::vector<double>& mag,
-              int64_t K, bool rounds_x) {
-  stats s;
-  double num = 0, den = 0;
-  const double order = 2.0 * double(K + 2) * 0x1p-24;
-  const double allowed_rel = rounds_x ? 0x1p-8 + order : order;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(want[i]) || std::isnan(got[i])) {
-      s.nan_mismatch += std::isnan(want[i]) != std::isnan(got[i]);
-      continue;
-    }
-    const double e = std::fabs(double(got[i]) - double(want[i]));
-    const double allowed = allowed_rel * mag[i] + 1e-37;
-    if (e / allowed > s.worst_ratio) s.worst_ratio = e / allowed;
-    num += e * e;
-    den += double(want[i]) * double(want[i]);
-  }
-  s.nrmse = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  return s;
 }
 
 TEST(Mxfp4Fast, EveryAvailableVariantMatchesRefOverManyShapes) {
@@ -144,7 +84,7 @@ TEST(Mxfp4Fast, EveryAvailableVariantMatchesRefOverManyShapes) {
         std::vector<float> got(size_t(sh.T * sh.N), std::nanf(""));
         k::matmul_mxfp4(x.data(), pw, got.data(), sh.T, act, {p.gemv_max_tokens});
         const bool rounds = p.rounds_x && act == act_quant::NONE;
-        const stats s = compare(got, want, mag, sh.K, rounds);
+        const stats s = compare_to_ref(got, want, mag, allowed_rel(sh.K, rounds));
         const std::string where = std::string(p.name) + " T=" + std::to_string(sh.T) +
                                   " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K) +
                                   " act=" + std::to_string(int(act));
@@ -183,7 +123,7 @@ TEST(Mxfp4Fast, SpecialScalesNanZeroAndExtremesMatchRef) {
       std::vector<float> got(size_t(T * N));
       k::matmul_mxfp4(x.data(), pw, got.data(), T, act_quant::NONE, {p.gemv_max_tokens});
       for (int64_t t = 0; t < T; ++t) EXPECT_TRUE(std::isnan(got[size_t(t * N + 2)])) << p.name;
-      const stats s = compare(got, want, mag, K, p.rounds_x);
+      const stats s = compare_to_ref(got, want, mag, allowed_rel(K, p.rounds_x));
       EXPECT_EQ(s.nan_mismatch, 0) << p.name << " T=" << T;
       EXPECT_LE(s.worst_ratio, 1.0) << p.name << " T=" << T;
     }
