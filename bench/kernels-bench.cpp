@@ -242,7 +242,9 @@ gemv_result run_gemv(int64_t m, int64_t kk, int reps, const std::string& format)
   // The default GEMV and, where AVX512-VBMI gives it a cheaper decode, the older decode, interleaved.
   k::mxfp4_options classic;
   classic.no_vbmi = true;
-  const bool vbmi = v == k::mxfp4_variant::AVX512_BF16 && k::x86::cpu().avx512_vbmi;
+  // T = 1 runs the BF16 GEMV on AMX CPUs too (tiles pay only for a batch of tokens).
+  const bool vbmi =
+      (v == k::mxfp4_variant::AVX512_BF16 || v == k::mxfp4_variant::AMX_BF16) && k::x86::cpu().avx512_vbmi;
   std::vector<double> ms, classic_ms, bw, share;
   for (int rep = 0; rep < reps; ++rep) {
     bw.push_back(probe.sample_gbs());

@@ -20,7 +20,7 @@ void mla_absorb_q(const float* q, const float* wkv_b, float* q_lat, int64_t T, i
                   int64_t Dr, int64_t Dv, int64_t L);
 // W_UV of every head transposed, f32 [H, L, Dv]: wuv_t[(h*L + l)*Dv + j] = W_UV_h[j][l] (row h*(Dn+Dv) + Dn
 // + j of wkv_b). Made once at load so the AVX-512 unabsorb loads 16 outputs' weights contiguously instead of
-// gathering them with stride L (3.4x faster on a decode step's shapes; same values, same order).
+// gathering them with stride L (same values, same order: bit-identical).
 std::vector<float> mla_transpose_uv(const float* wkv_b, int64_t H, int64_t Dn, int64_t Dv, int64_t L);
 
 // wuv_t: mla_transpose_uv(wkv_b, ...), or null (the AVX-512 twin then gathers from wkv_b). The reference
