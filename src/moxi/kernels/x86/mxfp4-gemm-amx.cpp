@@ -16,6 +16,7 @@
 
 #include <immintrin.h>
 
+#include "moxi/kernels/x86/mxfp4-avx512-inl.h"
 #include "moxi/kernels/x86/mxfp4-x86.h"
 
 namespace moxi::kernels::x86 {
@@ -84,46 +85,12 @@ struct hw_tiles {
   }
 };
 
-inline __m512 fp4_table() {
-  return _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f,
-                        -3.0f, -4.0f, -6.0f);
-}
-
-// E8M0 bytes of 16 rows -> fp32 2^(s-127): s << 23, with s = 0 -> 2^-127 (0x00400000) and 255 -> NaN.
-inline __m512 e8m0_x16(const uint8_t* s) {
-  const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
-  __m512i f = _mm512_slli_epi32(v, 23);
-  f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()),
-                            _mm512_set1_epi32(0x00400000));
-  f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(v, _mm512_set1_epi32(255)),
-                            _mm512_set1_epi32(0x7fc00000));
-  return _mm512_castsi512_ps(f);
-}
-
 // Panel P, pairs [kc/2, (kc+kn)/2): out[pair * stride + r] = bf16(w[2p]) | bf16(w[2p+1]) << 16 for the
 // 16 rows r, w = E2M1 value x E8M0 scale in fp32 (exact; 0 x NaN-scale stays NaN), bf16 = its upper half
 // (exact, the low half is zero). Bit-identical to the scalar decode of mxfp4-gemm-amx-emu.cpp (tested).
 struct avx512_decode {
   static void panel(const mxfp4_panels& w, int64_t P, int64_t kc, int64_t kn, uint32_t* out, int64_t stride) {
-    const __m512 table = fp4_table();
-    const __m512i hi = _mm512_set1_epi32(int(0xFFFF0000u));
-    const int64_t nb = w.K / 32;
-    const uint8_t* q = w.qs + (P * (w.K / 2) + kc / 2) * 16;
-    for (int64_t b = kc / 32; b < (kc + kn) / 32; ++b) {
-      const __m512 s = e8m0_x16(w.sc + (P * nb + b) * 16);
-#pragma GCC unroll 16
-      for (int j = 0; j < 16; ++j) {
-        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
-        q += 16;
-        const __m512 we = _mm512_mul_ps(_mm512_permutexvar_ps(v, table), s);
-        const __m512 wo = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), s);
-        // (wo & 0xFFFF0000) | (we >> 16): ternary-logic truth table (A & B) | C = 0xEA.
-        const __m512i d = _mm512_ternarylogic_epi32(_mm512_castps_si512(wo), hi,
-                                                    _mm512_srli_epi32(_mm512_castps_si512(we), 16), 0xEA);
-        _mm512_storeu_si512(out, d);
-        out += stride;
-      }
-    }
+    decode_panel_bf16(w, P, kc, kn, out, stride);
   }
 };
 

@@ -11,6 +11,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "moxi/kernels/x86/mxfp4-avx512-inl.h"
 #include "moxi/kernels/x86/mxfp4-x86.h"
 
 namespace moxi::kernels::x86 {
@@ -19,52 +20,6 @@ namespace {
 constexpr int64_t kKc = 1024;  // K-chunk (multiple of 32)
 constexpr int kTm = 12;        // tokens per register tile: 24 accumulators + 2 weight registers
 constexpr int64_t kTb = 16 * kTm;
-
-inline __m512 fp4_table() {
-  return _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f,
-                        -3.0f, -4.0f, -6.0f);
-}
-
-inline __m512 e8m0_x16(const uint8_t* s) {
-  const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
-  __m512i f = _mm512_slli_epi32(v, 23);
-  f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()),
-                            _mm512_set1_epi32(0x00400000));
-  f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(v, _mm512_set1_epi32(255)),
-                            _mm512_set1_epi32(0x7fc00000));
-  return _mm512_castsi512_ps(f);
-}
-
-inline __mmask16 row_mask(int64_t N, int64_t row0) {
-  const int64_t n = N - row0;
-  return n <= 0 ? __mmask16(0) : n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
-}
-
-// Decodes pairs [kc/2, (kc+kn)/2) of panel P into out[pair][16] u32 words, each (bf16 of element 2p) |
-// (bf16 of element 2p+1) << 16: the operand order VDPBF16PS pairs. bf16 = the fp32's upper half, exact
-// here (the value has <= 2 significant bits), NaN stays NaN; fp32-subnormal products (scale bytes < 3)
-// become bf16 subnormals that VDPBF16PS reads as zero, the documented deviation.
-void decode_panel(const mxfp4_panels& w, int64_t P, int64_t kc, int64_t kn, uint32_t* out, int64_t stride) {
-  const __m512 table = fp4_table();
-  const __m512i hi_mask = _mm512_set1_epi32(int(0xFFFF0000u));
-  const int64_t nb = w.K / 32;
-  const uint8_t* q = w.qs + (P * (w.K / 2) + kc / 2) * 16;
-  for (int64_t b = kc / 32; b < (kc + kn) / 32; ++b) {
-    const __m512 s = e8m0_x16(w.sc + (P * nb + b) * 16);
-#pragma GCC unroll 32
-    for (int j = 0; j < 16; ++j) {
-      const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
-      q += 16;
-      const __m512 we = _mm512_mul_ps(_mm512_permutexvar_ps(v, table), s);
-      const __m512 wo = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), s);
-      // (wo & 0xFFFF0000) | (we >> 16): ternary-logic truth table (A & B) | C = 0xEA.
-      const __m512i d = _mm512_ternarylogic_epi32(_mm512_castps_si512(wo), hi_mask,
-                                                  _mm512_srli_epi32(_mm512_castps_si512(we), 16), 0xEA);
-      _mm512_storeu_si512(out, d);
-      out += stride;
-    }
-  }
-}
 
 inline __m512bh as_bh(__m512i v) {
   return reinterpret_cast<__m512bh&>(v);
@@ -233,9 +188,9 @@ void mxfp4_gemm_avx512bf16(const uint16_t* xb, int64_t T, const mxfp4_panels& w,
       const int64_t kn = K - kc < kKc ? K - kc : kKc;
       for (int64_t pp = pp0; pp < pp1; ++pp) {
         const int64_t P = 2 * pp;
-        decode_panel(w, P, kc, kn, scratch, 32);
+        decode_panel_bf16(w, P, kc, kn, scratch, 32);
         if (P + 1 < panels) {
-          decode_panel(w, P + 1, kc, kn, scratch + 16, 32);
+          decode_panel_bf16(w, P + 1, kc, kn, scratch + 16, 32);
         } else {
           for (int64_t p = 0; p < kn / 2; ++p)
             _mm512_storeu_si512(scratch + p * 32 + 16, _mm512_setzero_si512());

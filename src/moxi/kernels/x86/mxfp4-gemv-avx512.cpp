@@ -9,32 +9,11 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "moxi/kernels/x86/mxfp4-avx512-inl.h"
 #include "moxi/kernels/x86/mxfp4-x86.h"
 
 namespace moxi::kernels::x86 {
 namespace {
-
-inline __m512 fp4_table() {
-  return _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f,
-                        -3.0f, -4.0f, -6.0f);
-}
-
-// 16 E8M0 bytes -> their exact fp32 values (mx::kE8m0): byte << 23 is 2^(s-127) for 1..254; 0 is 2^-127
-// (an fp32 subnormal, not 0) and 255 is NaN, patched with two masked moves.
-inline __m512 e8m0_x16(const uint8_t* s) {
-  const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
-  __m512i f = _mm512_slli_epi32(v, 23);
-  f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()),
-                            _mm512_set1_epi32(0x00400000));
-  f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(v, _mm512_set1_epi32(255)),
-                            _mm512_set1_epi32(0x7fc00000));
-  return _mm512_castsi512_ps(f);
-}
-
-inline __mmask16 row_mask(int64_t N, int64_t row0) {
-  const int64_t n = N - row0;
-  return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
-}
 
 // PP panels side by side (PP x TT independent FMA chains hide the FMA latency), TT tokens per decode.
 template <int PP, int TT>

@@ -12,25 +12,11 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "moxi/kernels/x86/mxfp4-avx512-inl.h"
 #include "moxi/kernels/x86/mxfp4-x86.h"
 
 namespace moxi::kernels::x86 {
 namespace {
-
-inline __m512 e8m0_x16(const uint8_t* s) {
-  const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
-  __m512i f = _mm512_slli_epi32(v, 23);
-  f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()),
-                            _mm512_set1_epi32(0x00400000));
-  f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(v, _mm512_set1_epi32(255)),
-                            _mm512_set1_epi32(0x7fc00000));
-  return _mm512_castsi512_ps(f);
-}
-
-inline __mmask16 row_mask(int64_t N, int64_t row0) {
-  const int64_t n = N - row0;
-  return n <= 0 ? __mmask16(0) : n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
-}
 
 inline __m512bh as_bh(__m512i v) {
   return reinterpret_cast<__m512bh&>(v);
