@@ -174,7 +174,11 @@ TEST(Forward, DsaWithLargeTopkEqualsDenseMla) {
     ASSERT_TRUE(dsa.config().dsa.has_value());
     ASSERT_FALSE(dense.config().dsa.has_value());
     const auto tokens = random_tokens(100, dsa.config().vocab_size, 3);
-    EXPECT_LT(rel_max_err(run_pieces(dsa, tokens, {60, 1, 39}), run_pieces(dense, tokens, {100})), 2e-5);
+    // Both run the same pieces, so the KDA layers compute bit-identical rows and only the attention differs:
+    // with a different split the chunked KDA's few-ulp differences can flip a near-tied MoE routing (seen:
+    // tiny-seed token 88, 4th and 5th router scores one ulp apart), which is not what this test is about
+    // (split invariance has its own tests above).
+    EXPECT_LT(rel_max_err(run_pieces(dsa, tokens, {60, 1, 39}), run_pieces(dense, tokens, {60, 1, 39})), 2e-5);
     // The configs' own small top-k (8) is dense too while the context is at most 8 tokens.
     const auto small = model::model::load(ck);
     const auto short_tokens =

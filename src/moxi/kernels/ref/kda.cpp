@@ -1,4 +1,6 @@
 // Scalar reference KDA kernels (see kda.h for layouts and semantics; math per reference/kda.md §1-2).
+// Every exp of the state update (the recurrent decay, the chunked factors) is exp_f32 (ref/exp.h), which the
+// AVX-512 twins compute 16 lanes at a time with the same operations; the gates keep libm's exp.
 #include "moxi/kernels/ref/kda.h"
 
 #include <algorithm>
@@ -7,6 +9,7 @@
 
 #include "moxi/base/error.h"
 #include "moxi/kernels/ref/basic.h"
+#include "moxi/kernels/ref/exp.h"
 
 namespace moxi::kernels::ref {
 
@@ -83,7 +86,7 @@ void kda_recurrent(const float* q, const float* k, const float* v, const float* 
       float* ot = o + (t * H + h) * V;
       // Decay first: the delta rule's prediction k^T S uses the decayed state (FLA naive_recurrent_kda).
       for (int64_t d = 0; d < K; ++d) {
-        const float e = std::exp(gt[d]);
+        const float e = exp_f32(gt[d]);
         for (int64_t j = 0; j < V; ++j) S[d * V + j] *= e;
       }
       std::fill(delta.begin(), delta.end(), 0.0f);
@@ -139,7 +142,7 @@ void kda_chunked(const float* q, const float* k, const float* v, const float* g,
           const float* kc = Kr(c);
           float a = 0.0f, b = 0.0f;
           for (int64_t d = 0; d < K; ++d) {
-            const float e = std::exp(float(G[size_t(r * K + d)] - G[size_t(c * K + d)]));
+            const float e = exp_f32(float(G[size_t(r * K + d)] - G[size_t(c * K + d)]));
             const float ek = e * kc[d];
             a += kr[d] * ek;
             b += qr[d] * ek;
@@ -158,7 +161,7 @@ void kda_chunked(const float* q, const float* k, const float* v, const float* g,
         const float* vr = Vr(r);
         float* wr = &Wm[size_t(r * K)];
         float* ur = &U[size_t(r * V)];
-        for (int64_t d = 0; d < K; ++d) wr[d] = br * std::exp(float(G[size_t(r * K + d)])) * kr[d];
+        for (int64_t d = 0; d < K; ++d) wr[d] = br * exp_f32(float(G[size_t(r * K + d)])) * kr[d];
         for (int64_t j = 0; j < V; ++j) ur[j] = br * vr[j];
         for (int64_t c = 0; c < r; ++c) {
           const float l = L[size_t(r * C + c)];
@@ -182,7 +185,7 @@ void kda_chunked(const float* q, const float* k, const float* v, const float* g,
         float* orow = o + ((c0 + r) * H + h) * V;
         std::fill(orow, orow + V, 0.0f);
         for (int64_t d = 0; d < K; ++d) {
-          const float qd = scale * qr[d] * std::exp(float(G[size_t(r * K + d)]));
+          const float qd = scale * qr[d] * exp_f32(float(G[size_t(r * K + d)]));
           for (int64_t j = 0; j < V; ++j) orow[j] += qd * S[d * V + j];
         }
         for (int64_t c = 0; c <= r; ++c) {
@@ -196,11 +199,11 @@ void kda_chunked(const float* q, const float* k, const float* v, const float* g,
       for (int64_t c = 0; c < n; ++c) {
         const float* kc = Kr(c);
         for (int64_t d = 0; d < K; ++d) {
-          decay[size_t(c * K + d)] = std::exp(float(Glast[d] - G[size_t(c * K + d)])) * kc[d];
+          decay[size_t(c * K + d)] = exp_f32(float(Glast[d] - G[size_t(c * K + d)])) * kc[d];
         }
       }
       for (int64_t d = 0; d < K; ++d) {
-        const float e = std::exp(float(Glast[d]));
+        const float e = exp_f32(float(Glast[d]));
         float* Sd = S + d * V;
         for (int64_t j = 0; j < V; ++j) Sd[j] *= e;
         for (int64_t c = 0; c < n; ++c) {

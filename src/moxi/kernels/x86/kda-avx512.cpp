@@ -1,19 +1,21 @@
 // KDA recurrent decode on AVX-512 F: the same arithmetic as ref::kda_recurrent, element for element and in
 // the same order (decay, k^T S, delta, rank-1 update, o = S^T (scale q)), vectorized over V and fused into
 // two passes over each head's [K, V] state instead of four. Products and sums are separate instructions
-// (this file is built with -ffp-contract=off) and exp is the same libm call, so the result is bit-identical
-// to the reference (tests/kernels/kda-fast-test.cpp).
+// (this file is built with -ffp-contract=off) and exp is exp16, the 16-lane form of ref::exp_f32 (the same
+// fp32 operations, its fmas explicit in both), so the result is bit-identical to the reference
+// (tests/kernels/kda-fast-test.cpp; exp16 alone: tests/kernels/exp-test.cpp).
 //
 // Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq (kernels/CMakeLists.txt); called only after
 // kernels::x86::cpu() confirmed them. Only intrinsics and C headers are included, and scratch comes from
 // the caller: no template of a shared header (std::vector) gets an AVX-512 body the linker could pick for
-// code that runs on other CPUs.
+// code that runs on other CPUs. ref/exp.h is included for its constants only; its inline exp_f32 is never
+// called here, so no AVX-512 body of it is emitted.
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#include <cmath>
 #include <cstdint>
 
+#include "moxi/kernels/ref/exp.h"
 #include "moxi/kernels/x86/kda-x86.h"
 
 namespace moxi::kernels::x86 {
@@ -23,13 +25,56 @@ inline __mmask16 tail_mask(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
 }
 
+// ref::exp_f32 on 16 lanes: its operations one for one, in its order (see ref/exp.h for the method).
+inline __m512 exp16(__m512 x) {
+  namespace c = ref::exp_const;
+  x = _mm512_max_ps(_mm512_set1_ps(c::kMin), x);  // kMin > x ? kMin : x, NaN passes
+  x = _mm512_min_ps(_mm512_set1_ps(c::kMax), x);  // kMax < x ? kMax : x
+  const __m512 round = _mm512_set1_ps(c::kRound);
+  const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(c::kLog2e), round);
+  const __m512 n = _mm512_sub_ps(t, round);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-c::kLn2Hi), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-c::kLn2Lo), r);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(c::kC6), r, _mm512_set1_ps(c::kC5));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c::kC4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c::kC3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c::kC2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(round));
+  const __m512i a = _mm512_srai_epi32(ni, 1), b = _mm512_sub_epi32(ni, a);
+  const __m512i bias = _mm512_set1_epi32(127);
+  const __m512 sa = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(a, bias), 23));
+  const __m512 sb = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(b, bias), 23));
+  return _mm512_mul_ps(_mm512_mul_ps(p, sa), sb);
+}
+
+// float(x[i]) for 16 fp64 values (masked lanes read 0).
+inline __m512 load_pd16_ps(const double* x, __mmask16 m) {
+  const __m256 lo = _mm512_cvtpd_ps(_mm512_maskz_loadu_pd(__mmask8(m), x));
+  const __m256 hi = _mm512_cvtpd_ps(_mm512_maskz_loadu_pd(__mmask8(m >> 8), x + 8));
+  return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
+// float(x[i] - y[i]) for 16 fp64 values (masked lanes give 0).
+inline __m512 diff_pd16_ps(const double* x, const double* y, __mmask16 m) {
+  const __m256 lo = _mm512_cvtpd_ps(
+      _mm512_sub_pd(_mm512_maskz_loadu_pd(__mmask8(m), x), _mm512_maskz_loadu_pd(__mmask8(m), y)));
+  const __m256 hi = _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_maskz_loadu_pd(__mmask8(m >> 8), x + 8),
+                                                  _mm512_maskz_loadu_pd(__mmask8(m >> 8), y + 8)));
+  return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
 // One head, one token. S f32 [K, V], delta scratch f32 [V].
 void recurrent_head(const float* qt, const float* kt, const float* vt, const float* gt, float bt, float scale,
                     float* S, float* ot, float* delta, int64_t K, int64_t V) {
   for (int64_t j = 0; j < V; j += 16) _mm512_mask_storeu_ps(delta + j, tail_mask(V - j), _mm512_setzero_ps());
   // Pass 1: decay each state row, then accumulate k^T S over rows in order (ref: two loops, same order).
+  // The decays exp(g) are computed 16 rows at a time.
+  alignas(64) float ev[16];
   for (int64_t d = 0; d < K; ++d) {
-    const __m512 e = _mm512_set1_ps(std::exp(gt[d]));
+    if (d % 16 == 0) _mm512_store_ps(ev, exp16(_mm512_maskz_loadu_ps(tail_mask(K - d), gt + d)));
+    const __m512 e = _mm512_set1_ps(ev[d % 16]);
     const __m512 kd = _mm512_set1_ps(kt[d]);
     float* row = S + d * V;
     for (int64_t j = 0; j < V; j += 16) {
@@ -77,8 +122,8 @@ void kda_recurrent_avx512(const float* q, const float* k, const float* v, const 
 }
 
 // ---- Chunked prefill: ref::kda_chunked's arithmetic with its j (value) and d (key) loops vectorized and the
-// (r, c) score loop vectorized across 16 columns c (each lane sums over d in the reference's order). The
-// exps stay the same libm calls, one per element.
+// (r, c) score loop vectorized across 16 columns c (each lane sums over d in the reference's order). Every
+// exp is exp16, over the 16 columns c in the score loop and over 16 keys d elsewhere.
 
 namespace {
 
@@ -134,11 +179,9 @@ void kda_chunked_avx512(const float* q, const float* k, const float* v, const fl
         for (int64_t cb = 0; cb <= r; cb += 16) {
           const __mmask16 m = tail_mask(r + 1 - cb);
           __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
-          alignas(64) float e[16];
           for (int64_t d = 0; d < K; ++d) {
-            _mm512_store_ps(e, gate_diff16(w.G[r * K + d], w.GT + d * C + cb, m));
-            for (int i = 0; i < 16; ++i) e[i] = std::exp(e[i]);
-            const __m512 ek = _mm512_mul_ps(_mm512_load_ps(e), _mm512_maskz_loadu_ps(m, w.KT + d * C + cb));
+            const __m512 e = exp16(gate_diff16(w.G[r * K + d], w.GT + d * C + cb, m));
+            const __m512 ek = _mm512_mul_ps(e, _mm512_maskz_loadu_ps(m, w.KT + d * C + cb));
             a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(kr[d]), ek));
             b = _mm512_add_ps(b, _mm512_mul_ps(_mm512_set1_ps(qr[d]), ek));
           }
@@ -160,7 +203,13 @@ void kda_chunked_avx512(const float* q, const float* k, const float* v, const fl
         const float* vr = Vr(r);
         float* wr = w.Wm + r * K;
         float* ur = w.U + r * V;
-        for (int64_t d = 0; d < K; ++d) wr[d] = br * std::exp(float(w.G[r * K + d])) * kr[d];
+        for (int64_t d = 0; d < K; d += 16) {  // (br * e) * k as the reference
+          const __mmask16 m = tail_mask(K - d);
+          const __m512 e = exp16(load_pd16_ps(w.G + r * K + d, m));
+          _mm512_mask_storeu_ps(
+              wr + d, m,
+              _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(br), e), _mm512_maskz_loadu_ps(m, kr + d)));
+        }
         for (int64_t j = 0; j < V; ++j) ur[j] = br * vr[j];
         for (int64_t c = 0; c < r; ++c) {
           const float l = w.L[r * C + c];
@@ -179,8 +228,10 @@ void kda_chunked_avx512(const float* q, const float* k, const float* v, const fl
         float* orow = o + ((c0 + r) * H + h) * V;
         for (int64_t j = 0; j < V; j += 16)
           _mm512_mask_storeu_ps(orow + j, tail_mask(V - j), _mm512_setzero_ps());
+        alignas(64) float ev[16];
         for (int64_t d = 0; d < K; ++d) {
-          const float qd = scale * qr[d] * std::exp(float(w.G[r * K + d]));
+          if (d % 16 == 0) _mm512_store_ps(ev, exp16(load_pd16_ps(w.G + r * K + d, tail_mask(K - d))));
+          const float qd = scale * qr[d] * ev[d % 16];
           axpy<false>(orow, qd, S + d * V, V);
         }
         for (int64_t c = 0; c <= r; ++c) axpy<false>(orow, w.Aqk[r * C + c], w.U + c * V, V);
@@ -190,11 +241,16 @@ void kda_chunked_avx512(const float* q, const float* k, const float* v, const fl
       const double* Glast = w.G + (n - 1) * K;
       for (int64_t c = 0; c < n; ++c) {
         const float* kc = Kr(c);
-        for (int64_t d = 0; d < K; ++d)
-          w.decay[c * K + d] = std::exp(float(Glast[d] - w.G[c * K + d])) * kc[d];
+        for (int64_t d = 0; d < K; d += 16) {
+          const __mmask16 m = tail_mask(K - d);
+          const __m512 e = exp16(diff_pd16_ps(Glast + d, w.G + c * K + d, m));
+          _mm512_mask_storeu_ps(w.decay + c * K + d, m, _mm512_mul_ps(e, _mm512_maskz_loadu_ps(m, kc + d)));
+        }
       }
+      alignas(64) float ev[16];
       for (int64_t d = 0; d < K; ++d) {
-        const __m512 e = _mm512_set1_ps(std::exp(float(Glast[d])));
+        if (d % 16 == 0) _mm512_store_ps(ev, exp16(load_pd16_ps(Glast + d, tail_mask(K - d))));
+        const __m512 e = _mm512_set1_ps(ev[d % 16]);
         float* Sd = S + d * V;
         for (int64_t j = 0; j < V; j += 16) {
           const __mmask16 m = tail_mask(V - j);
@@ -203,6 +259,13 @@ void kda_chunked_avx512(const float* q, const float* k, const float* v, const fl
         for (int64_t c = 0; c < n; ++c) axpy<false>(Sd, w.decay[c * K + d], w.U + c * V, V);
       }
     }
+  }
+}
+
+void exp_avx512(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }
 

@@ -30,4 +30,8 @@ void kda_chunked_avx512(const float* q, const float* k, const float* v, const fl
                         float scale, float* state, float* o, int64_t T, int64_t H, int64_t K, int64_t V,
                         const kda_chunk_scratch& scratch);
 
+// y[i] = ref::exp_f32(x[i]), computed 16 lanes at a time by the exp the kernels above use (exposed for
+// tests/kernels/exp-test.cpp, which checks the two forms are bit-identical). x and y may alias.
+void exp_avx512(const float* x, float* y, int64_t n);
+
 }  // namespace moxi::kernels::x86
