@@ -53,11 +53,18 @@ void run_experts_fused(const std::vector<int64_t>& active,
 
 }  // namespace
 
+swiglu_mlp swiglu_mlp::make(linear gate, linear up, linear down) {
+  swiglu_mlp m{std::move(gate), std::move(up), std::move(down), {}};
+  m.gate_up = stacked_linear::stack({&m.gate, &m.up});
+  return m;
+}
+
 void swiglu_mlp::apply(const float* x, float* y, int64_t T) const {
   const int64_t F = gate.out;
-  std::vector<float> g(size_t(T * F)), u(size_t(T * F));  // f32 [T, F]
-  gate.apply(x, g.data(), T);
-  up.apply(x, u.data(), T);
+  std::vector<float> gu(size_t(T * 2 * F)), g(size_t(T * F)), u(size_t(T * F));  // f32 [T, 2F], [T, F]
+  gate_up.apply(x, gu.data(), T);
+  gate_up.extract(gu.data(), T, 0, g.data());
+  gate_up.extract(gu.data(), T, 1, u.data());
   ref::swiglu(g.data(), u.data(), g.data(), T * F);
   down.apply(g.data(), y, T);
 }
@@ -65,7 +72,8 @@ void swiglu_mlp::apply(const float* x, float* y, int64_t T) const {
 swiglu_mlp load_dense_mlp(weight_loader& ld, const std::string& p) {
   const auto& c = ld.config();
   const int64_t h = c.hidden_size, f = c.dense_intermediate_size;
-  return {ld.lin(p + ".gate_proj", f, h), ld.lin(p + ".up_proj", f, h), ld.lin(p + ".down_proj", h, f)};
+  return swiglu_mlp::make(ld.lin(p + ".gate_proj", f, h), ld.lin(p + ".up_proj", f, h),
+                          ld.lin(p + ".down_proj", h, f));
 }
 
 moe_weights load_moe(weight_loader& ld, const std::string& p, const arch::ffn_names& n) {
@@ -100,8 +108,8 @@ moe_weights load_moe(weight_loader& ld, const std::string& p, const arch::ffn_na
   if (m.num_shared_experts > 0) {
     const std::string s = p + ".shared_experts";
     const int64_t fs = F * m.num_shared_experts;
-    w.shared = swiglu_mlp{ld.lin(s + ".gate_proj", fs, h), ld.lin(s + ".up_proj", fs, h),
-                          ld.lin(s + ".down_proj", h, fs)};
+    w.shared = swiglu_mlp::make(ld.lin(s + ".gate_proj", fs, h), ld.lin(s + ".up_proj", fs, h),
+                                ld.lin(s + ".down_proj", h, fs));
   }
   w.expert_act = activation_quant(c);
   return w;

@@ -16,7 +16,9 @@ namespace moxi::model {
 
 // w2(SiLU(w1 x) * w3 x) with f32 weights: the dense MLP and the shared experts.
 struct swiglu_mlp {
-  linear gate, up, down;                                  // [F, hidden], [F, hidden], [hidden, F]
+  linear gate, up, down;   // [F, hidden], [F, hidden], [hidden, F]; gate and up are moved into gate_up
+  stacked_linear gate_up;  // gate then up, one GEMV
+  static swiglu_mlp make(linear gate, linear up, linear down);
   void apply(const float* x, float* y, int64_t T) const;  // x, y f32 [T, hidden]
 };
 

@@ -120,6 +120,8 @@ kda_weights load_kda(weight_loader& ld, const std::string& p) {
   }
   w.o_norm = ld.f32(p + ".o_norm.weight", {D});
   w.o_proj = ld.lin(p + ".o_proj", h, P);
+  w.in_proj = stacked_linear::stack(
+      {&w.q_proj, &w.k_proj, &w.v_proj, &w.f_a, &w.b_proj, k.full_rank_output_gate ? &w.g_proj : &w.g_a});
   return w;
 }
 
@@ -135,24 +137,27 @@ void kda_forward_batch(const kda_weights& w, const formats::model_config& c, con
   MOXI_ASSERT(segs.size() == states.size());
   const auto& k = *c.kda;
   const int64_t P = k.proj_dim(), D = k.head_dim, H = k.num_heads, W = k.conv_kernel;
+  // Every projection of x in one GEMV: f32 [R, in_proj.all.out].
+  std::vector<float> xin(size_t(R * w.in_proj.all.out));
+  w.in_proj.apply(x, xin.data(), R);
   std::vector<float> proj(size_t(R * P));                                    // f32 [R, P] before the conv
   std::vector<float> q(size_t(R * P)), kk(size_t(R * P)), v(size_t(R * P));  // f32 [R, H, D]
-  auto conv = [&](const linear& l, const std::vector<float>& cw, float* kda_state_ref::*st,
+  auto conv = [&](kda_in part, const std::vector<float>& cw, float* kda_state_ref::*st,
                   std::vector<float>& y) {
-    l.apply(x, proj.data(), R);
+    w.in_proj.extract(xin.data(), R, part, proj.data());
     for (size_t i = 0; i < segs.size(); ++i)
       ref::causal_conv1d_silu(proj.data() + segs[i].begin * P, cw.data(), states[i].*st,
                               y.data() + segs[i].begin * P, segs[i].T, P, W);
   };
-  conv(w.q_proj, w.q_conv, &kda_state_ref::conv_q, q);
-  conv(w.k_proj, w.k_conv, &kda_state_ref::conv_k, kk);
-  conv(w.v_proj, w.v_conv, &kda_state_ref::conv_v, v);
+  conv(KDA_Q, w.q_conv, &kda_state_ref::conv_q, q);
+  conv(KDA_K, w.k_conv, &kda_state_ref::conv_k, kk);
+  conv(KDA_V, w.v_conv, &kda_state_ref::conv_v, v);
   ref::l2norm(q.data(), q.data(), R * H, D);
   ref::l2norm(kk.data(), kk.data(), R * H, D);
 
   // Decay gate g f32 [R, H, D] in log space from the low-rank f_b(f_a(x)).
   std::vector<float> fa(size_t(R * D)), g(size_t(R * P));
-  w.f_a.apply(x, fa.data(), R);
+  w.in_proj.extract(xin.data(), R, KDA_F_A, fa.data());
   w.f_b.apply(fa.data(), g.data(), R);
   if (k.gate == formats::kda_gate_kind::LOWER_BOUND)
     ref::kda_gate_lower_bound(g.data(), w.A_log.data(), w.dt_bias.data(), float(k.gate_lower_bound), g.data(),
@@ -160,7 +165,7 @@ void kda_forward_batch(const kda_weights& w, const formats::model_config& c, con
   else
     ref::kda_gate_softplus(g.data(), w.A_log.data(), w.dt_bias.data(), g.data(), R, H, D);
   std::vector<float> beta(size_t(R * H));  // f32 [R, H]
-  w.b_proj.apply(x, beta.data(), R);
+  w.in_proj.extract(xin.data(), R, KDA_BETA, beta.data());
   ref::sigmoid(beta.data(), beta.data(), R * H);
 
   dump(dump_to, name + ".q", {R, H, D}, q.data());
@@ -182,10 +187,10 @@ void kda_forward_batch(const kda_weights& w, const formats::model_config& c, con
 
   std::vector<float> gate(size_t(R * P));  // f32 [R, P] output gate logits
   if (k.full_rank_output_gate) {
-    w.g_proj.apply(x, gate.data(), R);
+    w.in_proj.extract(xin.data(), R, KDA_GATE, gate.data());
   } else {
     std::vector<float> ga(size_t(R * D));
-    w.g_a.apply(x, ga.data(), R);
+    w.in_proj.extract(xin.data(), R, KDA_GATE, ga.data());
     w.g_b.apply(ga.data(), gate.data(), R);
   }
   ref::gated_rms_norm(o.data(), gate.data(), w.o_norm.data(), o.data(), R * H, D, float(c.rms_norm_eps));

@@ -13,6 +13,9 @@
 namespace moxi::model {
 
 struct kda_weights {
+  // Every projection of x, stacked at load into in_proj (parts in kda_in order); the parts below keep their
+  // shapes only.
+  stacked_linear in_proj;
   linear q_proj, k_proj, v_proj;              // [P, hidden]
   std::vector<float> q_conv, k_conv, v_conv;  // f32 [P, W] (checkpoint [P, 1, W])
   linear f_a, f_b;                            // [D, hidden], [P, D]
@@ -24,6 +27,9 @@ struct kda_weights {
   std::vector<float> o_norm;                  // f32 [D], shared by all heads
   linear o_proj;                              // [hidden, P]
 };
+
+// The parts of kda_weights::in_proj.
+enum kda_in : size_t { KDA_Q, KDA_K, KDA_V, KDA_F_A, KDA_BETA, KDA_GATE /* g_proj, or g_a */ };
 
 // prefix: "model.layers.{i}.self_attn".
 kda_weights load_kda(weight_loader& ld, const std::string& prefix);

@@ -74,6 +74,19 @@ mla_weights load_mla(weight_loader& ld, const std::string& p) {
     iw.weights_proj = ld.lin(p + ".indexer.weights_proj", d.index_n_heads, h);
     w.indexer = std::move(iw);
   }
+  std::vector<linear*> parts;
+  auto add = [&](mla_in which, linear& l) {
+    w.in_part[which] = int(parts.size());
+    parts.push_back(&l);
+  };
+  add(MLA_Q, m.q_lora_rank ? w.q_a : w.q_proj);
+  add(MLA_KV, w.kv_a);
+  if (m.output_gate) add(MLA_GATE, w.g_proj);
+  if (w.indexer) {
+    add(MLA_INDEX_K, w.indexer->wk);
+    add(MLA_INDEX_W, w.indexer->weights_proj);
+  }
+  w.in_proj = stacked_linear::stack(parts);
   // NoPE MLA (Kimi, seed) has no rotation and, with it, no YaRN softmax correction.
   double mscale = 1.0;
   if (!m.use_nope) {
@@ -126,16 +139,21 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
   const int64_t L = m.kv_lora_rank, Dq = Dn + Dr, Wl = L + Dr;
   const float eps = float(c.rms_norm_eps);
 
+  // Every projection of x in one GEMV: f32 [R, in_proj.all.out]; part(p, dst) copies projection p out.
+  std::vector<float> xin(size_t(R * w.in_proj.all.out));
+  w.in_proj.apply(x, xin.data(), R);
+  auto part = [&](mla_in p, float* dst) { w.in_proj.extract(xin.data(), R, size_t(w.in_part[p]), dst); };
+
   // Queries f32 [R, H, Dn+Dr], through the q-LoRA latent c_Q when present (the indexer reads c_Q too).
   std::vector<float> cq, q(size_t(R * H * Dq));
-  if (!w.q_a.empty()) {
-    const int64_t rq = w.q_a.out;
+  if (m.q_lora_rank) {
+    const int64_t rq = *m.q_lora_rank;
     cq.resize(size_t(R * rq));
-    w.q_a.apply(x, cq.data(), R);
+    part(MLA_Q, cq.data());
     ref::rms_norm(cq.data(), w.q_a_norm.data(), cq.data(), R, rq, eps);
     w.q_b.apply(cq.data(), q.data(), R);
   } else {
-    w.q_proj.apply(x, q.data(), R);
+    part(MLA_Q, q.data());
   }
 
   // Per sequence: its cache length before this call, the rows appended to its cache, its RoPE tables.
@@ -146,7 +164,7 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
   };
   std::vector<seq_state> st(segs.size());
   std::vector<float> kv(size_t(R * Wl));  // f32 [R, L+Dr]
-  w.kv_a.apply(x, kv.data(), R);
+  part(MLA_KV, kv.data());
   for (size_t i = 0; i < segs.size(); ++i) {
     const int64_t T = segs[i].T, r0 = segs[i].begin;
     sequence_cache& cache = *segs[i].cache;
@@ -190,10 +208,10 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
     std::vector<float> qI(size_t(R * HI * DI));  // f32 [R, HI, DI], rope dims first
     iw.wq_b.apply(cq.data(), qI.data(), R);
     std::vector<float> kI(size_t(R * DI));  // f32 [R, DI] new index keys, copied into each cache below
-    iw.wk.apply(x, kI.data(), R);
+    part(MLA_INDEX_K, kI.data());
     ref::layer_norm(kI.data(), iw.k_norm_w.data(), iw.k_norm_b.data(), kI.data(), R, DI, kIndexerKeyNormEps);
     std::vector<float> wts(size_t(R * HI));  // f32 [R, HI]
-    iw.weights_proj.apply(x, wts.data(), R);
+    part(MLA_INDEX_W, wts.data());
     const float wscale = float(1.0 / std::sqrt(double(HI)) / std::sqrt(double(DI)));
     for (float& v : wts) v *= wscale;
 
@@ -241,12 +259,12 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
   }
 
   std::vector<float> o(size_t(R * H * Dv));  // f32 [R, H*Dv]
-  kernels::mla_unabsorb_o(o_lat.data(), w.kv_b.w.data(), w.wuv_t.empty() ? nullptr : w.wuv_t.data(), o.data(), R,
-                          H, Dn, Dv, L);
+  kernels::mla_unabsorb_o(o_lat.data(), w.kv_b.w.data(), w.wuv_t.empty() ? nullptr : w.wuv_t.data(), o.data(),
+                          R, H, Dn, Dv, L);
   dump(dump_to, name + ".o", {R, H, Dv}, o.data());
-  if (!w.g_proj.empty()) {
+  if (w.in_part[MLA_GATE] >= 0) {
     std::vector<float> g(size_t(R * H * Dv));
-    w.g_proj.apply(x, g.data(), R);
+    part(MLA_GATE, g.data());
     ref::mul_sigmoid(o.data(), g.data(), o.data(), R * H * Dv);
     dump(dump_to, name + ".gated", {R, H, Dv}, o.data());
   }

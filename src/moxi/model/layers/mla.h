@@ -22,7 +22,14 @@ struct indexer_weights {
   linear weights_proj;          // [HI, hidden]
 };
 
+// The projections of x in mla_weights::in_proj.
+enum mla_in : size_t { MLA_Q /* q_a or q_proj */, MLA_KV, MLA_GATE, MLA_INDEX_K, MLA_INDEX_W, MLA_IN_PARTS };
+
 struct mla_weights {
+  // Every projection of x, stacked at load into one GEMV; in_part[p] is the stack's part index of projection
+  // p (an mla_in), or -1 when this layer has none. The linears below keep their shapes only.
+  stacked_linear in_proj;
+  std::array<int, MLA_IN_PARTS> in_part{-1, -1, -1, -1, -1};
   linear q_a;                    // [q_lora_rank, hidden] (q-LoRA), or empty
   std::vector<float> q_a_norm;   // f32 [q_lora_rank]
   linear q_b;                    // [H*(Dn+Dr), q_lora_rank]

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "moxi/base/error.h"
+#include "moxi/base/half.h"
 #include "moxi/base/mx.h"
 #include "moxi/formats/convert.h"
 #include "moxi/kernels/matmul-dispatch.h"
@@ -45,6 +46,38 @@ void linear::apply(const float* x, float* y, int64_t T) const {
     kernels::matmul_bf16(x, wb.data(), nullptr, y, T, out, in);
   else
     kernels::matmul(x, w.data(), nullptr, y, T, out, in);
+}
+
+stacked_linear stacked_linear::stack(const std::vector<linear*>& parts) {
+  MOXI_ASSERT(parts.size() > 0);
+  stacked_linear s;
+  s.all.in = parts.front()->in;
+  bool all_bf16 = true;
+  s.offset.push_back(0);
+  for (const linear* p : parts) {
+    MOXI_ASSERT(p->in == s.all.in && !p->empty());
+    all_bf16 = all_bf16 && !p->wb.empty();
+    s.offset.push_back(s.offset.back() + p->out);
+  }
+  s.all.out = s.offset.back();
+  for (linear* p : parts) {
+    if (all_bf16) {
+      s.all.wb.insert(s.all.wb.end(), p->wb.begin(), p->wb.end());
+    } else if (!p->wb.empty()) {
+      for (const uint16_t b : p->wb) s.all.w.push_back(bf16_to_f32(b));
+    } else {
+      s.all.w.insert(s.all.w.end(), p->w.begin(), p->w.end());
+    }
+    p->w = {};
+    p->wb = {};
+  }
+  return s;
+}
+
+void stacked_linear::extract(const float* y, int64_t T, size_t i, float* dst) const {
+  const int64_t n = width(i);
+  for (int64_t t = 0; t < T; ++t)
+    std::memcpy(dst + t * n, y + t * all.out + offset[i], size_t(n) * sizeof(float));
 }
 
 void expert_matrix::apply(const float* x, float* y, int64_t T, act_quant aq) const {

@@ -32,6 +32,23 @@ struct linear {
   bool empty() const { return w.empty() && wb.empty(); }
 };
 
+// Linear layers that read the same input stacked into one [sum of outs, in] matrix, so a decode step streams
+// them in one GEMV (one pool job, no serial small GEMVs) instead of one each, as vLLM's fused QKV linear.
+// Part i of each output row is columns [offset[i], offset[i+1]). Bit-identical to the parts applied one by
+// one: every output row's dot product is computed alone, in the same order, wherever the row sits.
+struct stacked_linear {
+  linear all;
+  std::vector<int64_t> offset;  // parts + 1 column offsets into a row of `all`'s output
+  // Moves the parts' weights into the stack (the parts keep their shapes only). All parts must have the
+  // same `in`; bf16 parts are widened (exactly) when some part is f32.
+  static stacked_linear stack(const std::vector<linear*>& parts);
+  int64_t width(size_t i) const { return offset[i + 1] - offset[i]; }
+  // y f32 [T, all.out]; then part(i) of row t is y + t * all.out + offset[i].
+  void apply(const float* x, float* y, int64_t T) const { all.apply(x, y, T); }
+  // Copies part i of rows [0, T) of y into dst f32 [T, width(i)].
+  void extract(const float* y, int64_t T, size_t i, float* dst) const;
+};
+
 // How the MXFP4 GEMMs quantize their input rows (MODEL.md §4: activations MXFP8 E4M3 per 32-block).
 using act_quant = kernels::ref::act_quant;
 
