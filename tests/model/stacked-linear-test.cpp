@@ -1,0 +1,75 @@
+// stacked_linear (model/layers/weights.h): projections of the same input stacked into one matrix give, part
+// by part, exactly the bits of the separate Linear layers — on the fast kernels (one pool job over rows of
+// every part) and on the reference, for decode and prefill row counts, bf16 and f32 storage, mixed.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "moxi/base/half.h"
+#include "moxi/kernels/matmul-dispatch.h"
+#include "moxi/model/layers/weights.h"
+
+namespace {
+
+using moxi::model::linear;
+using moxi::model::stacked_linear;
+
+linear random_linear(int64_t out, int64_t in, bool bf16, std::mt19937_64& gen) {
+  std::normal_distribution<float> d(0.0f, 0.05f);
+  linear l;
+  l.out = out;
+  l.in = in;
+  for (int64_t i = 0; i < out * in; ++i) {
+    const uint16_t b = moxi::f32_to_bf16(d(gen));
+    if (bf16)
+      l.wb.push_back(b);
+    else
+      l.w.push_back(moxi::bf16_to_f32(b) * 1.5f);  // not bf16-representable in general
+  }
+  return l;
+}
+
+void expect_parts_equal_separate(bool mixed) {
+  std::mt19937_64 gen(mixed ? 7 : 3);
+  const int64_t in = 512;  // 300 x 512 MACs per row of x: the fast path splits the rows over the pool
+  const std::vector<int64_t> outs{64, 64, 33, 8, 1, 130};
+  std::vector<linear> parts, copies;
+  for (size_t i = 0; i < outs.size(); ++i)
+    parts.push_back(random_linear(outs[i], in, !(mixed && i == 2), gen));
+  copies = parts;
+  std::vector<linear*> ptrs;
+  for (auto& p : parts) ptrs.push_back(&p);
+  const stacked_linear s = stacked_linear::stack(ptrs);
+  ASSERT_EQ(s.all.out, 300);
+  ASSERT_EQ(s.offset.size(), outs.size() + 1);
+  EXPECT_TRUE(parts[0].empty()) << "the parts' weights move into the stack";
+  for (const int64_t T : {1, 2, 3, 7, 13}) {
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> x(size_t(T * in));
+    for (auto& v : x) v = d(gen);
+    std::vector<float> all(size_t(T * s.all.out));
+    s.apply(x.data(), all.data(), T);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      std::vector<float> want(size_t(T * outs[i])), got(want.size(), -1.0f);
+      copies[i].apply(x.data(), want.data(), T);
+      s.extract(all.data(), T, i, got.data());
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+          << "part " << i << " T=" << T << (mixed ? " mixed storage" : " bf16");
+    }
+  }
+}
+
+TEST(StackedLinear, PartsAreBitIdenticalToTheSeparateLayers) {
+  expect_parts_equal_separate(false);
+  expect_parts_equal_separate(true);
+}
+
+TEST(StackedLinear, PartsAreBitIdenticalOnTheReferenceKernels) {
+  moxi::kernels::ref_kernels_scope ref;
+  expect_parts_equal_separate(false);
+  expect_parts_equal_separate(true);
+}
+
+}  // namespace
