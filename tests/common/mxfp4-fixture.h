@@ -9,10 +9,14 @@
 //     |err| <= (2^-8 + 2 (K+2) 2^-24) mag                         = allowed_rel(K, true)
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "moxi/base/mx.h"
@@ -52,8 +56,8 @@ inline std::vector<double> mxfp4_magnitudes(const std::vector<float>& x, const m
   std::vector<float> wf(size_t(N * K)), xq = x;
   mx::dequantize_mxfp4(w.blocks.data(), w.scales.data(), size_t(N * K), wf.data());
   if (act != kernels::ref::act_quant::NONE) {
-    const auto f = act == kernels::ref::act_quant::MXFP8_E4M3 ? mx::elem_format::FP8_E4M3
-                                                               : mx::elem_format::FP8_E5M2;
+    const auto f =
+        act == kernels::ref::act_quant::MXFP8_E4M3 ? mx::elem_format::FP8_E4M3 : mx::elem_format::FP8_E5M2;
     for (int64_t t = 0; t < T; ++t) mx::fake_quantize(f, x.data() + t * K, size_t(K), xq.data() + t * K);
   }
   std::vector<double> m(size_t(T * N));
@@ -99,6 +103,27 @@ inline mxfp4_error_stats compare_to_ref(const std::vector<float>& got, const std
   }
   s.nrmse = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
   return s;
+}
+
+// Expects got to match want within allowed_rel(K, rounds_x) (nRMSE <= 4e-3 with bf16-rounded x, else
+// 1e-5; NaN exactly where want has one) and folds its figures into `worst`, for the test's printout.
+inline void expect_matches_ref(const std::vector<float>& got, const std::vector<float>& want,
+                               const std::vector<double>& mag, int64_t K, bool rounds_x,
+                               const std::string& where, mxfp4_error_stats& worst) {
+  const mxfp4_error_stats s = compare_to_ref(got, want, mag, allowed_rel(K, rounds_x));
+  worst.worst_ratio = std::max(worst.worst_ratio, s.worst_ratio);
+  worst.nrmse = std::max(worst.nrmse, s.nrmse);
+  EXPECT_EQ(s.nan_mismatch, 0) << where;
+  EXPECT_LE(s.worst_ratio, 1.0) << where;
+  EXPECT_LE(s.nrmse, rounds_x ? 4e-3 : 1e-5) << where;
+}
+
+// Prints the worst figures per path: worst[2i] exact x, worst[2i+1] x rounded to bf16.
+inline void print_worst(const std::vector<mxfp4_error_stats>& worst, const std::vector<std::string>& names) {
+  for (size_t i = 0; i < worst.size(); ++i)
+    if (worst[i].nrmse > 0)
+      std::printf("%-24s x %s: worst |err|/bound %.3f, worst nRMSE %.2e\n", names[i / 2].c_str(),
+                  i % 2 ? "rounded to bf16" : "exact          ", worst[i].worst_ratio, worst[i].nrmse);
 }
 
 }  // namespace moxi::testing

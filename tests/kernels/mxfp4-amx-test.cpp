@@ -232,7 +232,9 @@ using weights = moxi::testing::mxfp4_weights;
 using stats = moxi::testing::mxfp4_error_stats;
 using moxi::testing::allowed_rel;
 using moxi::testing::compare_to_ref;
+using moxi::testing::expect_matches_ref;
 using moxi::testing::order_bound;
+using moxi::testing::print_worst;
 constexpr auto& random_weights = moxi::testing::random_mxfp4_weights;
 constexpr auto& activations = moxi::testing::mxfp4_activations;
 constexpr auto& magnitudes = moxi::testing::mxfp4_magnitudes;
@@ -279,23 +281,16 @@ void gemm_matches_ref(bool hardware) {
         k::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), got.data(), sh.T, sh.N, sh.K,
                                     act, c.tiles);
         const bool rounds = act == act_quant::NONE;
-        const stats s = compare_to_ref(got, want, mag, (rounds ? 0x1p-8 : 0.0) + order_bound(sh.K));
-        const std::string where = std::string(c.name) + " T=" + std::to_string(sh.T) +
-                                  " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K) +
-                                  " act=" + std::to_string(int(act));
-        stats& o = seen[size_t(&c - cases.data()) * 2 + rounds];
-        o.worst_ratio = std::max(o.worst_ratio, s.worst_ratio);
-        o.nrmse = std::max(o.nrmse, s.nrmse);
-        EXPECT_EQ(s.nan_mismatch, 0) << where;
-        EXPECT_LE(s.worst_ratio, 1.0) << where;
-        EXPECT_LE(s.nrmse, rounds ? 4e-3 : 1e-5) << where;
+        expect_matches_ref(got, want, mag, sh.K, rounds,
+                           std::string(c.name) + " T=" + std::to_string(sh.T) + " N=" + std::to_string(sh.N) +
+                               " K=" + std::to_string(sh.K) + " act=" + std::to_string(int(act)),
+                           seen[size_t(&c - cases.data()) * 2 + rounds]);
       }
     }
   }
-  for (size_t i = 0; i < seen.size(); ++i)
-    if (seen[i].nrmse > 0)
-      std::printf("%-24s x %s: worst |err|/bound %.3f, worst nRMSE %.2e\n", cases[i / 2].name,
-                  i % 2 ? "rounded to bf16" : "exact          ", seen[i].worst_ratio, seen[i].nrmse);
+  std::vector<std::string> names;
+  for (const tiles_case& c : cases) names.push_back(c.name);
+  print_worst(seen, names);
 }
 
 TEST(Mxfp4Amx, EmulatedGemmMatchesRefOverManyShapes) {
@@ -421,7 +416,7 @@ TEST(Mxfp4Amx, HardwareAgreesWithTheEmulatorAndTheDispatcherUsesIt) {
     k::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), emu.data(), sh.T, sh.N, sh.K,
                                 act_quant::NONE, amx_tiles::EMULATED);
     const stats s = compare_to_ref(hw, emu, magnitudes(x, w, sh.T, sh.N, sh.K, act_quant::NONE),
-                            order_bound(sh.K) * (1.0 + 0x1p-7));
+                                   order_bound(sh.K) * (1.0 + 0x1p-7));
     EXPECT_EQ(s.nan_mismatch, 0);
     EXPECT_LE(s.worst_ratio, 1.0) << "T=" << sh.T << " N=" << sh.N << " K=" << sh.K;
     const k::packed_mxfp4 pw = k::pack_mxfp4(w.blocks.data(), w.scales.data(), sh.N, sh.K);

@@ -37,7 +37,9 @@ using weights = moxi::testing::mxfp4_weights;
 using stats = moxi::testing::mxfp4_error_stats;
 using moxi::testing::allowed_rel;
 using moxi::testing::compare_to_ref;
+using moxi::testing::expect_matches_ref;
 using moxi::testing::order_bound;
+using moxi::testing::print_worst;
 constexpr auto& random_weights = moxi::testing::random_mxfp4_weights;
 constexpr auto& activations = moxi::testing::mxfp4_activations;
 constexpr auto& magnitudes = moxi::testing::mxfp4_magnitudes;
@@ -84,23 +86,16 @@ TEST(Mxfp4Fast, EveryAvailableVariantMatchesRefOverManyShapes) {
         std::vector<float> got(size_t(sh.T * sh.N), std::nanf(""));
         k::matmul_mxfp4(x.data(), pw, got.data(), sh.T, act, {p.gemv_max_tokens});
         const bool rounds = p.rounds_x && act == act_quant::NONE;
-        const stats s = compare_to_ref(got, want, mag, allowed_rel(sh.K, rounds));
-        const std::string where = std::string(p.name) + " T=" + std::to_string(sh.T) +
-                                  " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K) +
-                                  " act=" + std::to_string(int(act));
-        stats& o = seen[size_t(&p - paths.data()) * 2 + rounds];
-        o.worst_ratio = std::max(o.worst_ratio, s.worst_ratio);
-        o.nrmse = std::max(o.nrmse, s.nrmse);
-        EXPECT_EQ(s.nan_mismatch, 0) << where;
-        EXPECT_LE(s.worst_ratio, 1.0) << where;
-        EXPECT_LE(s.nrmse, rounds ? 4e-3 : 1e-5) << where;
+        expect_matches_ref(got, want, mag, sh.K, rounds,
+                           std::string(p.name) + " T=" + std::to_string(sh.T) + " N=" + std::to_string(sh.N) +
+                               " K=" + std::to_string(sh.K) + " act=" + std::to_string(int(act)),
+                           seen[size_t(&p - paths.data()) * 2 + rounds]);
       }
     }
   }
-  for (size_t i = 0; i < seen.size(); ++i)
-    if (seen[i].nrmse > 0)
-      std::printf("%-22s x %s: worst |err|/bound %.3f, worst nRMSE %.2e\n", paths[i / 2].name,
-                  i % 2 ? "rounded to bf16" : "exact          ", seen[i].worst_ratio, seen[i].nrmse);
+  std::vector<std::string> names;
+  for (const path& p : paths) names.push_back(p.name);
+  print_worst(seen, names);
 }
 
 TEST(Mxfp4Fast, SpecialScalesNanZeroAndExtremesMatchRef) {
