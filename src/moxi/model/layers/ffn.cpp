@@ -54,13 +54,11 @@ void run_experts_fused(const std::vector<int64_t>& active,
 }  // namespace
 
 swiglu_mlp swiglu_mlp::make(linear gate, linear up, linear down) {
-  swiglu_mlp m{std::move(gate), std::move(up), std::move(down), {}};
-  m.gate_up = stacked_linear::stack({&m.gate, &m.up});
-  return m;
+  return {stacked_linear::stack({&gate, &up}), std::move(down)};
 }
 
 void swiglu_mlp::apply(const float* x, float* y, int64_t T) const {
-  const int64_t F = gate.out;
+  const int64_t F = gate_up.width(0);
   std::vector<float> gu(size_t(T * 2 * F)), g(size_t(T * F)), u(size_t(T * F));  // f32 [T, 2F], [T, F]
   gate_up.apply(x, gu.data(), T);
   gate_up.extract(gu.data(), T, 0, g.data());

@@ -16,8 +16,8 @@ namespace moxi::model {
 
 // w2(SiLU(w1 x) * w3 x) with f32 weights: the dense MLP and the shared experts.
 struct swiglu_mlp {
-  linear gate, up, down;   // [F, hidden], [F, hidden], [hidden, F]; gate and up are moved into gate_up
-  stacked_linear gate_up;  // gate then up, one GEMV
+  stacked_linear gate_up;  // gate_proj [F, hidden] then up_proj [F, hidden], one GEMV
+  linear down;             // [hidden, F]
   static swiglu_mlp make(linear gate, linear up, linear down);
   void apply(const float* x, float* y, int64_t T) const;  // x, y f32 [T, hidden]
 };

@@ -101,27 +101,25 @@ kda_weights load_kda(weight_loader& ld, const std::string& p) {
   const auto& k = *c.kda;
   const int64_t h = c.hidden_size, P = k.proj_dim(), D = k.head_dim, H = k.num_heads, W = k.conv_kernel;
   kda_weights w;
-  w.q_proj = ld.lin(p + ".q_proj", P, h);
-  w.k_proj = ld.lin(p + ".k_proj", P, h);
-  w.v_proj = ld.lin(p + ".v_proj", P, h);
+  linear qp = ld.lin(p + ".q_proj", P, h), kp = ld.lin(p + ".k_proj", P, h), vp = ld.lin(p + ".v_proj", P, h);
   w.q_conv = ld.f32(p + ".q_conv1d.weight", {P, 1, W});
   w.k_conv = ld.f32(p + ".k_conv1d.weight", {P, 1, W});
   w.v_conv = ld.f32(p + ".v_conv1d.weight", {P, 1, W});
-  w.f_a = ld.lin(p + ".f_a_proj", D, h);
+  linear f_a = ld.lin(p + ".f_a_proj", D, h);
   w.f_b = ld.lin(p + ".f_b_proj", P, D);
-  w.b_proj = ld.lin(p + ".b_proj", H, h);
+  linear b = ld.lin(p + ".b_proj", H, h);
   w.A_log = ld.f32(p + ".A_log", {1, 1, H, 1});
   w.dt_bias = ld.f32(p + ".dt_bias", {P});
+  linear gate;
   if (k.full_rank_output_gate) {
-    w.g_proj = ld.lin(p + ".g_proj", P, h);
+    gate = ld.lin(p + ".g_proj", P, h);
   } else {
-    w.g_a = ld.lin(p + ".g_a_proj", D, h);
+    gate = ld.lin(p + ".g_a_proj", D, h);
     w.g_b = ld.lin(p + ".g_b_proj", P, D);
   }
   w.o_norm = ld.f32(p + ".o_norm.weight", {D});
   w.o_proj = ld.lin(p + ".o_proj", h, P);
-  w.in_proj = stacked_linear::stack(
-      {&w.q_proj, &w.k_proj, &w.v_proj, &w.f_a, &w.b_proj, k.full_rank_output_gate ? &w.g_proj : &w.g_a});
+  w.in_proj = stacked_linear::stack({&qp, &kp, &vp, &f_a, &b, &gate});
   return w;
 }
 

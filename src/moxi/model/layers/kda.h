@@ -13,17 +13,15 @@
 namespace moxi::model {
 
 struct kda_weights {
-  // Every projection of x, stacked at load into in_proj (parts in kda_in order); the parts below keep their
-  // shapes only.
+  // Every projection of x, stacked at load in kda_in order: q_proj, k_proj, v_proj [P, hidden], f_a_proj
+  // [D, hidden], b_proj [H, hidden], then the full-rank output gate g_proj [P, hidden] or the low-rank
+  // g_a_proj [D, hidden].
   stacked_linear in_proj;
-  linear q_proj, k_proj, v_proj;              // [P, hidden]
   std::vector<float> q_conv, k_conv, v_conv;  // f32 [P, W] (checkpoint [P, 1, W])
-  linear f_a, f_b;                            // [D, hidden], [P, D]
-  linear b_proj;                              // [H, hidden]
+  linear f_b;                                 // [P, D]
   std::vector<float> A_log;                   // f32 [H] (checkpoint [1, 1, H, 1])
   std::vector<float> dt_bias;                 // f32 [P]
-  linear g_proj;                              // full-rank output gate [P, hidden], or
-  linear g_a, g_b;                            // low-rank [D, hidden], [P, D]
+  linear g_b;                                 // low-rank output gate [P, D], or empty
   std::vector<float> o_norm;                  // f32 [D], shared by all heads
   linear o_proj;                              // [hidden, P]
 };

@@ -49,44 +49,40 @@ mla_weights load_mla(weight_loader& ld, const std::string& p) {
   const auto& m = *c.mla;
   const int64_t h = c.hidden_size, H = m.num_heads, L = m.kv_lora_rank, Dr = m.qk_rope_head_dim;
   mla_weights w;
+  // The projections of x, in mla_in order where present, stacked into w.in_proj below.
+  std::vector<linear> parts;
+  auto add = [&](mla_in which, linear l) {
+    w.in_part[which] = int(parts.size());
+    parts.push_back(std::move(l));
+  };
   if (m.q_lora_rank) {
-    w.q_a = ld.lin(p + ".q_a_proj", *m.q_lora_rank, h);
+    add(MLA_Q, ld.lin(p + ".q_a_proj", *m.q_lora_rank, h));
     w.q_a_norm = ld.f32(p + ".q_a_layernorm.weight", {*m.q_lora_rank});
     w.q_b = ld.lin(p + ".q_b_proj", H * m.qk_head_dim(), *m.q_lora_rank);
   } else {
-    w.q_proj = ld.lin(p + ".q_proj", H * m.qk_head_dim(), h);
+    add(MLA_Q, ld.lin(p + ".q_proj", H * m.qk_head_dim(), h));
   }
-  w.kv_a = ld.lin(p + ".kv_a_proj_with_mqa", L + Dr, h);
+  add(MLA_KV, ld.lin(p + ".kv_a_proj_with_mqa", L + Dr, h));
   w.kv_a_norm = ld.f32(p + ".kv_a_layernorm.weight", {L});
   // f32: the absorbed attention reads kv_b's weights directly, not through linear::apply.
   w.kv_b = ld.lin(p + ".kv_b_proj", H * (m.qk_nope_head_dim + m.v_head_dim), L, /*need_f32=*/true);
   if (kernels::fast_kernels())
     w.wuv_t = kernels::mla_transpose_uv(w.kv_b.w.data(), H, m.qk_nope_head_dim, m.v_head_dim, L);
-  if (m.output_gate) w.g_proj = ld.lin(p + ".g_proj", H * m.v_head_dim, h);
+  if (m.output_gate) add(MLA_GATE, ld.lin(p + ".g_proj", H * m.v_head_dim, h));
   w.o_proj = ld.lin(p + ".o_proj", h, H * m.v_head_dim);
   if (c.dsa) {
     const auto& d = *c.dsa;
     indexer_weights iw;
     iw.wq_b = ld.lin(p + ".indexer.wq_b", d.index_n_heads * d.index_head_dim, *m.q_lora_rank);
-    iw.wk = ld.lin(p + ".indexer.wk", d.index_head_dim, h);
+    add(MLA_INDEX_K, ld.lin(p + ".indexer.wk", d.index_head_dim, h));
     iw.k_norm_w = ld.f32(p + ".indexer.k_norm.weight", {d.index_head_dim});
     iw.k_norm_b = ld.f32(p + ".indexer.k_norm.bias", {d.index_head_dim});
-    iw.weights_proj = ld.lin(p + ".indexer.weights_proj", d.index_n_heads, h);
+    add(MLA_INDEX_W, ld.lin(p + ".indexer.weights_proj", d.index_n_heads, h));
     w.indexer = std::move(iw);
   }
-  std::vector<linear*> parts;
-  auto add = [&](mla_in which, linear& l) {
-    w.in_part[which] = int(parts.size());
-    parts.push_back(&l);
-  };
-  add(MLA_Q, m.q_lora_rank ? w.q_a : w.q_proj);
-  add(MLA_KV, w.kv_a);
-  if (m.output_gate) add(MLA_GATE, w.g_proj);
-  if (w.indexer) {
-    add(MLA_INDEX_K, w.indexer->wk);
-    add(MLA_INDEX_W, w.indexer->weights_proj);
-  }
-  w.in_proj = stacked_linear::stack(parts);
+  std::vector<linear*> ptrs;
+  for (auto& l : parts) ptrs.push_back(&l);
+  w.in_proj = stacked_linear::stack(ptrs);
   // NoPE MLA (Kimi, seed) has no rotation and, with it, no YaRN softmax correction.
   double mscale = 1.0;
   if (!m.use_nope) {

@@ -16,29 +16,26 @@ namespace moxi::model {
 
 struct indexer_weights {
   linear wq_b;                  // [HI*DI, q_lora_rank], reads the query latent c_Q
-  linear wk;                    // [DI, hidden]
   std::vector<float> k_norm_w;  // f32 [DI] LayerNorm weight
   std::vector<float> k_norm_b;  // f32 [DI] LayerNorm bias
-  linear weights_proj;          // [HI, hidden]
+  // wk [DI, hidden] and weights_proj [HI, hidden] read x: they are parts of mla_weights::in_proj.
 };
 
-// The projections of x in mla_weights::in_proj.
-enum mla_in : size_t { MLA_Q /* q_a or q_proj */, MLA_KV, MLA_GATE, MLA_INDEX_K, MLA_INDEX_W, MLA_IN_PARTS };
+// The projections of x in mla_weights::in_proj: q_a_proj [q_lora_rank, hidden] (q-LoRA) or q_proj
+// [H*(Dn+Dr), hidden]; kv_a_proj_with_mqa [L+Dr, hidden]; the output gate g_proj [H*Dv, hidden]; the
+// indexer's wk [DI, hidden] and weights_proj [HI, hidden].
+enum mla_in : size_t { MLA_Q, MLA_KV, MLA_GATE, MLA_INDEX_K, MLA_INDEX_W, MLA_IN_PARTS };
 
 struct mla_weights {
   // Every projection of x, stacked at load into one GEMV; in_part[p] is the stack's part index of projection
-  // p (an mla_in), or -1 when this layer has none. The linears below keep their shapes only.
+  // p (an mla_in), or -1 when this layer has none.
   stacked_linear in_proj;
   std::array<int, MLA_IN_PARTS> in_part{-1, -1, -1, -1, -1};
-  linear q_a;                    // [q_lora_rank, hidden] (q-LoRA), or empty
-  std::vector<float> q_a_norm;   // f32 [q_lora_rank]
-  linear q_b;                    // [H*(Dn+Dr), q_lora_rank]
-  linear q_proj;                 // [H*(Dn+Dr), hidden] without q-LoRA
-  linear kv_a;                   // [L+Dr, hidden]
+  std::vector<float> q_a_norm;   // f32 [q_lora_rank] (q-LoRA)
+  linear q_b;                    // [H*(Dn+Dr), q_lora_rank] (q-LoRA), or empty
   std::vector<float> kv_a_norm;  // f32 [L]
   linear kv_b;                   // [H*(Dn+Dv), L]: per head W_UK (Dn rows) then W_UV (Dv rows)
   std::vector<float> wuv_t;      // f32 [H, L, Dv] W_UV transposed for the fast unabsorb (empty under ref)
-  linear g_proj;                 // [H*Dv, hidden] output gate, or empty
   linear o_proj;                 // [hidden, H*Dv]
   std::optional<indexer_weights> indexer;
   // RoPE tables (interleaved for MLA, half-split for the indexer), unused with mla_use_nope.

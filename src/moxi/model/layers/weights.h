@@ -39,8 +39,8 @@ struct linear {
 struct stacked_linear {
   linear all;
   std::vector<int64_t> offset;  // parts + 1 column offsets into a row of `all`'s output
-  // Moves the parts' weights into the stack (the parts keep their shapes only). All parts must have the
-  // same `in`; bf16 parts are widened (exactly) when some part is f32.
+  // Moves the parts' weights into the stack (the parts are left empty). All parts must have the same `in`;
+  // bf16 parts are widened (exactly) when some part is f32.
   static stacked_linear stack(const std::vector<linear*>& parts);
   int64_t width(size_t i) const { return offset[i + 1] - offset[i]; }
   // y f32 [T, all.out]; then part(i) of row t is y + t * all.out + offset[i].
