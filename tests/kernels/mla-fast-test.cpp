@@ -89,6 +89,7 @@ TEST(MlaFast, AbsorbAndUnabsorbAreBitIdenticalToTheReference) {
     const Vec ol = normal(gen, size_t(s.T * s.H * s.L));
     Vec want_o(size_t(s.T * s.H * s.Dv)), got_o(want_o.size(), -1.0f);
     ref::mla_unabsorb_o(ol.data(), w.data(), want_o.data(), s.T, s.H, s.Dn, s.Dv, s.L);
+    // Without W_UV^T the dispatch runs the reference.
     moxi::kernels::mla_unabsorb_o(ol.data(), w.data(), nullptr, got_o.data(), s.T, s.H, s.Dn, s.Dv, s.L);
     EXPECT_EQ(0, std::memcmp(want_o.data(), got_o.data(), want_o.size() * sizeof(float))) << "unabsorb";
     // From W_UV transposed at load: checked against the transpose's definition, then the same bits.
@@ -96,10 +97,12 @@ TEST(MlaFast, AbsorbAndUnabsorbAreBitIdenticalToTheReference) {
     for (int64_t h = 0; h < s.H; ++h)
       for (int64_t j = 0; j < s.Dv; ++j)
         for (int64_t l = 0; l < s.L; ++l)
-          ASSERT_EQ(wt[size_t((h * s.L + l) * s.Dv + j)], w[size_t((h * (s.Dn + s.Dv) + s.Dn + j) * s.L + l)]);
+          ASSERT_EQ(wt[size_t((h * s.L + l) * s.Dv + j)],
+                    w[size_t((h * (s.Dn + s.Dv) + s.Dn + j) * s.L + l)]);
     std::fill(got_o.begin(), got_o.end(), -1.0f);
     moxi::kernels::mla_unabsorb_o(ol.data(), w.data(), wt.data(), got_o.data(), s.T, s.H, s.Dn, s.Dv, s.L);
-    EXPECT_EQ(0, std::memcmp(want_o.data(), got_o.data(), want_o.size() * sizeof(float))) << "unabsorb, W_UV^T";
+    EXPECT_EQ(0, std::memcmp(want_o.data(), got_o.data(), want_o.size() * sizeof(float)))
+        << "unabsorb, W_UV^T";
   }
 }
 

@@ -74,14 +74,10 @@ std::vector<float> mla_transpose_uv(const float* wkv_b, int64_t H, int64_t Dn, i
   return t;
 }
 
-void mla_unabsorb_o(const float* o_lat, const float* wkv_b, const float* wuv_t, float* o, int64_t T, int64_t H,
-                    int64_t Dn, int64_t Dv, int64_t L) {
+void mla_unabsorb_o(const float* o_lat, const float* wkv_b, const float* wuv_t, float* o, int64_t T,
+                    int64_t H, int64_t Dn, int64_t Dv, int64_t L) {
 #if defined(__x86_64__)
-  if (use_avx512() && wuv_t) return x86::mla_unabsorb_o_t_avx512(o_lat, wuv_t, o, T, H, Dv, L);
-  if (use_avx512()) {
-    MOXI_ASSERT(15 * L < (int64_t(1) << 31), "W_UV rows too long for 32-bit gather offsets");
-    return x86::mla_unabsorb_o_avx512(o_lat, wkv_b, o, T, H, Dn, Dv, L);
-  }
+  if (use_avx512() && wuv_t) return x86::mla_unabsorb_o_avx512(o_lat, wuv_t, o, T, H, Dv, L);
 #endif
   ref::mla_unabsorb_o(o_lat, wkv_b, o, T, H, Dn, Dv, L);
 }

@@ -23,9 +23,9 @@ void mla_absorb_q(const float* q, const float* wkv_b, float* q_lat, int64_t T, i
 // gathering them with stride L (same values, same order: bit-identical).
 std::vector<float> mla_transpose_uv(const float* wkv_b, int64_t H, int64_t Dn, int64_t Dv, int64_t L);
 
-// wuv_t: mla_transpose_uv(wkv_b, ...), or null (the AVX-512 twin then gathers from wkv_b). The reference
-// reads wkv_b either way.
-void mla_unabsorb_o(const float* o_lat, const float* wkv_b, const float* wuv_t, float* o, int64_t T, int64_t H,
-                    int64_t Dn, int64_t Dv, int64_t L);
+// wuv_t: mla_transpose_uv(wkv_b, ...) for the AVX-512 twin, or null (then the reference runs). The
+// reference reads wkv_b either way.
+void mla_unabsorb_o(const float* o_lat, const float* wkv_b, const float* wuv_t, float* o, int64_t T,
+                    int64_t H, int64_t Dn, int64_t Dv, int64_t L);
 
 }  // namespace moxi::kernels

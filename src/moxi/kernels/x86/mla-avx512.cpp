@@ -130,31 +130,8 @@ void mla_absorb_q_avx512(const float* q, const float* wkv_b, float* q_lat, int64
     }
 }
 
-void mla_unabsorb_o_avx512(const float* o_lat, const float* wkv_b, float* o, int64_t T, int64_t H, int64_t Dn,
-                           int64_t Dv, int64_t L) {
-  // Lanes are 16 outputs j; each sums W_UV_h[j][l] * o_lat[l] over l in order, as the reference's scalar
-  // loop, with the 16 rows' elements at column l gathered (stride L).
-  const __m512i rows = _mm512_mullo_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(int32_t(L)));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < H; ++h) {
-      const float* ol = o_lat + (t * H + h) * L;
-      float* oh = o + (t * H + h) * Dv;
-      for (int64_t j0 = 0; j0 < Dv; j0 += 16) {
-        const __mmask16 m = tail_mask(Dv - j0);
-        const float* w0 = wkv_b + (h * (Dn + Dv) + Dn + j0) * L;
-        __m512 acc = _mm512_setzero_ps();
-        for (int64_t l = 0; l < L; ++l) {
-          const __m512 wv = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, rows, w0 + l, 4);
-          acc = _mm512_add_ps(acc, _mm512_mul_ps(wv, _mm512_set1_ps(ol[l])));
-        }
-        _mm512_mask_storeu_ps(oh + j0, m, acc);
-      }
-    }
-}
-
-void mla_unabsorb_o_t_avx512(const float* o_lat, const float* wuv_t, float* o, int64_t T, int64_t H, int64_t Dv,
-                             int64_t L) {
+void mla_unabsorb_o_avx512(const float* o_lat, const float* wuv_t, float* o, int64_t T, int64_t H, int64_t Dv,
+                           int64_t L) {
   // Lanes are 16 outputs j, four blocks of them at a time (independent add chains); each lane sums
   // W_UV_h[j][l] * o_lat[l] over l in order, as the reference's scalar loop does.
   for (int64_t t = 0; t < T; ++t)

@@ -24,10 +24,8 @@ void mla_attention_absorbed_sparse_avx512(const float* q_lat, const float* laten
 // As ref::mla_absorb_q and ref::mla_unabsorb_o (bit-identical).
 void mla_absorb_q_avx512(const float* q, const float* wkv_b, float* q_lat, int64_t T, int64_t H, int64_t Dn,
                          int64_t Dr, int64_t Dv, int64_t L);
-void mla_unabsorb_o_avx512(const float* o_lat, const float* wkv_b, float* o, int64_t T, int64_t H, int64_t Dn,
-                           int64_t Dv, int64_t L);
-// The same from W_UV transposed (kernels::mla_transpose_uv, f32 [H, L, Dv]): contiguous loads, no gathers.
-void mla_unabsorb_o_t_avx512(const float* o_lat, const float* wuv_t, float* o, int64_t T, int64_t H, int64_t Dv,
-                             int64_t L);
+// The unabsorb reads W_UV transposed (kernels::mla_transpose_uv, f32 [H, L, Dv]): contiguous loads.
+void mla_unabsorb_o_avx512(const float* o_lat, const float* wuv_t, float* o, int64_t T, int64_t H, int64_t Dv,
+                           int64_t L);
 
 }  // namespace moxi::kernels::x86
