@@ -20,63 +20,146 @@ namespace moxi::formats {
 
 namespace detail {
 
-nlohmann::json parse_json_strict(std::string_view text, const std::string& what, int max_depth) {
-  // One frame per open object or array; objects remember their keys to catch duplicates, and the key path
-  // lets the error say where the duplicate is.
-  struct frame {
-    bool is_object;
-    std::set<std::string> keys;
-    std::string last_key;
-  };
-  std::vector<frame> frames;
-  auto where = [&frames]() {  // keys leading to the innermost frame (whose own last_key is a sibling)
-    std::string path;
-    for (size_t i = 0; i + 1 < frames.size(); ++i)
-      if (frames[i].is_object && !frames[i].last_key.empty())
-        path += (path.empty() ? "" : ".") + frames[i].last_key;
-    return path;
-  };
-  nlohmann::json::parser_callback_t cb = [&](int, nlohmann::json::parse_event_t event,
-                                             nlohmann::json& parsed) {
-    using ev = nlohmann::json::parse_event_t;
-    switch (event) {
-      case ev::object_start:
-      case ev::array_start:
-        if (static_cast<int>(frames.size()) >= max_depth)
-          throw error(what + ": JSON nested deeper than " + std::to_string(max_depth) + " levels");
-        frames.push_back({event == ev::object_start, {}, {}});
-        break;
-      case ev::object_end:
-      case ev::array_end:
-        if (!frames.empty()) frames.pop_back();
-        break;
-      case ev::key: {
-        if (frames.empty() || !parsed.is_string()) break;
-        const auto& key = parsed.get_ref<const std::string&>();
-        auto& top = frames.back();
-        if (!top.keys.insert(key).second) {
-          std::string in = where();
-          // At the top level of a safetensors header the keys are tensor names.
-          throw error(what + ": duplicate key '" + key + "'" + (in.empty() ? "" : " in '" + in + "'"));
-        }
-        top.last_key = key;
-        break;
-      }
-      case ev::value:
-        break;
+namespace {
+
+using json = nlohmann::json;
+
+// Builds the document from nlohmann's SAX events, checking duplicate keys (against the object being
+// built, O(log n) per key) and depth as it goes. In streaming mode each member of a top-level object is
+// handed out when complete instead of being kept.
+class strict_sax {
+ public:
+  strict_sax(const std::string& what, int max_depth, const member_fn* on_member)
+      : what_(what), max_depth_(max_depth), on_member_(on_member) {}
+
+  bool null() { return value(json(nullptr)); }
+  bool boolean(bool b) { return value(json(b)); }
+  bool number_integer(json::number_integer_t v) { return value(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return value(json(v)); }
+  bool number_float(json::number_float_t v, const std::string&) { return value(json(v)); }
+  bool string(std::string& s) { return value(json(std::move(s))); }
+  bool binary(json::binary_t& b) { return value(json(std::move(b))); }
+  bool start_object(std::size_t) { return open(json::object()); }
+  bool start_array(std::size_t) { return open(json::array()); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+
+  bool key(std::string& k) {
+    frame& top = frames_.back();
+    const bool dup = streaming_top() ? !top_keys_.insert(k).second : top.node->contains(k);
+    if (dup) {
+      const std::string in = where();
+      // At the top level of a safetensors header the keys are tensor names.
+      throw error(what_ + ": duplicate key '" + k + "'" + (in.empty() ? "" : " in '" + in + "'"));
     }
+    top.key = std::move(k);
     return true;
+  }
+
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    throw error(what_ + ": not valid JSON: " + e.what());
+  }
+
+  json& root() { return root_; }
+
+ private:
+  struct frame {
+    json* node;       // the open object or array
+    std::string key;  // an object's current key
   };
+
+  // Streaming, and the innermost open container is the top-level object.
+  bool streaming_top() const {
+    return on_member_ && frames_.size() == 1 && frames_[0].node == &root_ && root_.is_object();
+  }
+
+  // Keys leading to the innermost open container.
+  std::string where() const {
+    std::string path;
+    for (size_t i = 0; i + 1 < frames_.size(); ++i)
+      if (frames_[i].node->is_object() && !frames_[i].key.empty())
+        path += (path.empty() ? "" : ".") + frames_[i].key;
+    return path;
+  }
+
+  json* place(json&& v) {
+    if (frames_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    if (streaming_top()) {
+      member_ = std::move(v);
+      return &member_;
+    }
+    json& top = *frames_.back().node;
+    if (top.is_array()) {
+      top.push_back(std::move(v));
+      return &top.back();
+    }
+    json& slot = top[frames_.back().key];
+    slot = std::move(v);
+    return &slot;
+  }
+
+  void hand_out() {
+    (*on_member_)(frames_[0].key, member_);
+    member_ = json();
+  }
+
+  bool value(json&& v) {
+    const bool member = streaming_top();
+    place(std::move(v));
+    if (member) hand_out();
+    return true;
+  }
+
+  bool open(json&& v) {
+    if (static_cast<int>(frames_.size()) >= max_depth_)
+      throw error(what_ + ": JSON nested deeper than " + std::to_string(max_depth_) + " levels");
+    json* node = place(std::move(v));
+    frames_.push_back({node, {}});
+    return true;
+  }
+
+  bool close() {
+    frames_.pop_back();
+    if (streaming_top()) hand_out();
+    return true;
+  }
+
+  const std::string& what_;
+  int max_depth_;
+  const member_fn* on_member_;
+  json root_;
+  json member_;  // streaming: the top-level member being built
+  std::vector<frame> frames_;
+  std::set<std::string> top_keys_;  // streaming: the top-level keys seen
+};
+
+json parse_strict(std::string_view text, const std::string& what, int max_depth, const member_fn* on_member) {
   // nlohmann stops at a NUL byte as if the input ended there, which would accept "{}\0<anything>". JSON never
   // holds a raw NUL (control characters in strings must be escaped), so reject it outright.
   if (auto nul = text.find('\0'); nul != std::string_view::npos)
     throw error(what + ": NUL byte at header offset " + std::to_string(nul) + " (not valid JSON)");
+  strict_sax sax(what, max_depth, on_member);
   try {
-    return nlohmann::json::parse(text.begin(), text.end(), cb, /*allow_exceptions=*/true,
-                                 /*ignore_comments=*/false);
+    json::sax_parse(text.begin(), text.end(), &sax, nlohmann::detail::input_format_t::json, /*strict=*/true,
+                    /*ignore_comments=*/false);
   } catch (const nlohmann::json::exception& e) {
     throw error(what + ": not valid JSON: " + e.what());
   }
+  return std::move(sax.root());
+}
+
+}  // namespace
+
+nlohmann::json parse_json_strict(std::string_view text, const std::string& what, int max_depth) {
+  return parse_strict(text, what, max_depth, nullptr);
+}
+
+nlohmann::json parse_json_strict_members(std::string_view text, const std::string& what, int max_depth,
+                                         const member_fn& on_member) {
+  return parse_strict(text, what, max_depth, &on_member);
 }
 
 }  // namespace detail
@@ -122,8 +205,8 @@ std::unique_ptr<safetensors_file> safetensors_file::open(const std::string& path
   if (!S_ISREG(st.st_mode)) throw error(what + ": not a regular file");
   f->file_size_ = static_cast<uint64_t>(st.st_size);
   if (f->file_size_ < 8)
-    throw error(what + ": file is " + std::to_string(f->file_size_) +
-                " bytes, shorter than the 8-byte header length field");
+    throw error(what + ": not a safetensors file (" + std::to_string(f->file_size_) +
+                " bytes, shorter than the 8-byte header size)");
 
   void* map = ::mmap(nullptr, f->file_size_, PROT_READ, MAP_PRIVATE, fd.fd, 0);
   if (map == MAP_FAILED) throw io_error("mmap safetensors file", path, errno);
@@ -141,6 +224,23 @@ void safetensors_file::parse_header() {
   auto fail = [&what](const std::string& msg) -> error { return error(what + ": " + msg); };
 
   const uint64_t header_len = read_le64(base_);
+  // A safetensors header is a JSON object right after the length field (the reference reader in
+  // huggingface/safetensors requires '{' as the first byte, InvalidHeaderStart; moxi also allows JSON
+  // whitespace before it). Anything else is some other file: say so, instead of quoting a "header length"
+  // read from text bytes.
+  const uint64_t scan = std::min<uint64_t>(header_len, kMaxHeaderSize);
+  size_t first = 8;
+  while (first < file_size_ && first - 8 < scan &&
+         (base_[first] == std::byte{' '} || base_[first] == std::byte{'\t'} ||
+          base_[first] == std::byte{'\n'} || base_[first] == std::byte{'\r'}))
+    ++first;
+  if (first >= file_size_ || first - 8 >= scan || base_[first] != std::byte{'{'})
+    throw fail("not a safetensors file (no JSON header object after the 8-byte length field)");
+  // A length beyond both the file and the format's limit is not a header length at all (text read as a
+  // number is above 2^56): some other file that happens to have a '{' at offset 8.
+  if (header_len > kMaxHeaderSize && header_len > file_size_ - 8)
+    throw fail("not a safetensors file (its first 8 bytes, read as the header size, do not fit the file's " +
+               std::to_string(file_size_) + " bytes)");
   if (header_len > kMaxHeaderSize)
     throw fail("header length " + std::to_string(header_len) + " exceeds the limit of " +
                std::to_string(kMaxHeaderSize) + " bytes");
@@ -148,90 +248,101 @@ void safetensors_file::parse_header() {
     throw fail("header length " + std::to_string(header_len) + " runs past the end of the file (" +
                std::to_string(file_size_) + " bytes, so at most " + std::to_string(file_size_ - 8) + ")");
   data_offset_ = 8 + header_len;
-  const uint64_t data_size = file_size_ - data_offset_;
 
   const std::string_view text(reinterpret_cast<const char*>(base_ + 8), header_len);
   // Tensor entries are two levels deep (name -> {shape: [..]}), so 8 leaves room and bounds hostile input.
-  nlohmann::json header = detail::parse_json_strict(text, what + " header", 8);
+  // Each entry is checked and turned into a tensor_entry as soon as the parser has it, so no document of
+  // the whole header is ever held (a 500k-tensor header would take gigabytes as a DOM).
+  nlohmann::json header = detail::parse_json_strict_members(
+      text, what + " header", 8,
+      [this, &what](const std::string& name, nlohmann::json& value) { add_entry(name, value, what); });
   if (!header.is_object()) throw fail(std::string("header must be a JSON object, got ") + header.type_name());
+  finish_header();
+}
 
-  for (auto& [name, value] : header.items()) {
-    if (name == "__metadata__") {
-      if (!value.is_object())
-        throw fail(std::string("__metadata__ must be an object of string values, got ") + value.type_name());
-      for (auto& [key, v] : value.items()) {
-        if (!v.is_string())
-          throw fail("__metadata__ key '" + key + "' must be a string, got " + v.type_name());
-        metadata_.emplace(key, v.get<std::string>());
-      }
-      continue;
-    }
-    auto tfail = [&](const std::string& msg) { return fail("tensor '" + name + "': " + msg); };
+void safetensors_file::add_entry(const std::string& name, const nlohmann::json& value,
+                                 const std::string& what) {
+  auto fail = [&what](const std::string& msg) -> error { return error(what + ": " + msg); };
+  if (name == "__metadata__") {
     if (!value.is_object())
-      throw tfail(std::string("entry must be an object with dtype, shape and data_offsets, got ") +
-                  value.type_name());
+      throw fail(std::string("__metadata__ must be an object of string values, got ") + value.type_name());
     for (auto& [key, v] : value.items()) {
-      (void)v;
-      if (key != "dtype" && key != "shape" && key != "data_offsets")
-        throw tfail("unexpected key '" + key + "' (expected only dtype, shape, data_offsets)");
+      if (!v.is_string()) throw fail("__metadata__ key '" + key + "' must be a string, got " + v.type_name());
+      metadata_.emplace(key, v.get<std::string>());
     }
-    tensor_entry e;
-    e.name = name;
-
-    auto dt = value.find("dtype");
-    if (dt == value.end()) throw tfail("missing dtype");
-    if (!dt->is_string()) throw tfail(std::string("dtype must be a string, got ") + dt->type_name());
-    const auto& dname = dt->get_ref<const std::string&>();
-    auto parsed = dtype_from_name(dname);
-    if (!parsed) {
-      bool known =
-          std::find(kKnownUnsupported.begin(), kKnownUnsupported.end(), dname) != kKnownUnsupported.end();
-      throw tfail("dtype '" + dname + "' is " +
-                  (known ? "a safetensors dtype moxi does not support" : "not a known safetensors dtype") +
-                  " (supported: " + supported_dtype_list() + ")");
-    }
-    e.type = *parsed;
-
-    auto sh = value.find("shape");
-    if (sh == value.end()) throw tfail("missing shape");
-    if (!sh->is_array()) throw tfail(std::string("shape must be an array, got ") + sh->type_name());
-    bool has_zero = false;
-    for (const auto& d : *sh) {
-      // Negative integers parse as number_integer and out-of-range ones as floats: both are rejected here.
-      if (!d.is_number_unsigned() ||
-          d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        throw tfail("shape " + sh->dump() + " must hold non-negative integers below 2^63");
-      e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
-      has_zero |= e.shape.back() == 0;
-    }
-    // A zero dimension makes the tensor empty whatever the others are, so check overflow only without one.
-    uint64_t nbytes = 0;
-    if (!has_zero) {
-      uint64_t numel = 1;
-      for (int64_t d : e.shape)
-        if (__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel))
-          throw tfail("shape " + sh->dump() + " has more elements than fit in 64 bits");
-      if (__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(e.type)), &nbytes) ||
-          numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        throw tfail("shape " + sh->dump() + " x " + dname + " is more bytes than fit in 64 bits");
-    }
-
-    auto off = value.find("data_offsets");
-    if (off == value.end()) throw tfail("missing data_offsets");
-    if (!off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
-        !(*off)[1].is_number_unsigned())
-      throw tfail("data_offsets " + off->dump() + " must be [begin, end], two non-negative integers");
-    e.begin = (*off)[0].get<uint64_t>();
-    e.end = (*off)[1].get<uint64_t>();
-    if (e.begin > e.end)
-      throw tfail("data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                  "] has begin after end");
-    if (e.end - e.begin != nbytes)
-      throw tfail("data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] span " +
-                  std::to_string(e.end - e.begin) + " bytes, expected " + std::to_string(nbytes) + " for " +
-                  dname + " " + sh->dump());
-    tensors_.push_back(std::move(e));
+    return;
   }
+  auto tfail = [&](const std::string& msg) { return fail("tensor '" + name + "': " + msg); };
+  if (!value.is_object())
+    throw tfail(std::string("entry must be an object with dtype, shape and data_offsets, got ") +
+                value.type_name());
+  for (auto& [key, v] : value.items()) {
+    (void)v;
+    if (key != "dtype" && key != "shape" && key != "data_offsets")
+      throw tfail("unexpected key '" + key + "' (expected only dtype, shape, data_offsets)");
+  }
+  tensor_entry e;
+  e.name = name;
+
+  auto dt = value.find("dtype");
+  if (dt == value.end()) throw tfail("missing dtype");
+  if (!dt->is_string()) throw tfail(std::string("dtype must be a string, got ") + dt->type_name());
+  const auto& dname = dt->get_ref<const std::string&>();
+  auto parsed = dtype_from_name(dname);
+  if (!parsed) {
+    bool known =
+        std::find(kKnownUnsupported.begin(), kKnownUnsupported.end(), dname) != kKnownUnsupported.end();
+    throw tfail("dtype '" + dname + "' is " +
+                (known ? "a safetensors dtype moxi does not support" : "not a known safetensors dtype") +
+                " (supported: " + supported_dtype_list() + ")");
+  }
+  e.type = *parsed;
+
+  auto sh = value.find("shape");
+  if (sh == value.end()) throw tfail("missing shape");
+  if (!sh->is_array()) throw tfail(std::string("shape must be an array, got ") + sh->type_name());
+  bool has_zero = false;
+  for (const auto& d : *sh) {
+    // Negative integers parse as number_integer and out-of-range ones as floats: both are rejected here.
+    if (!d.is_number_unsigned() ||
+        d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw tfail("shape " + sh->dump() + " must hold non-negative integers below 2^63");
+    e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+    has_zero |= e.shape.back() == 0;
+  }
+  // A zero dimension makes the tensor empty whatever the others are, so check overflow only without one.
+  uint64_t nbytes = 0;
+  if (!has_zero) {
+    uint64_t numel = 1;
+    for (int64_t d : e.shape)
+      if (__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel))
+        throw tfail("shape " + sh->dump() + " has more elements than fit in 64 bits");
+    if (__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(e.type)), &nbytes) ||
+        numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw tfail("shape " + sh->dump() + " x " + dname + " is more bytes than fit in 64 bits");
+  }
+
+  auto off = value.find("data_offsets");
+  if (off == value.end()) throw tfail("missing data_offsets");
+  if (!off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+      !(*off)[1].is_number_unsigned())
+    throw tfail("data_offsets " + off->dump() + " must be [begin, end], two non-negative integers");
+  e.begin = (*off)[0].get<uint64_t>();
+  e.end = (*off)[1].get<uint64_t>();
+  if (e.begin > e.end)
+    throw tfail("data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                "] has begin after end");
+  if (e.end - e.begin != nbytes)
+    throw tfail("data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] span " +
+                std::to_string(e.end - e.begin) + " bytes, expected " + std::to_string(nbytes) + " for " +
+                dname + " " + sh->dump());
+  tensors_.push_back(std::move(e));
+}
+
+void safetensors_file::finish_header() {
+  const std::string what = "safetensors '" + path_ + "'";
+  auto fail = [&what](const std::string& msg) -> error { return error(what + ": " + msg); };
+  const uint64_t data_size = file_size_ - data_offset_;
 
   // Sorted by (begin, end), a valid file's tensors tile [0, data_size) exactly; zero-byte tensors sort
   // before a non-empty one at the same offset, so they never look like overlaps.

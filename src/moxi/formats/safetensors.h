@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +56,10 @@ class safetensors_file {
  private:
   safetensors_file() = default;
   void parse_header();
+  // One top-level member of the header ("__metadata__" or a tensor), checked; errors start with `what`.
+  void add_entry(const std::string& name, const nlohmann::json& value, const std::string& what);
+  // The checks across tensors (they tile the data section) and the name index.
+  void finish_header();
 
   std::string path_;
   const std::byte* base_ = nullptr;  // the mapping, file_size_ bytes
