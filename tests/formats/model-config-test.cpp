@@ -10,9 +10,11 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 
 #include "moxi/base/error.h"
+#include "moxi/formats/model-config-validate.h"
 
 namespace moxi::formats {
 namespace {
@@ -409,6 +411,161 @@ TEST(ModelConfigInvalidTest, OtherContradictions) {
                  {"'first_k_dense_replace'"});
   expect_invalid("deepseek-v3.2.json", [](json& d) { d["quantization_config"]["weight_block_size"] = {128}; },
                  {"'quantization_config.weight_block_size'"});
+}
+
+// ---- plausibility limits (issue 14 C2, C3, C4) ----
+
+// Sets a dotted path in doc, creating objects on the way.
+void set_path(json& doc, const std::string& path, const json& v) {
+  json* cur = &doc;
+  size_t start = 0;
+  for (size_t dot; (dot = path.find('.', start)) != std::string::npos; start = dot + 1) {
+    json& next = (*cur)[path.substr(start, dot - start)];
+    if (!next.is_object()) next = json::object();
+    cur = &next;
+  }
+  (*cur)[path.substr(start)] = v;
+}
+
+std::vector<std::string> spellings(const config_limit& l) {
+  std::vector<std::string> out;
+  std::string f = l.field;
+  for (size_t bar; (bar = f.find('|')) != std::string::npos; f = f.substr(bar + 1))
+    out.push_back(f.substr(0, bar));
+  out.push_back(f);
+  return out;
+}
+
+// Every limit, at one past it and at the absurd values of the probe (2^31, 2^35, 2^62, 1e6 as a float,
+// 1e300, 2^64 - 1): the parse fails, naming the field and the limit, before anything is sized from it.
+TEST(ModelConfigLimitsTest, EveryLimitNamesItsField) {
+  ASSERT_GE(config_limits().size(), 30u);
+  for (const auto& l : config_limits()) {
+    for (const auto& field : spellings(l)) {
+      std::vector<json> values = {
+          json(l.max + 1), json(int64_t(1) << 31), json(int64_t(1) << 35), json(int64_t(1) << 62),
+          json(1e300),     json(UINT64_MAX)};
+      if (l.max < 1000000) values.push_back(json(1e6));
+      for (const json& v : values) {
+        if (v.is_number_integer() && v.get<int64_t>() <= l.max) continue;
+        SCOPED_TRACE(field + " = " + v.dump());
+        for (const char* base : {"seed-2.8t.json", "deepseek-v3.2.json"}) {
+          expect_invalid(base, [&](json& d) { set_path(d, field, v); },
+                         {"'" + field + "'", "plausibility limit of " + std::to_string(l.max)});
+        }
+      }
+      // At the limit the field passes this check (the config may still fail for other reasons).
+      json d = read_json("seed-2.8t.json");
+      set_path(d, field, l.max);
+      EXPECT_EQ(parse_error(d).find("'" + field + "': " + std::to_string(l.max) + " is above"),
+                std::string::npos);
+    }
+  }
+}
+
+TEST(ModelConfigLimitsTest, TheProbesValuesFailFast) {
+  expect_invalid("seed-2.8t.json", [](json& d) { d["num_nextn_predict_layers"] = 1000000; },
+                 {"'num_nextn_predict_layers'", "1000000", "plausibility limit of 16"});
+  expect_invalid("seed-2.8t.json", [](json& d) { d["num_experts"] = 1e6; },
+                 {"'num_experts'", "plausibility"});
+  for (int shift : {62, 35, 31})
+    expect_invalid("seed-2.8t.json", [&](json& d) { d["max_position_embeddings"] = int64_t(1) << shift; },
+                   {"'max_position_embeddings'", std::to_string(int64_t(1) << shift), "plausibility limit"});
+  // Each within its own limit, but together more expert instances than any model has.
+  expect_invalid("seed-2.8t.json", [](json& d) { d["num_experts"] = 8192; },
+                 {"'num_experts'", "expert instances"});
+  expect_invalid("deepseek-v3.2.json", [](json& d) { d["n_routed_experts"] = 16384; },
+                 {"'n_routed_experts'", "expert instances"});
+}
+
+TEST(ModelConfigLimitsTest, SpecialTokenIdsMustBeInTheVocabulary) {
+  for (const char* field : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+    for (const json& v : {json(163840), json(-1), json(int64_t(1) << 40), json::array({163586, 163840})}) {
+      SCOPED_TRACE(std::string(field) + " = " + v.dump());
+      expect_invalid("seed-2.8t.json", [&](json& d) { d[field] = v; },
+                     {std::string("'") + field + "'", "outside the vocabulary [0, 163840)"});
+    }
+  }
+  json d = read_json("seed-2.8t.json");
+  d["bos_token_id"] = 163839;  // the last id is fine
+  EXPECT_EQ(parse_error(d), "");
+}
+
+TEST(ModelConfigLimitsTest, ContextLengthForServing) {
+  const auto c = load_model_config(config_path("seed-2.8t.json"));
+  EXPECT_EQ(context_length(c, 0, "--max-model-len"), 1048576);
+  EXPECT_EQ(context_length(c, 4096, "--max-model-len"), 4096);
+  try {
+    context_length(c, 1048577, "--max-model-len");
+    FAIL() << "accepted a context above max_position_embeddings";
+  } catch (const moxi::error& e) {
+    EXPECT_NE(std::string(e.what()).find("--max-model-len 1048577"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("max_position_embeddings 1048576"), std::string::npos) << e.what();
+  }
+}
+
+// Every numeric field of every shipped config, replaced by hostile values at random: the parse either
+// fails with moxi::error or yields a config inside every limit (the next variant of C2/C3/C4 is caught).
+TEST(ModelConfigLimitsTest, RandomNumericMutationsStayInsideTheLimits) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(std::string(MOXI_SOURCE_DIR) + "/configs"))
+    if (e.path().extension() == ".json") names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  ASSERT_FALSE(names.empty());
+  const std::vector<json> hostile = {json(0),
+                                     json(-1),
+                                     json(1),
+                                     json(2),
+                                     json(3),
+                                     json(32),
+                                     json(1e6),
+                                     json(int64_t(1) << 31),
+                                     json(int64_t(1) << 35),
+                                     json(int64_t(1) << 62),
+                                     json(INT64_MAX),
+                                     json(UINT64_MAX),
+                                     json(1e300),
+                                     json(-1e300),
+                                     json(0.5)};
+  int accepted = 0, rejected = 0;
+  for (const auto& name : names) {
+    const json base = read_json(name);
+    // Paths of every number (array elements included).
+    std::vector<json::json_pointer> paths;
+    std::function<void(const json&, const json::json_pointer&)> walk = [&](const json& j,
+                                                                           const json::json_pointer& p) {
+      if (j.is_number()) paths.push_back(p);
+      if (j.is_object())
+        for (const auto& [k, v] : j.items()) walk(v, p / k);
+      if (j.is_array())
+        for (size_t i = 0; i < j.size(); ++i) walk(j[i], p / i);
+    };
+    walk(base, json::json_pointer());
+    std::mt19937_64 rng(0xc0f1'9ull);
+    for (int t = 0; t < 300; ++t) {
+      json doc = base;
+      const int edits = 1 + int(rng() % 3);
+      for (int k = 0; k < edits; ++k) doc[paths[rng() % paths.size()]] = hostile[rng() % hostile.size()];
+      try {
+        const auto c = parse_model_config(doc, "mutant.json");
+        ++accepted;
+        EXPECT_LE(c.vocab_size, 16 << 20);
+        EXPECT_LE(c.num_layers, 1024);
+        EXPECT_LE(c.num_mtp_layers, 16);
+        EXPECT_LE(c.max_position_embeddings, kMaxContextTokens);
+        EXPECT_LE(c.moe.num_experts * (c.num_layers + c.num_mtp_layers), kMaxRoutedExpertInstances);
+        for (const auto& id : {c.bos_token_id, c.eos_token_id, c.pad_token_id})
+          if (id) {
+            EXPECT_TRUE(*id >= 0 && *id < c.vocab_size) << *id;
+          }
+      } catch (const moxi::error& e) {
+        ++rejected;
+        EXPECT_NE(std::string(e.what()).find("mutant.json"), std::string::npos) << e.what();
+      }
+    }
+  }
+  EXPECT_GT(accepted, 10);
+  EXPECT_GT(rejected, 100);
 }
 
 // ---- files ----

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "moxi/base/error.h"
+#include "moxi/formats/model-config-validate.h"
 
 namespace moxi::formats {
 namespace {
@@ -439,6 +440,7 @@ int64_t model_config::num_mla_layers() const {
 }
 
 model_config parse_model_config(const nlohmann::json& doc, const std::string& source) {
+  validate_model_config(doc, source);  // plausibility limits first: nothing below is sized before them
   field_reader r(doc, source, "");
   model_config c;
   c.source = source;
