@@ -4,6 +4,7 @@
 // template ends in a moxi::error instead of a hang or an exhausted machine.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <limits>
 #include <string>
@@ -208,6 +209,27 @@ class evaluator {
     if (steps_ > limits_.max_steps) {
       fail(line, "rendering took over " + std::to_string(limits_.max_steps) + " steps (a runaway template?)");
     }
+    if (steps_ >= next_clock_check_) check_cpu_time(line);
+  }
+
+  // The backstop behind the step count: whatever a step costs, a render stops after max_cpu_seconds of
+  // its thread's CPU time. Read every kClockEvery steps (a clock read costs about as much as a few steps).
+  static constexpr uint64_t kClockEvery = 4096;
+  // One loop iteration builds the 11-entry `loop` object and a scope: measured at about as much CPU as a
+  // dozen plain steps, so it is charged that (docs/chat-templates.md).
+  static constexpr uint64_t kLoopIterationSteps = 12;
+  static double thread_cpu_seconds() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  }
+  void check_cpu_time(int line) {
+    next_clock_check_ = steps_ + kClockEvery;
+    if (thread_cpu_seconds() - cpu_start_ > limits_.max_cpu_seconds) {
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%g", limits_.max_cpu_seconds);
+      fail(line, std::string("rendering took over ") + secs + " s of CPU (a runaway template?)");
+    }
   }
 
   // Every string the template builds goes through here: its size is bounded and its bytes are charged.
@@ -333,7 +355,7 @@ class evaluator {
     }
     const int64_t n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
-      step(s.line);
+      step(s.line, kLoopIterationSteps);
       scope body;
       body.parent = &sc;
       value loop = value::new_dict();
@@ -357,18 +379,22 @@ class evaluator {
     return flow::NORMAL;
   }
 
+  // The items of v, copied: each is charged a step.
   std::vector<value> iterate(const value& v, int line) {
     switch (v.k) {
       case kind::UNDEFINED:
         return {};  // Jinja's Undefined iterates as empty
       case kind::LIST:
+        step(line, v.l->size());
         return *v.l;
       case kind::DICT: {
+        step(line, v.d->items.size());
         std::vector<value> keys;
         for (const auto& [k, x] : v.d->items) keys.push_back(value::string(k));
         return keys;
       }
       case kind::STRING: {
+        step(line, v.s.size());
         std::vector<value> chars;
         for (auto cp : code_points(v.s)) chars.push_back(value::string(std::string(cp)));
         return chars;
@@ -387,7 +413,10 @@ class evaluator {
         return e.lit;
       case ex::NAME: {
         const value* v = sc.lookup(e.name);
-        if (v) return *v;
+        if (v) {
+          step(e.line, v->s.size() / 64);  // the value is copied, and a string's bytes with it
+          return *v;
+        }
         value u;
         u.s = e.name;  // remembered for the message when the undefined value is used
         return u;
@@ -888,6 +917,7 @@ class evaluator {
         if (needle.k != kind::STRING) fail(line, "'in <string>' requires a string on the left");
         return hay.s.find(needle.s) != std::string::npos;
       case kind::LIST:
+        step(line, hay.l->size());
         for (const value& v : *hay.l) {
           if (equals(v, needle)) return true;
         }
@@ -903,6 +933,7 @@ class evaluator {
   }
 
   bool compare(const std::string& op, const value& a, const value& b, int line) {
+    step(line, (a.s.size() + b.s.size()) / 64);  // comparing or searching strings reads their bytes
     if (op == "==") return equals(a, b);
     if (op == "!=") return !equals(a, b);
     if (op == "in") return contains(b, a, line);
@@ -988,6 +1019,8 @@ class evaluator {
 
   const program& prog_;
   const chat_template_limits& limits_;
+  double cpu_start_ = thread_cpu_seconds();
+  uint64_t next_clock_check_ = kClockEvery;
   const scope* root_ = nullptr;
   uint64_t steps_ = 0;
   int call_depth_ = 0;

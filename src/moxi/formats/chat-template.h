@@ -25,7 +25,8 @@ struct program;
 struct chat_template_limits {
   size_t max_template_bytes = 1 << 20;  // the template text
   size_t max_output_bytes = 16 << 20;   // the rendered prompt, and any one string built on the way
-  uint64_t max_steps = 10'000'000;      // expressions evaluated + statements run, per render
+  uint64_t max_steps = 10'000'000;      // expressions evaluated + statements run, per render (weighted)
+  double max_cpu_seconds = 2.0;         // CPU time of one render, whatever its steps cost
   int max_call_depth = 64;              // nested macro calls (recursion)
   int max_nesting = 128;                // nesting of blocks and expressions while parsing
   size_t max_items = 100'000;           // elements of any one list built (range, *, +, ...)
