@@ -4,10 +4,13 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "moxi/base/error.h"
 #include "moxi/formats/checkpoint.h"
+#include "moxi/formats/model-config-validate.h"
 #include "moxi/formats/model-config.h"
 #include "moxi/model/manifest.h"
 
@@ -38,6 +41,17 @@ bool file_exists(const std::string& p) {
 }  // namespace
 
 inspect_report inspect_checkpoint(const std::string& path) {
+  // The config (when there is one) is read and validated before the checkpoint is opened and before
+  // anything is sized from it, so a hostile config.json fails here with the field named.
+  struct stat st {};
+  const bool is_dir = ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  std::string dir = is_dir ? path : std::string(std::filesystem::path(path).parent_path());
+  if (dir.empty()) dir = ".";
+  std::optional<formats::model_config> config;
+  if (file_exists(dir + "/config.json")) {
+    config = formats::load_model_config(dir + "/config.json");
+    formats::validate_model_dir(*config, dir);
+  }
   const auto ck = formats::checkpoint::open(path);
   inspect_report r;
   r.path = path;
@@ -60,18 +74,16 @@ inspect_report inspect_checkpoint(const std::string& path) {
     r.tensors.push_back(std::move(row));
   }
 
-  const std::string config_path = ck.dir() + "/config.json";
-  if (!file_exists(config_path)) return r;
-  const auto config = formats::load_model_config(config_path);
+  if (!config) return r;
   r.has_config = true;
-  r.model_type = config.model_type;
+  r.model_type = config->model_type;
   // The float type of unquantized tensors is whatever the embedding uses (BF16 or F32 as written).
   dtype float_type = dtype::BF16;
   if (ck.contains("model.embed_tokens.weight")) float_type = ck.entry("model.embed_tokens.weight").type;
   if (float_type != dtype::BF16 && float_type != dtype::F32 && float_type != dtype::F16)
     float_type = dtype::BF16;
-  const auto manifest = build_manifest(config);
-  const auto layout = storage_layout(config, manifest, float_type);
+  const auto manifest = build_manifest(*config);
+  const auto layout = storage_layout(*config, manifest, float_type);
   std::map<std::string, const stored_tensor*, std::less<>> expected;
   for (const auto& s : layout) expected[s.name] = &s;
   for (const auto& s : layout) {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "moxi/base/error.h"
+#include "moxi/formats/model-config-validate.h"
 #include "moxi/kernels/matmul-dispatch.h"
 #include "moxi/kernels/ref/basic.h"
 #include "moxi/model/arch/registry.h"
@@ -40,7 +41,9 @@ model& model::operator=(model&&) noexcept = default;
 model::~model() = default;
 
 model model::load(const std::string& dir, const load_options& opts) {
-  return load(formats::load_model_config(dir), dir, opts);
+  auto config = formats::load_model_config(dir);
+  formats::validate_model_dir(config, dir);  // token ids of the tokenizer and generation config
+  return load(std::move(config), dir, opts);
 }
 
 model model::load(formats::model_config config, const std::string& checkpoint_path,
