@@ -1,5 +1,6 @@
 // `moxi bench <name>`: the benchmarks in bench/. Each benchmark adds its own subcommand through an
 // `add_*_bench(CLI::App&)` function; adding one is an include and one line in kBenches.
+#include "bench/header-bench.h"
 #include "bench/kernels-bench.h"
 #include "bench/model-bench.h"
 #include "bench/sandbox-bench.h"
@@ -23,6 +24,7 @@ constexpr bench_entry kBenches[] = {
     {"decode", bench::add_decode_bench},
     {"prefill", bench::add_prefill_bench},
     {"serve", bench::add_serve_bench},
+    {"header", bench::add_header_bench},
 };
 
 void setup(CLI::App& root) {
