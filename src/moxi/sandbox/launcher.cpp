@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -143,8 +144,9 @@ using detail::unique_fd;
 // the tmpfs the command writes into instead.
 struct workspace {
   std::string path;
-  unique_fd dir;    // the host directory, O_RDONLY, holding the run's flock
-  unique_fd mount;  // the budget tmpfs (a detached mount until the launcher attaches it), or -1
+  unique_fd dir;     // the host directory, O_RDONLY, holding the run's flock
+  unique_fd mount;   // the budget tmpfs (a detached mount until the launcher attaches it), or -1
+  unique_fd parent;  // shared workspaces with a budget: its parent, locked while copying (copy_guard)
   bool temporary = false;
   bool keep = false;
   ~workspace() {
@@ -152,6 +154,25 @@ struct workspace {
     dir.reset();
     if (temporary && !keep && !path.empty()) detail::remove_tree(path);
   }
+};
+
+// Runs sharing a workspace hold only a shared lock on it; their copies in and back are serialised by
+// an exclusive lock on the parent directory, so that no run copies in a tree another is rewriting.
+class copy_guard {
+ public:
+  explicit copy_guard(const workspace& ws) : fd_(ws.parent.get()) {
+    if (fd_ >= 0)
+      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+  }
+  ~copy_guard() {
+    if (fd_ >= 0) ::flock(fd_, LOCK_UN);
+  }
+  copy_guard(const copy_guard&) = delete;
+  copy_guard& operator=(const copy_guard&) = delete;
+
+ private:
+  int fd_;
 };
 
 void prepare_workspace(const run_spec& spec, bool drop, workspace& ws, run_result& r) {
@@ -190,6 +211,9 @@ void prepare_workspace(const run_spec& spec, bool drop, workspace& ws, run_resul
     ws.mount.reset(detail::make_tmpfs(lim.workspace_bytes, lim.workspace_inodes, uid, gid));
     if (ws.mount.get() >= 0) {
       r.mechanisms.disk = "tmpfs";
+      if (spec.shared_workspace)
+        ws.parent.reset(::openat(ws.dir.get(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      copy_guard serial(ws);
       unique_fd root(::openat(ws.mount.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
       if (root.get() < 0) throw io_error("open", "workspace tmpfs", errno);
       detail::copy_limits cl;
@@ -213,6 +237,7 @@ void prepare_workspace(const run_spec& spec, bool drop, workspace& ws, run_resul
 
 // Copies the budget tmpfs back into the host directory after the run (the command is gone by then).
 void copy_back(workspace& ws, const limits& lim, run_result& r) {
+  copy_guard serial(ws);
   unique_fd root(::openat(ws.mount.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   std::string why;
   bool ok = root.get() >= 0 && detail::remove_contents(ws.dir.get());
@@ -407,12 +432,12 @@ double seconds_since(clock_type::time_point t0) {
 
 namespace {
 
-constexpr double kMaxSeconds = 1e6;           // ~11.6 days: timeout_s and cpu_s
-constexpr uint64_t kMaxBytes = 1ull << 50;    // 1 PiB: memory and file size
-constexpr uint64_t kMaxTmpfs = 1ull << 40;    // 1 TiB: tmp, shm, workspace
-constexpr uint64_t kMaxOutput = 1ull << 30;   // captured in memory, per stream
-constexpr uint32_t kMaxPids = 1u << 22;       // the kernel's PID_MAX_LIMIT
-constexpr uint32_t kMaxOpenFiles = 1u << 20;  // the kernel's default fs.nr_open
+constexpr double kMaxSeconds = 1e6;                          // ~11.6 days: timeout_s and cpu_s
+constexpr uint64_t kMaxBytes = 1ull << 50;                   // 1 PiB: memory and file size
+constexpr uint64_t kMaxTmpfs = 1ull << 40;                   // 1 TiB: tmp, shm, workspace
+constexpr uint64_t kMaxOutput = 1ull << 30;                  // captured in memory, per stream
+constexpr uint32_t kMaxPids = (1u << 22) - kBwrapProcesses;  // with bwrap's two: PID_MAX_LIMIT
+constexpr uint32_t kMaxOpenFiles = 1u << 20;                 // the kernel's default fs.nr_open
 
 [[noreturn]] void out_of_range(const char* field, const std::string& value, const std::string& range) {
   throw error(std::string("sandbox: limits.") + field + " = " + value + " is out of range (" + range + ")");

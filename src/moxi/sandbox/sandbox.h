@@ -90,7 +90,8 @@ struct captured_stream {
 struct run_result {
   // false: the command never ran, i.e. bubblewrap did not reach a successful exec of it (setup failure
   // or command not found), as bubblewrap reports on its status descriptor, which the command cannot
-  // write (see error).
+  // write (see error). A run moxi killed (a limit fired) has no such report and counts as started
+  // once bwrap had created the sandbox's first process.
   bool started = false;
   std::string error;   // setup failure, or a workspace copy-back that was incomplete; empty otherwise
   int exit_code = -1;  // exit status of the command; 128+N when killed by signal N

@@ -253,14 +253,27 @@ struct copier {
 unique_fd open_dir_nofollow(const std::string& path, bool create, std::string* absolute) {
   namespace fs = std::filesystem;
   if (path.empty()) refuse(path, "empty path");
+  // ".." is refused as written: normalising it away first would resolve it lexically, through
+  // whatever the component before it is.
+  for (const auto& part : fs::path(path))
+    if (part == "..") refuse(path, "'..' in the path");
   fs::path p = fs::path(path).is_absolute() ? fs::path(path) : fs::current_path() / path;
   p = p.lexically_normal();
   std::string abs = p.string();
   if (abs.size() > 1 && abs.back() == '/') abs.pop_back();
-  for (const auto& part : p)
-    if (part == "..") refuse(path, "'..' in the path");
   if (is_system_path(abs)) refuse(path, "it is a system or shared directory");
+  // Each directory above the workspace must be the caller's or root's, and if others may write it, it
+  // must be sticky (then they cannot rename or replace what the caller made in it).
+  auto check_ancestor = [&](int fd, const std::string& where) {
+    struct stat st;
+    if (::fstat(fd, &st) != 0) throw io_error("stat", where, errno);
+    if (st.st_uid != 0 && st.st_uid != ::geteuid())
+      refuse(path, "'" + where + "' above it is owned by uid " + std::to_string(st.st_uid));
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
+      refuse(path, "'" + where + "' above it is writable by others and not sticky");
+  };
   unique_fd cur(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  check_ancestor(cur.get(), "/");
   std::vector<std::string> parts;
   for (const auto& part : p.relative_path())
     if (!part.empty() && part != ".") parts.push_back(part.string());
@@ -269,6 +282,7 @@ unique_fd open_dir_nofollow(const std::string& path, bool create, std::string* a
     const std::string& name = parts[i];
     walked += "/" + name;
     const bool last = i + 1 == parts.size();
+    if (i > 0) check_ancestor(cur.get(), walked.substr(0, walked.size() - name.size() - 1));
     int fd = ::openat(cur.get(), name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT && create) {
       if (::mkdirat(cur.get(), name.c_str(), last ? 0700 : 0755) != 0 && errno != EEXIST)

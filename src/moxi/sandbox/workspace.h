@@ -41,7 +41,8 @@ bool is_system_path(const std::string& path);
 // Opens the directory `path` (made absolute against the working directory and normalised; ".." is
 // refused) one component at a time with O_NOFOLLOW, so that a link anywhere in the path is refused
 // rather than followed. Missing components are created (mode 0755, the last one 0700) when `create`.
-// Throws moxi::error naming the offending component.
+// Every directory above the last must belong to root or the caller and, if others may write it, be
+// sticky. Throws moxi::error naming the offending component.
 unique_fd open_dir_nofollow(const std::string& path, bool create, std::string* absolute);
 
 // Checks the rules for a caller-given workspace on the opened directory: not a system directory, owned

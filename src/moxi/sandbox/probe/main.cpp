@@ -321,8 +321,12 @@ int cmd_daemon(const char* seconds) {
 // (renameat2 RENAME_EXCHANGE) for SECONDS, so that a host-side walk of the workspace that resolves
 // paths would sometimes descend through the link into TARGET.
 int cmd_swap(const char* target, const char* seconds) {
+  // A previous run may have stopped with the two swapped: put them back first.
+  struct stat sd, sl;
+  if (::lstat("d", &sd) == 0 && S_ISLNK(sd.st_mode) && ::lstat("l", &sl) == 0 && S_ISDIR(sl.st_mode))
+    ::syscall(SYS_renameat2, AT_FDCWD, "d", AT_FDCWD, "l", 2 /* RENAME_EXCHANGE */);
   ::mkdir("d", 0755);
-  for (int i = 0; i < 16; ++i) {
+  for (int i = 0; i < 256; ++i) {
     std::string f = "d/f" + std::to_string(i);
     int fd = ::open(f.c_str(), O_WRONLY | O_CREAT, 0644);
     if (fd >= 0) ::close(fd);
