@@ -33,7 +33,6 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
-#include <string_view>
 
 #include "moxi/base/error.h"
 #include "moxi/sandbox/audit-log.h"
