@@ -58,6 +58,7 @@ sandbox_bench_result run_sandbox_bench(int n) {
   auto spec_for = [&](int i) {
     sandbox::run_spec s = spec;
     s.workspace = base + "/w" + std::to_string(i % 2);
+    s.shared_workspace = true;  // the pool's two workers may both pick the same one
     return s;
   };
   sandbox_bench_result r;

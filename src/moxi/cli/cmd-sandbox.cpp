@@ -1,5 +1,6 @@
 // `moxi sandbox run [limits] -- CMD...`: runs one command in the sandbox for people; prints the command's
 // stdout/stderr, a one-line summary on stderr, and exits with the command's exit status.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -14,7 +15,7 @@ namespace {
 
 struct sandbox_options {
   sandbox::run_spec spec;
-  double memory_mb = 512, file_size_mb = 64, tmp_mb = 64;
+  double memory_mb = 512, file_size_mb = 64, tmp_mb = 64, shm_mb = 16, workspace_mb = 256;
   std::vector<std::string> env, ro_binds;
   std::string stdin_file;
   bool quiet = false;
@@ -37,11 +38,26 @@ std::string human_bytes(uint64_t b) {
   return buf;
 }
 
+// MiB as given on the command line to bytes. The double is checked before the conversion (a value past
+// 2^64 or a NaN would be undefined behaviour), and a positive value must not round to 0, which means
+// "no limit" for some options; the library then checks the byte count against the limit's range.
+uint64_t mib_to_bytes(const char* option, double mib) {
+  if (!std::isfinite(mib) || mib < 0 || mib > 1099511627776.0)  // 2^40 MiB = 1 EiB
+    throw error(std::string(option) + " " + std::to_string(mib) + ": expected 0 to 2^40 MiB");
+  const double bytes = std::round(mib * 1048576.0);
+  if (mib > 0 && bytes < 1)
+    throw error(std::string(option) + " " + std::to_string(mib) + ": positive but less than one byte");
+  return static_cast<uint64_t>(bytes);
+}
+
 [[noreturn]] void run_command(sandbox_options& o) {
   auto& spec = o.spec;
-  spec.limits.memory_bytes = static_cast<uint64_t>(o.memory_mb * 1048576.0);
-  spec.limits.file_size_bytes = static_cast<uint64_t>(o.file_size_mb * 1048576.0);
-  spec.limits.tmp_bytes = static_cast<uint64_t>(o.tmp_mb * 1048576.0);
+  spec.limits.memory_bytes = mib_to_bytes("--memory", o.memory_mb);
+  spec.limits.file_size_bytes = mib_to_bytes("--file-size", o.file_size_mb);
+  spec.limits.tmp_bytes = mib_to_bytes("--tmp-size", o.tmp_mb);
+  spec.limits.shm_bytes = mib_to_bytes("--shm-size", o.shm_mb);
+  spec.limits.workspace_bytes = mib_to_bytes("--workspace-size", o.workspace_mb);
+  sandbox::check_limits(spec.limits);
   spec.limits.use_cgroup = !o.no_cgroup;
   for (const auto& kv : o.env) {
     auto eq = kv.find('=');
@@ -63,21 +79,23 @@ std::string human_bytes(uint64_t b) {
     spec.stdin_data = ss.str();
   }
   sandbox::run_result r = sandbox::run(spec);
-  if (!r.started) throw error(r.error);
+  // Whatever was captured is shown, also when the command never started (then it is bwrap's message).
   write_all(stdout, r.out.data);
   write_all(stderr, r.err.data);
+  if (!r.started) throw error(r.error);
+  if (!r.error.empty()) std::fprintf(stderr, "moxi sandbox: %s\n", r.error.c_str());
   if (!o.quiet) {
     std::string hit;
     for (auto k : r.hit) hit += std::string(hit.empty() ? "" : ",") + sandbox::to_string(k);
     std::fprintf(stderr,
                  "moxi sandbox: exit=%d signal=%d limit=%s hit=%s duration=%.3fs cpu=%.3fs peak_mem=%s "
-                 "stdout=%s%s stderr=%s%s memory=%s pids=%s cpu_limit=%s workspace=%s\n",
+                 "stdout=%s%s stderr=%s%s memory=%s pids=%s cpu_limit=%s disk=%s workspace=%s\n",
                  r.exit_code, r.signal, sandbox::to_string(r.fired), hit.empty() ? "none" : hit.c_str(),
                  r.duration_s, r.cpu_s, human_bytes(r.peak_memory_bytes).c_str(),
                  human_bytes(r.out.bytes).c_str(), r.out.truncated ? "(truncated)" : "",
                  human_bytes(r.err.bytes).c_str(), r.err.truncated ? "(truncated)" : "",
                  r.mechanisms.memory.c_str(), r.mechanisms.pids.c_str(), r.mechanisms.cpu.c_str(),
-                 r.workspace.c_str());
+                 r.mechanisms.disk.c_str(), r.workspace.c_str());
   }
   std::fflush(stdout);
   std::fflush(stderr);
@@ -111,6 +129,18 @@ void setup(CLI::App& root) {
   run->add_option("--tmp-size", opts->tmp_mb, "Size of the private /tmp in MiB")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  run->add_option("--shm-size", opts->shm_mb, "Size of the private /dev/shm in MiB")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--workspace-size", opts->workspace_mb,
+                  "Workspace byte budget in MiB (0 = write the host directory directly, no budget)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--workspace-inodes", s.limits.workspace_inodes,
+                  "Workspace inode budget (files + directories)")
+      ->capture_default_str();
+  run->add_flag("--shared-workspace", s.shared_workspace,
+                "Allow other runs to use the same --workspace at the same time");
   run->add_option("--audit-log", s.audit_log, "Append one JSON line describing the run to this file");
   run->add_option("--id", s.id, "Episode id recorded in the audit log");
   run->add_option("--env", opts->env, "KEY=VALUE added to the clean environment (repeatable)")

@@ -2,18 +2,23 @@
 // limit placed on the caller still applies) and the group is removed when the run ends.
 #include "moxi/sandbox/cgroup.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
 #include <sstream>
 #include <thread>
+
+#include "moxi/sandbox/sandbox.h"
 
 namespace moxi::sandbox {
 namespace {
@@ -87,12 +92,89 @@ self_cgroups read_self() {
   return s;
 }
 
+// The start time of process `pid` (field 22 of /proc/PID/stat, clock ticks since boot), 0 when it does
+// not exist. With the pid it names a process uniquely: a reused pid has a later start time.
+uint64_t start_time(pid_t pid) {
+  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  auto rp = stat.rfind(')');
+  if (rp == std::string::npos) return 0;
+  std::istringstream in(stat.substr(rp + 2));
+  std::string field;
+  for (int i = 3; i < 22 && in >> field; ++i) {
+  }
+  uint64_t t = 0;
+  in >> t;
+  return t;
+}
+
 std::string unique_name() {
   static std::atomic<uint64_t> counter{0};
-  return "moxi-sb-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  static const uint64_t self_start = start_time(::getpid());
+  return "moxi-sb-" + std::to_string(::getpid()) + "-" + std::to_string(self_start) + "-" +
+         std::to_string(counter++);
+}
+
+// The directories per-run groups are created in (see run_cgroup's constructor).
+std::vector<std::string> parent_dirs() {
+  self_cgroups self = read_self();
+  if (exists(std::string(kRoot) + "/cgroup.controllers")) return {kRoot + self.unified};
+  std::vector<std::string> out;
+  for (const char* c : {"memory", "pids", "cpuacct"}) {
+    std::string mount = std::string(kRoot) + "/" + c;
+    if (exists(mount + "/cgroup.procs")) out.push_back(mount + self.v1_path(c));
+  }
+  return out;
+}
+
+// Whether the owner named in "moxi-sb-PID-START-N" (or the older "moxi-sb-PID-N") still runs.
+bool owner_alive(const std::string& name) {
+  std::vector<uint64_t> parts;
+  std::istringstream in(name.substr(std::strlen("moxi-sb-")));
+  std::string part;
+  while (std::getline(in, part, '-')) {
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos) return true;  // not ours
+    parts.push_back(std::strtoull(part.c_str(), nullptr, 10));
+  }
+  if (parts.size() != 2 && parts.size() != 3) return true;
+  const auto pid = static_cast<pid_t>(parts[0]);
+  if (pid <= 0 || static_cast<uint64_t>(pid) != parts[0]) return true;
+  const uint64_t t = start_time(pid);
+  if (t == 0) return false;  // no such process
+  return parts.size() == 2 || t == parts[1];
 }
 
 }  // namespace
+
+int sweep_stale_cgroups() {
+  int removed = 0;
+  for (const auto& parent : parent_dirs()) {
+    DIR* d = ::opendir(parent.c_str());
+    if (!d) continue;
+    std::vector<std::string> stale;
+    while (dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name.rfind("moxi-sb-", 0) == 0 && !owner_alive(name)) stale.push_back(name);
+    }
+    ::closedir(d);
+    for (const auto& name : stale) {
+      const std::string dir = parent + "/" + name;
+      // Members are what is left of a dead owner's sandbox (normally none: bwrap dies with its parent).
+      if (exists(dir + "/cgroup.kill")) write_file(dir + "/cgroup.kill", "1");
+      for (int attempt = 0; attempt < 100; ++attempt) {
+        std::istringstream procs(read_file(dir + "/cgroup.procs"));
+        pid_t p;
+        while (procs >> p) ::kill(p, SIGKILL);
+        if (::rmdir(dir.c_str()) == 0) {
+          ++removed;
+          break;
+        }
+        if (errno != EBUSY) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    }
+  }
+  return removed;
+}
 
 run_cgroup::run_cgroup(uint64_t memory_bytes, uint32_t pids_max) {
   self_cgroups self = read_self();

@@ -7,15 +7,17 @@
 // it whether or not a cgroup is available. The seccomp filter is compiled here and handed to bwrap as a
 // sealed memfd (--seccomp 3); bwrap installs it in the command's process right before exec.
 #include <fcntl.h>
-#include <ftw.h>
 #include <linux/close_range.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,6 +39,7 @@
 #include "moxi/sandbox/cgroup.h"
 #include "moxi/sandbox/sandbox.h"
 #include "moxi/sandbox/seccomp-policy.h"
+#include "moxi/sandbox/workspace.h"
 
 namespace moxi::sandbox {
 
@@ -56,6 +59,8 @@ const char* to_string(limit_kind k) {
       return "file_size";
     case limit_kind::output:
       return "output";
+    case limit_kind::disk:
+      return "disk";
   }
   return "?";
 }
@@ -132,80 +137,116 @@ const std::vector<system_entry>& system_view() {
   return view;
 }
 
-// Host directories a workspace must never be: handing them to the sandbox uid would break the host.
-bool is_system_path(const std::string& real) {
-  if (real == "/") return true;
-  for (const char* p : {"/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot",
-                        "/proc", "/sys", "/dev", "/run", "/var", "/root", "/home"}) {
-    std::string s = p;
-    if (real == s || real.rfind(s + "/", 0) == 0) {
-      // Subdirectories of /home, /root and /var are ordinary places for a workspace; the roots are not.
-      if (real != s && (s == "/home" || s == "/root" || s == "/var")) return false;
-      return true;
-    }
-  }
-  return false;
-}
+using detail::unique_fd;
 
-uid_t g_chown_uid;
-gid_t g_chown_gid;
-int chown_entry(const char* path, const struct stat*, int, struct FTW*) {
-  // lchown: a symlink planted in the workspace must not hand its target to the sandbox uid.
-  ::lchown(path, g_chown_uid, g_chown_gid);
-  return 0;
-}
-
+// The workspace of one run: the host directory (resolved once, locked), and when the budget applies
+// the tmpfs the command writes into instead.
 struct workspace {
   std::string path;
+  unique_fd dir;     // the host directory, O_RDONLY, holding the run's flock
+  unique_fd mount;   // the budget tmpfs (a detached mount until the launcher attaches it), or -1
+  unique_fd parent;  // shared workspaces with a budget: its parent, locked while copying (copy_guard)
   bool temporary = false;
   bool keep = false;
   ~workspace() {
-    if (temporary && !keep && !path.empty()) {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-    }
+    mount.reset();
+    dir.reset();
+    if (temporary && !keep && !path.empty()) detail::remove_tree(path);
   }
 };
 
-void prepare_workspace(const run_spec& spec, bool drop, workspace& ws) {
+// Runs sharing a workspace hold only a shared lock on it; their copies in and back are serialised by
+// an exclusive lock on the parent directory, so that no run copies in a tree another is rewriting.
+class copy_guard {
+ public:
+  explicit copy_guard(const workspace& ws) : fd_(ws.parent.get()) {
+    if (fd_ >= 0)
+      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+  }
+  ~copy_guard() {
+    if (fd_ >= 0) ::flock(fd_, LOCK_UN);
+  }
+  copy_guard(const copy_guard&) = delete;
+  copy_guard& operator=(const copy_guard&) = delete;
+
+ private:
+  int fd_;
+};
+
+void prepare_workspace(const run_spec& spec, bool drop, workspace& ws, run_result& r) {
   if (spec.workspace.empty()) {
     const char* tmp = std::getenv("TMPDIR");
     std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/moxi-ws-XXXXXX";
     if (!::mkdtemp(tmpl.data())) throw io_error("create temporary workspace", tmpl, errno);
-    ws.path = tmpl;
     ws.temporary = true;
     ws.keep = spec.keep_workspace;
+    ws.dir = detail::open_dir_nofollow(tmpl, false, &ws.path);
   } else {
-    std::error_code ec;
-    // Checked before anything is created, through any symlinks in the part that exists already.
-    std::string planned =
-        std::filesystem::weakly_canonical(std::filesystem::absolute(spec.workspace), ec).string();
-    if (ec || is_system_path(planned))
-      throw error("sandbox: refusing workspace '" + spec.workspace + "': it is a system directory");
-    std::filesystem::create_directories(spec.workspace, ec);
-    if (!std::filesystem::is_directory(spec.workspace))
-      throw error("sandbox: workspace '" + spec.workspace + "' is not a directory and cannot be created");
-    ws.path = std::filesystem::canonical(spec.workspace).string();
+    ws.dir = detail::open_dir_nofollow(spec.workspace, true, &ws.path);
+    detail::check_workspace_rules(ws.dir.get(), ws.path, spec.policy.uid);
   }
-  if (is_system_path(ws.path))
-    throw error("sandbox: refusing workspace '" + ws.path + "': it is a system directory");
-  if (!drop) return;
-  // bwrap runs as the sandbox uid and must be able to reach the workspace to bind it.
-  std::filesystem::path p(ws.path);
-  for (auto dir = p.parent_path(); !dir.empty(); dir = dir.parent_path()) {
-    struct stat st;
-    if (::stat(dir.c_str(), &st) == 0 && !(st.st_mode & S_IXOTH) && st.st_uid != spec.policy.uid)
-      throw error("sandbox: workspace '" + ws.path + "' is not reachable by the sandbox uid " +
-                  std::to_string(spec.policy.uid) + " because '" + dir.string() +
-                  "' is not world-searchable; use a directory under /tmp");
-    if (dir == dir.root_path()) break;
+  if (!detail::lock_workspace(ws.dir.get(), spec.shared_workspace))
+    throw error(
+        "sandbox: workspace '" + ws.path +
+        "' is in use by another run (set run_spec.shared_workspace / --shared-workspace to share it)");
+  if (drop) {
+    // bwrap runs as the sandbox uid and must be able to reach the workspace to bind it.
+    std::filesystem::path p(ws.path);
+    for (auto dir = p.parent_path(); !dir.empty(); dir = dir.parent_path()) {
+      struct stat st;
+      if (::stat(dir.c_str(), &st) == 0 && !(st.st_mode & S_IXOTH) && st.st_uid != spec.policy.uid)
+        throw error("sandbox: workspace '" + ws.path + "' is not reachable by the sandbox uid " +
+                    std::to_string(spec.policy.uid) + " because '" + dir.string() +
+                    "' is not world-searchable; use a directory under /tmp");
+      if (dir == dir.root_path()) break;
+    }
   }
-  g_chown_uid = spec.policy.uid;
-  g_chown_gid = spec.policy.gid;
-  static std::mutex chown_mutex;  // nftw's callback has no user pointer
-  std::lock_guard<std::mutex> lock(chown_mutex);
-  if (::nftw(ws.path.c_str(), chown_entry, 32, FTW_PHYS | FTW_MOUNT) != 0)
-    throw io_error("hand over workspace", ws.path, errno);
+  const auto& lim = spec.limits;
+  r.mechanisms.disk = "none";
+  if (lim.workspace_bytes) {
+    const uid_t uid = drop ? spec.policy.uid : ::geteuid();
+    const gid_t gid = drop ? spec.policy.gid : ::getegid();
+    ws.mount.reset(detail::make_tmpfs(lim.workspace_bytes, lim.workspace_inodes, uid, gid));
+    if (ws.mount.get() >= 0) {
+      r.mechanisms.disk = "tmpfs";
+      if (spec.shared_workspace)
+        ws.parent.reset(::openat(ws.dir.get(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      copy_guard serial(ws);
+      unique_fd root(::openat(ws.mount.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (root.get() < 0) throw io_error("open", "workspace tmpfs", errno);
+      detail::copy_limits cl;
+      cl.chown = drop;
+      cl.uid = uid;
+      cl.gid = gid;
+      std::string why;
+      if (!detail::copy_tree(ws.dir.get(), root.get(), cl, &why))
+        throw error("sandbox: workspace '" + ws.path + "' does not fit its budget of " +
+                    std::to_string(lim.workspace_bytes) + " bytes / " + std::to_string(lim.workspace_inodes) +
+                    " inodes (" + why + ")");
+      return;
+    }
+  }
+  // No budget: the command writes the host directory itself. A root caller hands the tree to the
+  // sandbox uid, walking it by descriptors so that no link planted by a concurrent run is followed.
+  if (drop && !detail::chown_tree(ws.dir.get(), spec.policy.uid, spec.policy.gid))
+    throw error("sandbox: workspace '" + ws.path + "' is deeper than " + std::to_string(detail::kMaxDepth) +
+                " levels");
+}
+
+// Copies the budget tmpfs back into the host directory after the run (the command is gone by then).
+void copy_back(workspace& ws, const limits& lim, run_result& r) {
+  copy_guard serial(ws);
+  unique_fd root(::openat(ws.mount.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  std::string why;
+  bool ok = root.get() >= 0 && detail::remove_contents(ws.dir.get());
+  if (ok) {
+    detail::copy_limits cl;
+    cl.max_bytes = lim.workspace_bytes;  // hard links would otherwise multiply on the host
+    ok = detail::copy_tree(root.get(), ws.dir.get(), cl, &why);
+  }
+  if (!ok && r.error.empty())
+    r.error = "workspace copy-back incomplete: " + (why.empty() ? "cannot clear" : why);
 }
 
 // Everything the launcher child needs, prepared before clone: the child shares our memory (CLONE_VM)
@@ -214,7 +255,11 @@ struct child_args {
   const char* bwrap = nullptr;
   char* const* argv = nullptr;
   char* const* envp = nullptr;
-  int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1, seccomp_fd = -1;
+  int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1, seccomp_fd = -1, status_fd = -1, workspace_fd = -1;
+  // The budget tmpfs: attached over mount_target in a mount namespace of the launcher's own, so that
+  // bwrap can bind it and the host never sees it.
+  int mount_fd = -1;
+  const char* mount_target = nullptr;
   const char* const* procs_files = nullptr;
   size_t n_procs_files = 0;
   struct rlimit_entry {
@@ -264,11 +309,19 @@ int child_main(void* arg) {
     struct rlimit rl = {a->rlimits[i].soft, a->rlimits[i].hard};
     if (::setrlimit(a->rlimits[i].resource, &rl) != 0) return child_fail(a, "setrlimit");
   }
+  if (a->mount_fd >= 0) {
+    if (::unshare(CLONE_NEWNS) != 0) return child_fail(a, "unshare mount namespace");
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) return child_fail(a, "mount slave");
+    if (::move_mount(a->mount_fd, "", AT_FDCWD, a->mount_target, MOVE_MOUNT_F_EMPTY_PATH) != 0)
+      return child_fail(a, "attach workspace tmpfs");
+  }
+  // 3: the seccomp filter, 4: bwrap's status reports, 5: the workspace bwrap binds (and then closes).
   if (::dup2(a->stdin_fd, 0) < 0 || ::dup2(a->stdout_fd, 1) < 0 || ::dup2(a->stderr_fd, 2) < 0 ||
-      ::dup2(a->seccomp_fd, 3) < 0)
+      ::dup2(a->seccomp_fd, 3) < 0 || ::dup2(a->status_fd, 4) < 0 || ::dup2(a->workspace_fd, 5) < 0)
     return child_fail(a, "dup2");
-  // Nothing else of ours crosses into the sandbox (bwrap passes every open fd on to the command).
-  if (::syscall(SYS_close_range, 4u, ~0u, 0u) != 0) return child_fail(a, "close_range");
+  // Nothing else of ours crosses into the sandbox (bwrap passes every open fd on to the command; the
+  // child it forks closes the status fd first, and the workspace fd is closed once bound).
+  if (::syscall(SYS_close_range, 6u, ~0u, 0u) != 0) return child_fail(a, "close_range");
   if (a->drop) {
     // Raw syscalls: only this process changes identity, without glibc's all-threads machinery.
     if (::syscall(SYS_setgroups, 0, nullptr) != 0) return child_fail(a, "setgroups");
@@ -323,7 +376,7 @@ struct stream_reader {
   }
 };
 
-std::vector<std::string> bwrap_arguments(const run_spec& spec, const std::string& ws) {
+std::vector<std::string> bwrap_arguments(const run_spec& spec) {
   const auto& pol = spec.policy;
   std::vector<std::string> a = {"bwrap",
                                 "--unshare-user",
@@ -346,11 +399,16 @@ std::vector<std::string> bwrap_arguments(const run_spec& spec, const std::string
       a.insert(a.end(), {"--symlink", e.link_target, e.path});
   }
   for (const auto& [host, inside] : pol.ro_binds) a.insert(a.end(), {"--ro-bind", host, inside});
+  // /dev is a tmpfs of bwrap's with the device nodes bound in: its /dev/shm gets a sized tmpfs of its
+  // own and /dev itself turns read-only, so that neither is an unbudgeted writable place.
   a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev"});
-  if (spec.limits.tmp_bytes) a.insert(a.end(), {"--size", std::to_string(spec.limits.tmp_bytes)});
-  a.insert(a.end(), {"--tmpfs", "/tmp", "--bind", ws, pol.workspace_mount, "--chdir", pol.workspace_mount});
+  a.insert(a.end(),
+           {"--size", std::to_string(spec.limits.shm_bytes), "--perms", "1777", "--tmpfs", "/dev/shm"});
+  a.insert(a.end(), {"--size", std::to_string(spec.limits.tmp_bytes), "--tmpfs", "/tmp"});
+  // The workspace by descriptor: bwrap checks that what it mounted is the directory we opened.
+  a.insert(a.end(), {"--bind-fd", "5", pol.workspace_mount, "--chdir", pol.workspace_mount});
   // The root tmpfs bwrap builds on would otherwise be a second writable place.
-  a.insert(a.end(), {"--remount-ro", "/", "--clearenv"});
+  a.insert(a.end(), {"--remount-ro", "/dev", "--remount-ro", "/", "--clearenv"});
   std::map<std::string, std::string> env = {{"PATH", "/usr/local/bin:/usr/bin:/bin"},
                                             {"HOME", pol.workspace_mount},
                                             {"TMPDIR", "/tmp"},
@@ -358,7 +416,9 @@ std::vector<std::string> bwrap_arguments(const run_spec& spec, const std::string
                                             {"TERM", "dumb"}};
   for (const auto& [k, v] : spec.env) env[k] = v;
   for (const auto& [k, v] : env) a.insert(a.end(), {"--setenv", k, v});
-  a.insert(a.end(), {"--seccomp", "3", "--"});
+  // bwrap writes {"exit-code": N} here only once its exec of the command succeeded: the record of
+  // whether the command ran, on a descriptor the command never holds.
+  a.insert(a.end(), {"--json-status-fd", "4", "--seccomp", "3", "--"});
   a.insert(a.end(), spec.argv.begin(), spec.argv.end());
   return a;
 }
@@ -369,18 +429,63 @@ double seconds_since(clock_type::time_point t0) {
 
 }  // namespace
 
+namespace {
+
+constexpr double kMaxSeconds = 1e6;                          // ~11.6 days: timeout_s and cpu_s
+constexpr uint64_t kMaxBytes = 1ull << 50;                   // 1 PiB: memory and file size
+constexpr uint64_t kMaxTmpfs = 1ull << 40;                   // 1 TiB: tmp, shm, workspace
+constexpr uint64_t kMaxOutput = 1ull << 30;                  // captured in memory, per stream
+constexpr uint32_t kMaxPids = (1u << 22) - kBwrapProcesses;  // with bwrap's two: PID_MAX_LIMIT
+constexpr uint32_t kMaxOpenFiles = 1u << 20;                 // the kernel's default fs.nr_open
+
+[[noreturn]] void out_of_range(const char* field, const std::string& value, const std::string& range) {
+  throw error(std::string("sandbox: limits.") + field + " = " + value + " is out of range (" + range + ")");
+}
+
+void check_seconds(const char* field, double v, bool zero_ok) {
+  if (!std::isfinite(v) || v < 0 || (!zero_ok && v == 0) || v > kMaxSeconds)
+    out_of_range(field, std::to_string(v),
+                 std::string(zero_ok ? "0 = none, or " : "") + "> 0 and <= 1e6 seconds");
+}
+
+void check_count(const char* field, uint64_t v, uint64_t lo, uint64_t hi, bool zero_ok, const char* unit) {
+  if ((v == 0 && zero_ok) || (v >= lo && v <= hi)) return;
+  out_of_range(field, std::to_string(v),
+               std::string(zero_ok ? "0 = none, or " : "") + std::to_string(lo) + ".." + std::to_string(hi) +
+                   " " + unit);
+}
+
+}  // namespace
+
+void check_limits(const limits& l) {
+  check_seconds("timeout_s", l.timeout_s, false);
+  check_seconds("cpu_s", l.cpu_s, true);
+  check_count("memory_bytes", l.memory_bytes, 1ull << 20, kMaxBytes, true, "bytes");
+  check_count("pids", l.pids, 1, kMaxPids, true, "processes");
+  check_count("file_size_bytes", l.file_size_bytes, 1, kMaxBytes, true, "bytes");
+  check_count("output_bytes", l.output_bytes, 0, kMaxOutput, true, "bytes");
+  check_count("open_files", l.open_files, 16, kMaxOpenFiles, false, "descriptors");
+  check_count("tmp_bytes", l.tmp_bytes, 4096, kMaxTmpfs, false, "bytes");
+  check_count("shm_bytes", l.shm_bytes, 4096, kMaxTmpfs, false, "bytes");
+  check_count("workspace_bytes", l.workspace_bytes, 4096, kMaxTmpfs, true, "bytes");
+  check_count("workspace_inodes", l.workspace_inodes, 16, 1ull << 32, false, "inodes");
+}
+
 run_result run(const run_spec& spec) {
   if (spec.argv.empty() || spec.argv[0].empty()) throw error("sandbox: empty command");
   const auto& lim = spec.limits;
-  if (!(lim.timeout_s > 0)) throw error("sandbox: timeout must be > 0 seconds");
-  auto t0 = clock_type::now();
+  check_limits(lim);
+  static std::once_flag swept;
+  std::call_once(swept, [] { sweep_stale_cgroups(); });
   run_result r;
   const bool drop = ::geteuid() == 0;
   const std::string bwrap = bwrap_path();
 
   workspace ws;
-  prepare_workspace(spec, drop, ws);
+  prepare_workspace(spec, drop, ws, r);
   r.workspace = ws.path;
+  // The clock starts here: preparing the workspace (copying, handing over) is not the command's time.
+  auto t0 = clock_type::now();
 
   auto cg = lim.use_cgroup
                 ? std::make_unique<run_cgroup>(lim.memory_bytes, lim.pids ? lim.pids + kBwrapProcesses : 0)
@@ -404,6 +509,10 @@ run_result run(const run_spec& spec) {
   if (in_fd.get() < 0) throw io_error("open", "sandbox stdin", errno);
   in_fd.reset(high_fd(dup(in_fd.get())));
   fd_guard seccomp_fd(high_fd(seccomp_bpf_memfd(spec.policy.allow_inet)));
+  int status_pipe[2];
+  if (::pipe2(status_pipe, O_CLOEXEC) != 0) throw io_error("pipe", "sandbox status", errno);
+  fd_guard status_r(status_pipe[0]), status_w(high_fd(status_pipe[1]));
+  fd_guard ws_fd(high_fd(::fcntl(ws.mount.get() >= 0 ? ws.mount.get() : ws.dir.get(), F_DUPFD_CLOEXEC, 0)));
 
   int out_pipe[2], err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw io_error("pipe", "sandbox stdout", errno);
@@ -424,7 +533,7 @@ run_result run(const run_spec& spec) {
   fd_guard out_w(high_fd(out_pipe[1])), err_w(high_fd(err_pipe[1]));
 
   // argv/envp/paths as C arrays owned here for the child's lifetime.
-  std::vector<std::string> args = bwrap_arguments(spec, ws.path);
+  std::vector<std::string> args = bwrap_arguments(spec);
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
@@ -440,6 +549,12 @@ run_result run(const run_spec& spec) {
   ca.stdout_fd = out_w.get();
   ca.stderr_fd = err_w.get();
   ca.seccomp_fd = seccomp_fd.get();
+  ca.status_fd = status_w.get();
+  ca.workspace_fd = ws_fd.get();
+  if (ws.mount.get() >= 0) {
+    ca.mount_fd = ws_fd.get();
+    ca.mount_target = ws.path.c_str();
+  }
   ca.procs_files = procs.data();
   ca.n_procs_files = procs.size();
   auto add_rlimit = [&](int res, rlim_t soft, rlim_t hard) {
@@ -479,6 +594,8 @@ run_result run(const run_spec& spec) {
   err_w.reset();
   in_fd.reset();
   seccomp_fd.reset();
+  status_w.reset();
+  ws_fd.reset();
 
   int status = 0;
   struct rusage ru = {};
@@ -490,6 +607,12 @@ run_result run(const run_spec& spec) {
     if (!spec.audit_log.empty()) append_audit(spec.audit_log, audit_record(spec, r));
     return r;
   }
+  // The budget: a full tmpfs (no free block or inode) ends the run; fstatfs costs no walk.
+  auto disk_full = [&] {
+    struct statfs sf;
+    return ws.mount.get() >= 0 && ::fstatfs(ws.mount.get(), &sf) == 0 && (sf.f_bfree == 0 || sf.f_ffree == 0);
+  };
+  const bool watch_disk = ws.mount.get() >= 0;
 
   fd_guard pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
   const auto deadline =
@@ -517,13 +640,14 @@ run_result run(const run_spec& spec) {
     auto now = clock_type::now();
     if (!exited && now >= deadline) kill_tree(limit_kind::timeout);
     if (!exited && cpu_by_cgroup && cg->cpu_seconds() >= lim.cpu_s) kill_tree(limit_kind::cpu);
+    if (!exited && watch_disk && disk_full()) kill_tree(limit_kind::disk);
     // After the exit every writer is dead (the PID namespace is gone); a short grace covers the last
     // bytes in flight, then we stop rather than hang on a descriptor leaked to some other process.
     if (exited && now - exited_at > std::chrono::milliseconds(500)) break;
     int wait_ms = 100;
     if (!exited) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
-      wait_ms = static_cast<int>(std::clamp<long long>(left, 1, cpu_by_cgroup ? 20 : 1000));
+      wait_ms = static_cast<int>(std::clamp<long long>(left, 1, cpu_by_cgroup || watch_disk ? 20 : 1000));
       if (killed_for != limit_kind::none) wait_ms = 5;
     } else {
       wait_ms = 10;
@@ -559,13 +683,29 @@ run_result run(const run_spec& spec) {
   r.cpu_s = cg->cpu() ? cg->cpu_seconds() : rusage_cpu;
   r.peak_memory_bytes = cg->memory() ? cg->peak_memory_bytes() : static_cast<uint64_t>(ru.ru_maxrss) * 1024;
 
-  // bwrap's own setup failures exit 1 with "bwrap: ..." before the command ever ran.
-  r.started = !(r.exit_code == 1 && r.err.data.rfind("bwrap: ", 0) == 0 && killed_for == limit_kind::none);
-  if (!r.started) r.error = "sandbox setup failed: " + r.err.data.substr(0, r.err.data.find('\n'));
+  // Whether the command ran comes from bwrap's status descriptor, never from what the command printed:
+  // "exit-code" is reported only after a successful exec. A run we killed has no report; it started
+  // if bwrap had at least created the sandbox's processes.
+  std::string status_text;
+  {
+    ::fcntl(status_r.get(), F_SETFL, O_NONBLOCK);
+    char buf[4096];
+    ssize_t n;
+    while (status_text.size() < 65536 && (n = ::read(status_r.get(), buf, sizeof buf)) > 0)
+      status_text.append(buf, static_cast<size_t>(n));
+  }
+  r.started = status_text.find("\"exit-code\"") != std::string::npos ||
+              (killed_for != limit_kind::none && status_text.find("\"child-pid\"") != std::string::npos);
+  if (!r.started) {
+    const std::string first = r.err.data.substr(0, r.err.data.find('\n'));
+    r.error = "sandbox setup failed: " +
+              (first.empty() ? "bwrap exited with status " + std::to_string(r.exit_code) : first);
+  }
 
   // Which limit ended the run, then every limit that was reached.
   if (killed_for != limit_kind::none) {
     r.fired = killed_for;
+
   } else if (cg->memory_oom_killed()) {
     r.fired = limit_kind::memory;
   } else if (r.signal == SIGXFSZ) {
@@ -580,9 +720,12 @@ run_result run(const run_spec& spec) {
   };
   if (cg->memory_limit_reached()) add_hit(limit_kind::memory);
   if (cg->pids_limit_reached()) add_hit(limit_kind::pids);
+  if (disk_full()) add_hit(limit_kind::disk);  // filled the budget, then exited before the next check
   if (r.out.truncated || r.err.truncated) add_hit(limit_kind::output);
 
   cg.reset();  // removes the group (after a last kill of anything left)
+  // The command's writes go back to the host directory (not for a temporary one about to be removed).
+  if (ws.mount.get() >= 0 && (!ws.temporary || ws.keep)) copy_back(ws, lim, r);
   if (!spec.audit_log.empty()) append_audit(spec.audit_log, audit_record(spec, r));
   return r;
 }

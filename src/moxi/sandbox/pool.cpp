@@ -8,6 +8,7 @@ namespace moxi::sandbox {
 
 pool::pool(size_t workers, size_t queue_capacity, std::string audit_log)
     : audit_log_(std::move(audit_log)), capacity_(queue_capacity ? queue_capacity : 1) {
+  sweep_stale_cgroups();  // groups left by a moxi that was killed before it could remove them
   if (workers == 0) workers = std::max(1u, std::thread::hardware_concurrency());
   threads_.reserve(workers);
   for (size_t i = 0; i < workers; ++i) threads_.emplace_back([this] { worker(); });

@@ -12,7 +12,10 @@
 
 namespace moxi::sandbox {
 
-// Resource limits of one execution. A zero means "no limit" (except output, where zero captures nothing).
+// Resource limits of one execution. A zero means "no limit" for cpu_s, memory_bytes, pids,
+// file_size_bytes and workspace_bytes; output_bytes zero captures nothing; timeout_s, tmp_bytes,
+// shm_bytes, open_files and workspace_inodes must be positive. run() checks every field against its
+// range (check_limits).
 struct limits {
   double timeout_s = 10;                 // wall clock; on expiry the whole process tree is SIGKILLed
   double cpu_s = 0;                      // CPU seconds of the whole tree (cgroup) or per process (rlimit)
@@ -22,6 +25,13 @@ struct limits {
   uint64_t output_bytes = 1ull << 20;      // captured bytes per stream; the rest is drained and counted
   uint32_t open_files = 1024;              // RLIMIT_NOFILE
   uint64_t tmp_bytes = 64ull << 20;        // size of the private /tmp tmpfs
+  uint64_t shm_bytes = 16ull << 20;        // size of the private /dev/shm tmpfs (/dev itself is read-only)
+  // The workspace's byte and inode budget: the command writes into a tmpfs of this size, copied from
+  // the host directory before the run and back after it; a full budget ends the run (limit_kind::disk).
+  // Needs CAP_SYS_ADMIN (a root caller); elsewhere mechanisms.disk says "none". 0 = write the host
+  // directory directly, without a budget.
+  uint64_t workspace_bytes = 256ull << 20;
+  uint64_t workspace_inodes = 16384;
   // Use a per-run cgroup where the machine allows; false forces the rlimit fallback (tests, or hosts
   // where another manager owns the hierarchy).
   bool use_cgroup = true;
@@ -43,8 +53,14 @@ struct policy {
 };
 
 struct run_spec {
-  std::vector<std::string> argv;           // argv[0] is resolved on the sandbox's PATH
-  std::string workspace;                   // host directory; empty = a fresh temporary one
+  std::vector<std::string> argv;  // argv[0] is resolved on the sandbox's PATH
+  // Host directory; empty = a fresh temporary one. A given directory is resolved without following
+  // links and must be owned by the caller, not shared (world-writable/sticky) and not a system
+  // directory (docs/sandbox.md#workspace).
+  std::string workspace;
+  // Lets concurrent runs use the same workspace (each holds a shared lock); by default a run holds an
+  // exclusive lock and run() throws when another run has the workspace.
+  bool shared_workspace = false;
   bool keep_workspace = false;             // keep a temporary workspace after the run
   std::map<std::string, std::string> env;  // added to the clean environment
   std::string stdin_data;                  // fed to stdin (then EOF); stdin is empty by default
@@ -55,12 +71,13 @@ struct run_spec {
 };
 
 // Which limit ended or constrained a run.
-enum class limit_kind { none, timeout, cpu, memory, pids, file_size, output };
+enum class limit_kind { none, timeout, cpu, memory, pids, file_size, output, disk };
 const char* to_string(limit_kind k);
 
-// How each resource limit was enforced on this machine: "cgroup-v2", "cgroup-v1", "rlimit" or "none".
+// How each resource limit was enforced on this machine: "cgroup-v2", "cgroup-v1", "rlimit" or "none";
+// disk: "tmpfs" (the workspace budget) or "none".
 struct mechanisms {
-  std::string memory, pids, cpu;
+  std::string memory, pids, cpu, disk;
 };
 
 struct captured_stream {
@@ -71,10 +88,14 @@ struct captured_stream {
 };
 
 struct run_result {
-  bool started = false;  // false: the sandbox could not be set up (see error)
-  std::string error;     // setup failure, empty otherwise
-  int exit_code = -1;    // exit status of the command; 128+N when killed by signal N
-  int signal = 0;        // the signal that killed the command, 0 if it exited
+  // false: the command never ran, i.e. bubblewrap did not reach a successful exec of it (setup failure
+  // or command not found), as bubblewrap reports on its status descriptor, which the command cannot
+  // write (see error). A run moxi killed (a limit fired) has no such report and counts as started
+  // once bwrap had created the sandbox's first process.
+  bool started = false;
+  std::string error;   // setup failure, or a workspace copy-back that was incomplete; empty otherwise
+  int exit_code = -1;  // exit status of the command; 128+N when killed by signal N
+  int signal = 0;      // the signal that killed the command, 0 if it exited
   double duration_s = 0;
   double cpu_s = 0;  // user+system CPU of the tree
   uint64_t peak_memory_bytes = 0;
@@ -89,9 +110,19 @@ struct run_result {
   bool ok() const { return started && exit_code == 0 && fired == limit_kind::none; }
 };
 
+// Throws moxi::error naming the field when a limit is outside its range (docs/sandbox.md#limits): NaN,
+// infinite, negative, or so large that a conversion would overflow.
+void check_limits(const limits& l);
+
 // Runs one command to completion under the policy and limits; thread-safe, never throws for anything
-// the command does. Throws moxi::error for a bad spec (empty argv, unusable workspace).
+// the command does. Throws moxi::error for a bad spec (empty argv, a limit out of range, an unusable
+// workspace or one in use by another run).
 run_result run(const run_spec& spec);
+
+// Removes per-run cgroups (moxi-sb-*) below the caller's cgroup whose owning process is gone (a moxi
+// that was SIGKILLed cannot remove its own); returns how many were removed. Called by pool's
+// constructor and once per process by run().
+int sweep_stale_cgroups();
 
 // The path of the bwrap binary (MOXI_BWRAP overrides, else /usr/bin/bwrap); throws if absent.
 std::string bwrap_path();

@@ -18,6 +18,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -316,6 +317,37 @@ int cmd_daemon(const char* seconds) {
   return 0;
 }
 
+// The workspace race of issue 14/B1: a directory `d` (with files) and a link `l` to TARGET trade places
+// (renameat2 RENAME_EXCHANGE) for SECONDS, so that a host-side walk of the workspace that resolves
+// paths would sometimes descend through the link into TARGET.
+int cmd_swap(const char* target, const char* seconds) {
+  // A previous run may have stopped with the two swapped: put them back first.
+  struct stat sd, sl;
+  if (::lstat("d", &sd) == 0 && S_ISLNK(sd.st_mode) && ::lstat("l", &sl) == 0 && S_ISDIR(sl.st_mode))
+    ::syscall(SYS_renameat2, AT_FDCWD, "d", AT_FDCWD, "l", 2 /* RENAME_EXCHANGE */);
+  ::mkdir("d", 0755);
+  for (int i = 0; i < 256; ++i) {
+    std::string f = "d/f" + std::to_string(i);
+    int fd = ::open(f.c_str(), O_WRONLY | O_CREAT, 0644);
+    if (fd >= 0) ::close(fd);
+  }
+  ::unlink("l");
+  if (::symlink(target, "l") != 0) {
+    report("symlink", -1);
+    return 3;
+  }
+  struct timespec t0, now;
+  ::clock_gettime(CLOCK_MONOTONIC, &t0);
+  const double limit = std::atof(seconds);
+  long swaps = 0;
+  do {
+    if (::syscall(SYS_renameat2, AT_FDCWD, "d", AT_FDCWD, "l", 2 /* RENAME_EXCHANGE */) == 0) ++swaps;
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+  } while ((now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) * 1e-9 < limit);
+  std::printf("swaps=%ld\n", swaps);
+  return 0;
+}
+
 int cmd_output(long bytes) {
   std::vector<char> buf(1 << 16, 'o');
   while (bytes > 0) {
@@ -352,7 +384,7 @@ int usage() {
       stderr,
       "usage: moxi-sandbox-probe id|fds|procs|env|syscalls|sockets|tiocsti|spin|ignore-term|forkbomb\n"
       "       | write PATH | read PATH | connect IP PORT | dns NAME | ptrace PID | membomb MB\n"
-      "       | daemon SECONDS | output BYTES | fsize PATH BYTES\n");
+      "       | daemon SECONDS | output BYTES | fsize PATH BYTES | swap TARGET SECONDS\n");
   return 2;
 }
 
@@ -382,5 +414,6 @@ int main(int argc, char** argv) {
   if (argc < 4) return usage();
   if (c == "connect") return cmd_connect(argv[2], std::atoi(argv[3]));
   if (c == "fsize") return cmd_fsize(argv[2], std::atol(argv[3]));
+  if (c == "swap") return cmd_swap(argv[2], argv[3]);
   return usage();
 }
