@@ -3,6 +3,7 @@
 // grace) whatever its connections are doing (S5). A thousand idle keep-alive connections are all held open
 // at once while /health is still answered on a new one (S6). Against a real `moxi serve`.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <regex>
@@ -94,6 +95,12 @@ TEST(serve_connections, ThousandIdleKeepAliveConnectionsDoNotStarveRequests) {
   serve_process srv({"--keep-alive-timeout", "120", "--header-timeout", "120"});
   ASSERT_GT(srv.port(), 0) << srv.log();
   constexpr int kIdle = 1000;
+  // This process holds them too: its soft descriptor limit (1024 on many hosts) goes up to the hard one.
+  rlimit lim{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &lim), 0);
+  lim.rlim_cur = lim.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &lim);
+  ASSERT_GT(lim.rlim_max, rlim_t(kIdle + 64)) << "the host allows too few descriptors for this test";
   std::vector<int> fds;
   for (int i = 0; i < kIdle; ++i) {
     const int fd = connect_to(srv.port());
