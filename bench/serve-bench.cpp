@@ -6,7 +6,12 @@
 // (e2e - TTFT) / (output tokens - 1); percentiles interpolate linearly (numpy's default).
 #include "bench/serve-bench.h"
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netdb.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,17 +23,15 @@
 #include <thread>
 
 #include "moxi/base/error.h"
+#include "moxi/serve/clock.h"
 #include "moxi/serve/server.h"
 
 namespace moxi::bench {
 namespace {
 
 using nlohmann::json;
-using clock_type = std::chrono::steady_clock;
-
-double seconds_between(clock_type::time_point a, clock_type::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
+using serve::clock_type;
+using serve::seconds_between;
 
 // Where requests go: a URL, or a server started in this process.
 struct target {
@@ -154,7 +157,8 @@ request_result stream_completion(httplib::Client& client, const target& tgt,
   return r;
 }
 
-// numpy.percentile's default (linear interpolation between closest ranks), in milliseconds.
+// numpy.percentile's default (linear interpolation between closest ranks), of samples in seconds, in
+// milliseconds.
 latency_stats stats_ms(std::vector<double> s) {
   latency_stats l;
   l.count = s.size();
@@ -324,6 +328,86 @@ std::unique_ptr<serve::server> start_in_process(const serve_bench_options& o, bo
   return s;
 }
 
+// host and port of an http:// URL.
+std::pair<std::string, int> host_port(const std::string& url) {
+  std::string rest = url.rfind("http://", 0) == 0 ? url.substr(7) : url;
+  rest = rest.substr(0, rest.find('/'));
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos) return {rest, 80};
+  return {rest.substr(0, colon), std::stoi(rest.substr(colon + 1))};
+}
+
+// A connection that made one keep-alive GET /health and now sits idle; -1 when it could not.
+int open_idle_connection(const addrinfo& ai, const std::string& host) {
+  const int fd = ::socket(ai.ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const std::string req = "GET /health HTTP/1.1\r\nHost: " + host + "\r\n\r\n";
+  std::string got;
+  char buf[1024];
+  if (::connect(fd, ai.ai_addr, ai.ai_addrlen) == 0 &&
+      ::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == ssize_t(req.size())) {
+    // The response is one small read or two: header and {"status":"ok"}.
+    while (got.find("\r\n\r\n") == std::string::npos || got.find('}') == std::string::npos) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got.append(buf, size_t(n));
+    }
+  }
+  if (got.rfind("HTTP/1.1 200", 0) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// GET /health on a fresh connection each time, as a load balancer's probe, over a raw socket (connect,
+// request, whole response) so that only the server's part and the loopback are timed.
+latency_stats health_latency(const addrinfo& ai, const std::string& host, int probes, idle_result& r) {
+  std::vector<double> seconds;
+  for (int i = 0; i < probes; ++i) {
+    const auto t0 = clock_type::now();
+    const int fd = open_idle_connection(ai, host);
+    const auto t1 = clock_type::now();
+    if (fd < 0) {
+      if (r.failed++ == 0) r.first_error = "GET /health got no 200 within 5 s";
+      continue;
+    }
+    ::close(fd);
+    seconds.push_back(seconds_between(t0, t1));
+  }
+  return stats_ms(std::move(seconds));
+}
+
+idle_result run_idle(const target& tgt, const serve_bench_options& o) {
+  idle_result r;
+  r.requested = o.idle_connections;
+  // The connections need descriptors of this process: the soft limit goes up to the hard one.
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  const auto [host, port] = host_port(tgt.url);
+  addrinfo hints{}, *ai = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &ai) != 0 || !ai)
+    throw error("bench serve: cannot resolve " + host);
+  r.health_alone = health_latency(*ai, host, o.health_probes, r);
+  std::vector<int> fds;
+  for (int i = 0; i < o.idle_connections; ++i) {
+    const int fd = open_idle_connection(*ai, host);
+    if (fd < 0) break;
+    fds.push_back(fd);
+  }
+  r.opened = int(fds.size());
+  r.health_idle = health_latency(*ai, host, o.health_probes, r);
+  ::freeaddrinfo(ai);
+  for (int fd : fds) ::close(fd);
+  return r;
+}
+
 void validate(const serve_bench_options& o) {
   if (o.url.empty() == o.model_dir.empty()) throw error("bench serve: give exactly one of --url and --model");
   if (o.concurrency.empty()) throw error("bench serve: --concurrency needs at least one level");
@@ -335,6 +419,8 @@ void validate(const serve_bench_options& o) {
   if (o.slo_ttft_ms < 0 || o.slo_tpot_ms < 0 || o.slo_e2el_ms < 0)
     throw error("bench serve: goodput SLOs must be >= 0 ms");
   executor_mode_of(o.executor);
+  if (o.idle_connections < 0 || o.health_probes < 1)
+    throw error("bench serve: --idle-connections must be >= 0 and --health-probes >= 1");
   if (o.multi_turn && (o.conversations < 1 || o.turns < 2 || o.turn_len < 1))
     throw error("bench serve: --multi-turn needs --conversations >= 1, --turns >= 2, --turn-len >= 1");
 }
@@ -365,6 +451,11 @@ serve_bench_report run_serve_bench(const serve_bench_options& o, std::FILE* prog
     note(progress,
          "concurrency " + std::to_string(o.concurrency[i]) + ", " + std::to_string(o.prompts) + " requests");
     rep.levels.push_back(run_level(tgt, o, o.concurrency[i], i + 1));
+  }
+  if (o.idle_connections > 0) {
+    note(progress,
+         "/health latency alone and with " + std::to_string(o.idle_connections) + " idle connections");
+    rep.idle = run_idle(tgt, o);
   }
   if (o.multi_turn) {
     note(progress, "multi-turn conversations on " + (local ? std::string("prefix cache on") : tgt.url));
@@ -448,6 +539,15 @@ json serve_bench_report::to_json() const {
               {"input_len", options.input_len},
               {"output_len", options.output_len},
               {"levels", levels_j}};
+  if (idle) {
+    json j = {{"requested", idle->requested},
+              {"opened", idle->opened},
+              {"failed", idle->failed},
+              {"health_ms_alone", latency_json(idle->health_alone)},
+              {"health_ms_idle", latency_json(idle->health_idle)}};
+    if (idle->failed) j["first_error"] = idle->first_error;
+    out["idle_connections"] = j;
+  }
   if (!multi_turn.empty()) {
     out["multi_turn"] = mt;
     if (multi_turn.size() == 2 && multi_turn[0].ttft_later_turns_ms > 0)
@@ -484,6 +584,17 @@ std::string serve_bench_report::table() const {
       s << line;
     }
     if (l.failed) s << "    first error: " << l.first_error << "\n";
+  }
+  if (idle) {
+    std::snprintf(
+        line, sizeof line,
+        "  /health ms mean/p50/p99: %.2f/%.2f/%.2f alone, %.2f/%.2f/%.2f with %d idle keep-alive "
+        "connections open%s\n",
+        idle->health_alone.mean, idle->health_alone.p50, idle->health_alone.p99, idle->health_idle.mean,
+        idle->health_idle.p50, idle->health_idle.p99, idle->opened,
+        idle->opened < idle->requested ? " (fewer than asked: the server or the host refused more)" : "");
+    s << line;
+    if (idle->failed) s << "    first error: " << idle->first_error << "\n";
   }
   for (const auto& m : multi_turn) {
     s << "  multi-turn, " << m.server << ": " << m.completed << " turns done, " << m.failed << " failed\n";
@@ -564,6 +675,12 @@ void add_serve_bench(CLI::App& bench) {
                   "SLOs for goodput, e.g. ttft:200 tpot:50 e2el:2000 (ms; vLLM's --goodput)");
   cmd->add_option("--executor", o->b.executor,
                   "In-process server: batched, parallel or sequential (moxi serve --executor)")
+      ->capture_default_str();
+  cmd->add_option("--idle-connections", o->b.idle_connections,
+                  "Idle keep-alive connections held open while /health is timed (0: skip)")
+      ->capture_default_str();
+  cmd->add_option("--health-probes", o->b.health_probes,
+                  "/health requests timed alone and under the idle ones")
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the table");
   cmd->callback([o, goodput] {

@@ -2,7 +2,8 @@
 // (random token-id prompts, streaming /v1/completions, ignore_eos): request, output and total token
 // throughput, TTFT / TPOT / ITL / end-to-end latency mean, p50 and p99 at each concurrency level, output
 // throughput as a multiple of concurrency 1, and (--multi-turn) the TTFT of multi-turn conversations whose
-// turns extend the previous prompt and answer, with the server's prefix cache on vs off. With --model the
+// turns extend the previous prompt and answer, with the server's prefix cache on vs off; and /health latency
+// alone vs under --idle-connections idle keep-alive connections. With --model the
 // server runs in this process (once with the prefix cache, once without for the multi-turn comparison).
 #pragma once
 
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,10 @@ struct serve_bench_options {
   // Goodput SLOs in ms (vLLM --goodput ttft:MS tpot:MS e2el:MS); 0 = no limit. With any set, a request
   // counts towards goodput only when it meets every one.
   double slo_ttft_ms = 0, slo_tpot_ms = 0, slo_e2el_ms = 0;
+  // /health latency alone and with this many idle keep-alive connections open (each made one request and
+  // then waits); 0: not measured.
+  int idle_connections = 1000;
+  int health_probes = 50;  // /health requests timed in each state
 };
 
 struct latency_stats {
@@ -68,11 +74,21 @@ struct multi_turn_result {
   double ttft_later_turns_ms = 0;  // mean TTFT of turns 2.. (the ones a prefix cache can serve)
 };
 
+// /health latency without and with idle keep-alive connections (a server that pins a thread per
+// connection stalls here).
+struct idle_result {
+  int requested = 0, opened = 0;  // idle connections asked for and actually holding
+  int failed = 0;                 // /health probes without a 200
+  std::string first_error;
+  latency_stats health_alone, health_idle;
+};
+
 struct serve_bench_report {
   serve_bench_options options;
   std::string model;  // the served model id
   std::vector<level_result> levels;
   std::vector<multi_turn_result> multi_turn;
+  std::optional<idle_result> idle;
   nlohmann::json to_json() const;
   std::string table() const;
 };

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libseccomp-dev libxxhash-dev libpcre2-dev bubblewrap libcpp-httplib-dev
+  libseccomp-dev libxxhash-dev libpcre2-dev bubblewrap libcpp-httplib-dev libboost1.74-dev
   prometheus libtorch-dev
   python3  # the code-domain checkers run candidate programs and their tests with it (in the sandbox)
 )

@@ -12,7 +12,7 @@
 
 #include "moxi/base/error.h"
 #include "moxi/serve/engine-core.h"
-#include "moxi/serve/fake-model.h"
+#include "serve/fake-model.h"
 
 namespace moxi::serve {
 namespace {
@@ -322,7 +322,7 @@ TEST(Scheduler, CancellationFreesMemoryAtTheNextStep) {
   EXPECT_EQ(st.free_state_slots, st.num_state_slots);
   EXPECT_EQ(sched.stats().aborted, 4);
   memory.check_invariants();
-  EXPECT_TRUE(engine.step().empty()) << "idle";
+  EXPECT_TRUE(engine.step().idle()) << "idle";
 }
 
 TEST(Scheduler, RandomWorkloadsNeverLeak) {
@@ -403,6 +403,48 @@ TEST(Scheduler, RejectsRequestsThatCanNeverRun) {
   EXPECT_THROW(sched.add_request(1, {{1, 2}, 4, {}}), error);
   EXPECT_THROW(sched.add_request(3, {{1, 2}, 4, {}}, {2}), error) << "fork id already in use";
   EXPECT_THROW(sched.add_request(4, {{1, 2}, 4, {}}, {5, 5}), error);
+}
+
+// A runner that fails on one chosen call and otherwise runs the fake model.
+class failing_model final : public model_runner {
+ public:
+  failing_model(hybrid_memory& memory, int fail_at) : model_(memory, kVocab), fail_at_(fail_at) {}
+  std::map<request_id, token_id> execute(const scheduler_output& step) override {
+    if (calls_++ == fail_at_) throw std::runtime_error("injected model failure");
+    return model_.execute(step);
+  }
+
+ private:
+  fake_model model_;
+  int calls_ = 0, fail_at_;
+};
+
+TEST(Scheduler, EngineStepFailureCancelsTheStepAndFreesItsMemory) {
+  hybrid_memory memory(hybrid_spec(), mem(64, 8));
+  scheduler sched(memory, cfg(64, 4));
+  failing_model model(memory, 2);
+  engine_core engine(sched, model);
+  std::mt19937 rng(3);
+  sched.add_request(1, {random_tokens(rng, 9), 20, {}}, {101});
+  sched.add_request(2, {random_tokens(rng, 5), 20, {}});
+  sched.add_request(3, {random_tokens(rng, 7), 20, {}});
+  EXPECT_TRUE(engine.step().error.empty());
+  EXPECT_TRUE(engine.step().error.empty());
+  sched.cancel(3);  // reported as aborted by the step that fails
+  const auto failed = engine.step();
+  EXPECT_EQ(failed.error, "injected model failure");
+  std::set<request_id> ids(failed.failed.begin(), failed.failed.end());
+  EXPECT_TRUE(ids.count(1) && ids.count(2) && ids.count(101)) << "every request of the failed step";
+  ASSERT_EQ(failed.outputs.size(), 1u);
+  EXPECT_EQ(failed.outputs[0].id, 3u);
+  EXPECT_EQ(failed.outputs[0].finished, finish_reason::ABORT);
+  const auto after = engine.step();  // frees the failed requests
+  EXPECT_EQ(std::set<request_id>(after.scheduled.aborted.begin(), after.scheduled.aborted.end()), ids);
+  EXPECT_FALSE(sched.has_unfinished());
+  const auto st = memory.stats();
+  EXPECT_EQ(st.free_blocks, st.num_blocks);
+  EXPECT_EQ(st.free_state_slots, st.num_state_slots);
+  memory.check_invariants();
 }
 
 }  // namespace

@@ -32,8 +32,17 @@ TEST(serve_bench, RunsEndToEndAndItsCountsAddUp) {
   o.conversations = 2;
   o.turns = 3;
   o.turn_len = 6;
+  o.idle_connections = 200;
+  o.health_probes = 7;
   const auto r = bench::run_serve_bench(o, nullptr);
   EXPECT_EQ(r.model, "moxi-tiny");
+  // /health timed alone and under 200 idle keep-alive connections, all of which were held.
+  ASSERT_TRUE(r.idle);
+  EXPECT_EQ(r.idle->opened, 200);
+  EXPECT_EQ(r.idle->failed, 0) << r.idle->first_error;
+  EXPECT_EQ(r.idle->health_alone.count, 7u);
+  EXPECT_EQ(r.idle->health_idle.count, 7u);
+  expect_ordered(r.idle->health_idle, "health");
   ASSERT_EQ(r.levels.size(), 2u);
   for (const auto& l : r.levels) {
     EXPECT_EQ(l.completed, 5) << l.first_error;
@@ -72,6 +81,7 @@ TEST(serve_bench, RunsEndToEndAndItsCountsAddUp) {
   EXPECT_EQ(j["levels"][1]["completed"], 5);
   EXPECT_TRUE(j["levels"][1]["output_throughput_vs_concurrency_1"].is_number());
   EXPECT_TRUE(j["multi_turn_ttft_off_over_on"].is_number());
+  EXPECT_EQ(j["idle_connections"]["opened"], 200);
   EXPECT_NE(r.table().find("prefix cache off"), std::string::npos);
 }
 
@@ -83,7 +93,9 @@ TEST(serve_bench, GoodputCountsRequestsWithinEverySlo) {
   o.input_len = 8;
   o.output_len = 3;
   o.slo_e2el_ms = 1e9;  // met by every request
+  o.idle_connections = 0;  // not measured
   auto r = bench::run_serve_bench(o, nullptr);
+  EXPECT_FALSE(r.idle);
   ASSERT_EQ(r.levels.size(), 1u);
   EXPECT_EQ(r.levels[0].good, 3);
   EXPECT_NEAR(r.levels[0].request_goodput, r.levels[0].request_throughput, 1e-9);
@@ -104,6 +116,9 @@ TEST(serve_bench, RejectsBadOptions) {
   o.request_rate = -1;
   EXPECT_THROW(bench::run_serve_bench(o, nullptr), error);
   o.request_rate = 0;
+  o.idle_connections = -1;
+  EXPECT_THROW(bench::run_serve_bench(o, nullptr), error);
+  o.idle_connections = 0;
   o.url = "http://127.0.0.1:1";
   EXPECT_THROW(bench::run_serve_bench(o, nullptr), error) << "both";
   o.model_dir.clear();

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 
+#include "moxi/base/error.h"
 #include "moxi/cli/command.h"
 #include "moxi/cli/model-dir.h"
 #include "moxi/serve/http-auth.h"
@@ -62,15 +63,32 @@ void setup_serve(CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--request-timeout", c.request_timeout_s, "seconds a request may run")
       ->capture_default_str();
-  cmd->add_option("--io-timeout", c.io_timeout_s, "read/write timeout for slow clients, seconds")
+  cmd->add_option("--io-timeout", c.io_timeout_s, "seconds to read a body or make one write to a slow client")
       ->capture_default_str();
-  cmd->add_option("--drain-timeout", c.drain_timeout_s, "seconds in-flight requests get at shutdown")
+  cmd->add_option("--header-timeout", c.header_timeout_s,
+                  "seconds a new connection has to send its request header")
+      ->capture_default_str();
+  cmd->add_option("--keep-alive-timeout", c.keep_alive_timeout_s,
+                  "seconds an idle keep-alive connection has to send its next request header")
+      ->capture_default_str();
+  cmd->add_option("--max-header-bytes", c.max_header_bytes, "request header limit (431 beyond)")
+      ->capture_default_str();
+  cmd->add_option("--max-header-count", c.max_header_count, "request header fields at most (431 beyond)")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", c.max_connections, "open connections at most (503 beyond)")
+      ->capture_default_str();
+  cmd->add_option("--io-threads", c.io_threads, "HTTP event-loop threads")->capture_default_str();
+  cmd->add_option("--drain-timeout", c.drain_timeout_s,
+                  "seconds in-flight requests get at shutdown; 1 s later every connection is closed")
       ->capture_default_str();
   cmd->add_flag("--log-requests", c.log_requests, "log every request to stderr");
-  cmd->callback([a] {
+  cmd->callback([a, key] {
     auto& cfg = a->cfg;
     cfg.model_dir = resolve_model_dir(cfg.model_dir);
-    if (!a->key.empty()) cfg.api_keys = {a->key};
+    // `--api-key ""` (an unset variable in a script) must not quietly serve without authentication.
+    if (key->count() > 0 && a->key.empty())
+      throw error("serve: --api-key is empty; give a key (or leave --api-key out to serve without one)");
+    if (key->count() > 0) cfg.api_keys = {a->key};
     if (!a->key_file.empty()) cfg.api_keys = serve::read_api_key_file(a->key_file);
     cfg.prefix_caching = !a->no_prefix_cache;
     // Signals are taken by sigwait below: blocked before any thread starts, so every thread inherits it.

@@ -3,6 +3,7 @@
 // nothing (token-id prompts, seed; n at most 16, each choice one engine request).
 #include "moxi/serve/api-openai.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace moxi::serve {
@@ -100,8 +101,50 @@ std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+namespace {
+
+// A SAX pass that only tracks how deep arrays and objects nest and stops at the first level beyond the
+// limit, before any tree is built: the tree's copies, dumps and the chat template recurse per level, so a
+// body of 30,000 nested arrays would otherwise exhaust the stack of whichever walks it first.
+struct depth_probe : nlohmann::json_sax<json> {
+  int max_depth, depth = 0;
+  bool too_deep = false;
+  explicit depth_probe(int limit) : max_depth(limit) {}
+  bool open() {
+    if (++depth <= max_depth) return true;
+    too_deep = true;
+    return false;
+  }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return open(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return --depth, true; }
+  bool start_array(std::size_t) override { return open(); }
+  bool end_array() override { return --depth, true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+};
+
+}  // namespace
+
+bool json_nesting_exceeds(std::string_view text, int max_depth) {
+  depth_probe probe(max_depth);
+  json::sax_parse(text, &probe, nlohmann::detail::input_format_t::json, /*strict=*/true);
+  return probe.too_deep;
+}
+
 completion_request parse_completion_request(const std::string& text, bool chat,
                                             const std::string& served_model) {
+  if (json_nesting_exceeds(text, max_json_depth))
+    throw api_error(400, "the request body nests arrays and objects deeper than " +
+                             std::to_string(max_json_depth) + " levels");
   const json body = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) throw api_error(400, "the request body is not valid JSON (UTF-8)");
   if (!body.is_object()) throw api_error(400, "the request body must be a JSON object");
@@ -276,6 +319,55 @@ json logprobs_json(bool chat, const std::vector<logprob_entry>& entries) {
     offset += e.token_text.size();
   }
   return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+validated_request validate_request(const std::string& body, bool chat, const request_context& ctx) {
+  validated_request v;
+  completion_request& r = v.request;
+  r = parse_completion_request(body, chat, ctx.served_model);
+  std::vector<token_id>& prompt = v.prompt;
+  try {
+    if (chat) {
+      // The template's special tokens (<|user|>, <|end|> ...) must encode as specials, so the rendered text
+      // is encoded with them on; as in vLLM, special-token text inside a message then is one too.
+      prompt = ctx.tok->encode(render_chat(ctx.tmpl, r), /*allow_special=*/true);
+    } else if (r.prompt_text) {
+      prompt = ctx.tok->encode(*r.prompt_text, /*allow_special=*/true);
+    } else {
+      prompt = r.prompt_ids;
+    }
+  } catch (const api_error&) {
+    throw;
+  } catch (const std::exception& e) {
+    bad("prompt", std::string("cannot tokenize the prompt: ") + e.what());
+  }
+  for (token_id t : prompt)
+    if (t < 0 || t >= ctx.vocab_size)
+      bad("prompt", "token id " + std::to_string(t) + " is outside the vocabulary");
+  if (prompt.empty() && ctx.bos) prompt.push_back(*ctx.bos);
+  if (prompt.empty()) bad("prompt", "the prompt is empty");
+  const int64_t len = ctx.max_model_len;
+  const int64_t max_prompt = ctx.max_prompt_tokens > 0 ? ctx.max_prompt_tokens : len - 1;
+  if (int64_t(prompt.size()) > max_prompt)
+    bad("prompt", "the prompt has " + std::to_string(prompt.size()) + " tokens; the limit is " +
+                      std::to_string(max_prompt));
+  const int64_t max_limit = ctx.max_tokens_limit > 0 ? ctx.max_tokens_limit : len - 1;
+  v.max_tokens = r.max_tokens.value_or(std::min(ctx.default_max_tokens, len - int64_t(prompt.size())));
+  if (v.max_tokens > max_limit)
+    bad("max_tokens",
+        "max_tokens " + std::to_string(v.max_tokens) + " exceeds the limit of " + std::to_string(max_limit));
+  if (int64_t(prompt.size()) + v.max_tokens > len)
+    bad("max_tokens", "This model's maximum context length is " + std::to_string(len) +
+                          " tokens. However, you requested " +
+                          std::to_string(int64_t(prompt.size()) + v.max_tokens) + " tokens (" +
+                          std::to_string(prompt.size()) + " in the messages, " +
+                          std::to_string(v.max_tokens) + " in the completion).");
+  try {
+    validate(r.sampling);
+  } catch (const std::exception& e) {
+    throw api_error(400, e.what());
+  }
+  return v;
 }
 
 }  // namespace moxi::serve

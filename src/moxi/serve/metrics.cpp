@@ -89,6 +89,11 @@ void metrics::request_finished(const std::string& reason, double e2e_s, int64_t 
   generation_tokens_ += generation_tokens;
 }
 
+void metrics::set_connections(int64_t open) {
+  std::lock_guard<std::mutex> l(m_);
+  connections_ = open;
+}
+
 void metrics::http_error(int status) {
   std::lock_guard<std::mutex> l(m_);
   ++http_errors_[status];
@@ -137,6 +142,8 @@ std::string metrics::render() const {
     o += "moxi:request_success_total{" + lab + ",finished_reason=\"" + r + "\"} " +
          std::to_string(it == success_.end() ? 0 : it->second) + "\n";
   }
+  header(o, "moxi:http_connections", "gauge", "Open HTTP connections (idle keep-alive ones included).");
+  o += "moxi:http_connections{" + lab + "} " + std::to_string(connections_) + "\n";
   header(o, "moxi:http_errors_total", "counter", "HTTP error responses by status code.");
   if (http_errors_.empty()) o += "moxi:http_errors_total{" + lab + ",status=\"500\"} 0\n";
   for (const auto& [status, n] : http_errors_)

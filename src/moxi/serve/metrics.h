@@ -48,6 +48,7 @@ class metrics {
   void request_finished(const std::string& finished_reason, double e2e_s, int64_t prompt_tokens,
                         int64_t generation_tokens);
   void http_error(int status);
+  void set_connections(int64_t open);  // open HTTP connections, set before render()
   void set_engine(const engine_gauges& g);
   engine_gauges engine() const;
 
@@ -58,7 +59,7 @@ class metrics {
   std::string model_;
   histogram ttft_, itl_, e2e_, queue_;
   engine_gauges engine_;
-  int64_t prompt_tokens_ = 0, generation_tokens_ = 0, requests_received_ = 0;
+  int64_t prompt_tokens_ = 0, generation_tokens_ = 0, requests_received_ = 0, connections_ = 0;
   std::map<std::string, int64_t> success_;  // by finished_reason
   std::map<int, int64_t> http_errors_;      // by status code
 };

@@ -9,12 +9,6 @@
 
 namespace moxi::serve {
 
-std::map<request_id, int64_t> scheduler_output::num_tokens() const {
-  std::map<request_id, int64_t> m;
-  for (const auto& s : scheduled) m[s.id] = s.n_tokens();
-  return m;
-}
-
 scheduler::scheduler(memory::hybrid_memory& memory, const scheduler_config& config)
     : memory_(memory), config_(config) {
   const int64_t capacity = int64_t(memory.options().num_blocks) * memory.block_size();

@@ -55,7 +55,6 @@ struct scheduler_output {
   int64_t total_tokens = 0;                  // sum of n_tokens, <= max_num_batched_tokens
   std::vector<request_id> preempted;         // freed this step and back at the head of the waiting queue
   std::vector<request_id> aborted;           // cancelled; their blocks and slots were freed this step
-  std::map<request_id, int64_t> num_tokens() const;
 };
 
 // What one step did for one request (update() returns these; the HTTP layer streams them).

@@ -1,11 +1,11 @@
-// server: HTTP handlers (cpp-httplib thread pool) in front of one engine thread. The two sides meet in
-// live_request objects (tokens, logprobs and the finish reason under a mutex + condition variable) and in
-// the engine's inbox (new requests and cancellations). Detokenization and stop strings run on the handler
-// side, so the engine thread only schedules, runs the model and samples.
+// server: HTTP handlers in front of one engine thread. The transport (http-transport.h) answers cheap routes
+// on its event loop and hands each completion to a thread of its own; the two sides meet in live_request
+// objects (tokens, logprobs and the finish reason under a mutex + condition variable) and in the engine's
+// inbox (new requests and cancellations). Detokenization and stop strings run on the handler side, so the
+// engine thread only runs engine_core::step (schedule, the model, sampling).
 #include "moxi/serve/server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,28 +14,27 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <list>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "moxi/base/error.h"
 #include "moxi/memory/cache-spec.h"
 #include "moxi/model/model.h"
 #include "moxi/serve/api-openai.h"
-#include "moxi/serve/connection.h"
+#include "moxi/serve/clock.h"
+#include "moxi/serve/engine-core.h"
 #include "moxi/serve/executor.h"
 #include "moxi/serve/http-auth.h"
+#include "moxi/serve/http-transport.h"
 
 namespace moxi::serve {
 
 using nlohmann::json;
-using clock_type = std::chrono::steady_clock;
 
 namespace {
-
-double seconds_since(clock_type::time_point t) {
-  return std::chrono::duration<double>(clock_type::now() - t).count();
-}
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -66,6 +65,8 @@ struct pending_add {
   int top_logprobs = -1;
 };
 
+using header_list = std::vector<std::pair<std::string, std::string>>;
+
 }  // namespace
 
 struct server::impl {
@@ -75,18 +76,24 @@ struct server::impl {
   memory::hybrid_memory memory;
   scheduler sched;
   executor exec;
+  engine_core engine;
   metrics mets;
   int64_t max_model_len = 0;
   std::vector<token_id> stop_token_ids;  // end the generation (config eos + generation_config eos ids)
   std::optional<token_id> bos;
   std::optional<formats::chat_template>
       chat_tmpl;  // the model's own (tokenizer_config.json); none: chat is 400
+  std::vector<std::string>
+      private_paths;  // the model directory as given and resolved: never shown to clients
 
-  httplib::Server http;
-  std::thread http_thread, engine_thread;
+  std::unique_ptr<http_server> http;
+  std::thread engine_thread;
   int bound_port = 0;
-  int listen_fd = -1;
   bool started = false, stopped = false;
+
+  // Completion handler threads (one per request in flight, at most max_concurrent_requests).
+  std::mutex workers_m;
+  std::list<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> workers;
 
   // Engine inbox.
   std::mutex in_m;
@@ -113,6 +120,7 @@ struct server::impl {
         memory(memory::cache_spec::from_config(mdl.config()), mo),
         sched(memory, sc),
         exec(mdl, memory, cfg.executor),
+        engine(sched, exec),
         mets(cfg.served_name) {}
 
   // ---- engine thread ----
@@ -182,45 +190,35 @@ struct server::impl {
     publish();
   }
 
+  // engine_core::step, and its results handed to the requests' handlers.
   void step() {
-    const scheduler_output out = sched.schedule();
-    const auto now = clock_type::now();
-    for (const auto& s : out.scheduled)
+    const auto t0 = clock_type::now();  // when the step's batch is scheduled (queue time ends)
+    const step_result res = engine.step();
+    for (const auto& s : res.scheduled.scheduled)
       for (size_t k = 0; k <= s.forks.size(); ++k) {  // a request and the forks its step samples for
         auto it = live.find(k == 0 ? s.id : s.forks[k - 1]);
         if (it == live.end()) continue;
         std::lock_guard<std::mutex> l(it->second->m);
-        if (!it->second->scheduled) it->second->scheduled = true, it->second->first_scheduled = now;
+        if (!it->second->scheduled) it->second->scheduled = true, it->second->first_scheduled = t0;
       }
-    std::map<request_id, token_id> sampled;
-    try {
-      if (!out.scheduled.empty()) sampled = exec.execute(out);
-    } catch (const std::exception& e) {
-      // A model failure fails the step's requests; their memory is freed by cancelling them, and the
-      // update below (which commits nothing for them) is skipped.
-      std::fprintf(stderr, "moxi serve: step failed: %s\n", e.what());
-      for (const auto& s : out.scheduled)
-        for (size_t k = 0; k <= s.forks.size(); ++k) {  // forks waiting for this step fail with it
-          const request_id id = k == 0 ? s.id : s.forks[k - 1];
-          sched.cancel(id);
-          auto it = live.find(id);
-          if (it != live.end()) deliver_error(it->second, std::string("the model failed: ") + e.what());
-        }
-      for (request_id id : out.aborted) finish_live(id);
-      return;
+    if (!res.failed.empty()) {
+      // A model failure fails the step's requests (the engine cancelled them; the next step frees them).
+      std::fprintf(stderr, "moxi serve: step failed: %s\n", res.error.c_str());
+      for (request_id id : res.failed)
+        if (auto it = live.find(id); it != live.end())
+          deliver_error(it->second, "the model failed: " + res.error);
     }
-    const auto events = sched.update(out, sampled);
     const auto& lps = exec.last_logprobs();
-    for (const auto& ev : events) {
-      std::vector<token_logprobs> lp;
-      if (auto it = lps.find(ev.id); it != lps.end()) lp.push_back(it->second);
+    for (const auto& ev : res.outputs) {
       auto it = live.find(ev.id);
       if (it == live.end()) continue;
       {
         auto& lr = *it->second;
         std::lock_guard<std::mutex> l(lr.m);
         lr.tokens.insert(lr.tokens.end(), ev.new_tokens.begin(), ev.new_tokens.end());
-        lr.lps.insert(lr.lps.end(), lp.begin(), lp.end());
+        // The step's logprobs belong to the token it sampled (an abort-only event has none).
+        if (auto lp = lps.find(ev.id); lp != lps.end() && !ev.new_tokens.empty() && res.failed.empty())
+          lr.lps.push_back(lp->second);
         lr.prompt_tokens = ev.num_prompt_tokens;
         lr.cached_tokens = ev.num_cached_tokens;
         lr.fin = ev.finished;
@@ -231,18 +229,6 @@ struct server::impl {
         live.erase(ev.id);
       }
     }
-  }
-
-  void finish_live(request_id id) {
-    auto it = live.find(id);
-    if (it == live.end()) return;
-    {
-      std::lock_guard<std::mutex> l(it->second->m);
-      it->second->fin = finish_reason::ABORT;
-      it->second->cv.notify_all();
-    }
-    exec.remove(id);
-    live.erase(it);
   }
 
   // ---- handler side ----
@@ -257,24 +243,55 @@ struct server::impl {
     in_cv.notify_one();
   }
 
-  void send_error(httplib::Response& res, int status, const std::string& msg, const std::string& param = "",
+  // What a client may read of a message: the model's filesystem location becomes its served name.
+  std::string redact(std::string msg) const {
+    for (const auto& p : private_paths)
+      for (size_t at; !p.empty() && (at = msg.find(p)) != std::string::npos;)
+        msg.replace(at, p.size(), cfg.served_name);
+    return msg;
+  }
+  std::string error_json(int status, const std::string& msg, const std::string& param = "",
+                         const std::string& type = "") const {
+    return error_body(status, redact(msg), param, type);
+  }
+  void send_error(http_exchange& ex, int status, const std::string& msg, const std::string& param = "",
                   const std::string& type = "") {
-    res.status = status;
-    res.set_content(error_body(status, msg, param, type), "application/json");
+    ex.reply(status, "application/json", error_json(status, msg, param, type));
   }
 
-  void setup_routes();
-  void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  void spawn(std::function<void()> fn) {
+    std::lock_guard<std::mutex> l(workers_m);
+    for (auto it = workers.begin(); it != workers.end();) {
+      if (it->second->load()) {
+        it->first.join();
+        it = workers.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    workers.emplace_back(std::thread([fn = std::move(fn), done] {
+                           fn();
+                           done->store(true);
+                         }),
+                         done);
+  }
+  void join_workers() {
+    std::list<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> all;
+    {
+      std::lock_guard<std::mutex> l(workers_m);
+      all.swap(workers);
+    }
+    for (auto& [t, done] : all)
+      if (t.joinable()) t.join();
+  }
+
+  http_limits limits() const;
+  void route(http_request req, std::shared_ptr<http_exchange> ex);  // on the event loop: must not block
+  void handle_completion(const http_request& req, http_exchange& ex, bool chat);  // on a handler thread
 };
 
 namespace {
-
-// Counts a completion in flight for the 429 limit and graceful shutdown; released when the response is done.
-struct active_guard {
-  std::atomic<int64_t>& n;
-  explicit active_guard(std::atomic<int64_t>& c) : n(c) {}
-  ~active_guard() { n.fetch_sub(1); }
-};
 
 // The handler's view of one generation: consumes the engine's tokens, detokenizes, applies stop strings,
 // and keeps the counts the response and the metrics need.
@@ -404,150 +421,77 @@ std::string hex_id(request_id id) {
   return buf;
 }
 
-}  // namespace
-
-void server::impl::handle_completion(const httplib::Request& req, httplib::Response& res, bool chat) {
-  const auto arrival = clock_type::now();
-  if (shutting_down.load()) return send_error(res, 503, "the server is shutting down");
-  if (active.fetch_add(1) >= cfg.max_concurrent_requests) {
-    active.fetch_sub(1);
-    return send_error(res, 429,
-                      "too many concurrent requests (limit " + std::to_string(cfg.max_concurrent_requests) +
-                          "); retry later");
-  }
-  auto guard = std::make_shared<active_guard>(active);
-
-  completion_request r;
-  std::vector<token_id> prompt;
-  try {
-    r = parse_completion_request(req.body, chat, cfg.served_name);
-    if (chat) {
-      // The template's special tokens (<|user|>, <|end|> ...) must encode as specials, so the rendered text
-      // is encoded with them on; as in vLLM, special-token text inside a message then is one too.
-      prompt = tok.encode(render_chat(chat_tmpl ? &*chat_tmpl : nullptr, r), /*allow_special=*/true);
-    } else if (r.prompt_text) {
-      prompt = tok.encode(*r.prompt_text, /*allow_special=*/true);
-    } else {
-      prompt = r.prompt_ids;
-    }
-  } catch (const api_error& e) {
-    return send_error(res, e.status, e.what(), e.param, e.type);
-  } catch (const std::exception& e) {
-    return send_error(res, 400, std::string("cannot tokenize the prompt: ") + e.what(), "prompt");
-  }
-  for (token_id t : prompt)
-    if (t < 0 || t >= mdl.config().vocab_size)
-      return send_error(res, 400, "token id " + std::to_string(t) + " is outside the vocabulary", "prompt");
-  if (prompt.empty() && bos) prompt.push_back(*bos);
-  if (prompt.empty()) return send_error(res, 400, "the prompt is empty", "prompt");
-  const int64_t max_prompt = cfg.max_prompt_tokens > 0 ? cfg.max_prompt_tokens : max_model_len - 1;
-  if (int64_t(prompt.size()) > max_prompt)
-    return send_error(res, 400,
-                      "the prompt has " + std::to_string(prompt.size()) + " tokens; the limit is " +
-                          std::to_string(max_prompt),
-                      "prompt");
-  const int64_t max_limit = cfg.max_tokens_limit > 0 ? cfg.max_tokens_limit : max_model_len - 1;
-  const int64_t max_tokens =
-      r.max_tokens.value_or(std::min(cfg.default_max_tokens, max_model_len - int64_t(prompt.size())));
-  if (max_tokens > max_limit)
-    return send_error(
-        res, 400,
-        "max_tokens " + std::to_string(max_tokens) + " exceeds the limit of " + std::to_string(max_limit),
-        "max_tokens");
-  if (int64_t(prompt.size()) + max_tokens > max_model_len)
-    return send_error(res, 400,
-                      "This model's maximum context length is " + std::to_string(max_model_len) +
-                          " tokens. However, you requested " + std::to_string(prompt.size() + max_tokens) +
-                          " tokens (" + std::to_string(prompt.size()) + " in the messages, " +
-                          std::to_string(max_tokens) + " in the completion).",
-                      "max_tokens");
-  try {
-    validate(r.sampling);
-  } catch (const std::exception& e) {
-    return send_error(res, 400, e.what());
-  }
-
-  // n > 1: parallel sampling. The prompt is computed once; the other choices fork from it (shared blocks,
-  // copied KDA state) and sample their first token from the same logits. A seeded request gives choice i
-  // the seed + i, so choices differ but repeat, and each equals a single request with that seed.
+// The JSON and SSE bodies of one completion (all its choices), with the id and timestamps they share.
+struct completion_writer {
+  server::impl& s;
+  http_exchange& ex;
+  bool chat = false;
+  std::string id;
+  int64_t created = 0;
+  clock_type::time_point deadline;
   std::vector<std::shared_ptr<generation>> gens;
-  std::vector<token_id> stop_ids;
-  if (!r.ignore_eos) stop_ids = stop_token_ids;
-  pending_add a;
-  a.params.prompt = prompt;
-  a.params.max_tokens = max_tokens;
-  a.params.stop_tokens = stop_ids;
-  a.top_logprobs = r.top_logprobs;
-  for (int i = 0; i < r.n; ++i) {
-    auto lr = std::make_shared<live_request>();
-    lr->id = next_id.fetch_add(1);
-    a.choices.push_back(lr);
-    a.sampling.push_back(r.sampling);
-    if (r.sampling.seed) a.sampling.back().seed = *r.sampling.seed + uint64_t(i);
-    mets.request_started();
-    gens.push_back(std::make_shared<generation>(*this, r, lr, arrival, stop_ids));
-  }
-  submit(std::move(a));
-  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + hex_id(gens[0]->lr->id);
-  const int64_t created = unix_now();
-  const auto deadline = arrival + std::chrono::milliseconds(int64_t(cfg.request_timeout_s * 1000));
-  auto all_finished = [gens] {
+  bool want_logprobs = false, include_usage = false;
+
+  bool all_finished() const {
     for (const auto& g : gens)
       if (!g->finished()) return false;
     return true;
-  };
-  auto usage = [gens] {
+  }
+  usage_counts usage() const {
     usage_counts u = gens[0]->usage();
     for (size_t i = 1; i < gens.size(); ++i) u.completion_tokens += gens[i]->completion_tokens;
     return u;
-  };
+  }
   // Waits on the first unfinished choice, then collects from all without waiting.
-  auto poll_all = [gens](std::chrono::milliseconds wait, std::vector<std::string>& texts,
-                         std::vector<std::vector<logprob_entry>>& lps) {
+  void poll_all(std::chrono::milliseconds wait, std::vector<std::string>& texts,
+                std::vector<std::vector<logprob_entry>>& lps) {
     bool waited = false;
     for (size_t i = 0; i < gens.size(); ++i) {
       if (gens[i]->finished()) continue;
       gens[i]->poll(waited ? std::chrono::milliseconds(0) : wait, texts[i], lps[i]);
       waited = true;
     }
-  };
-  const size_t n = gens.size();
+  }
+  // Every unfinished choice ends as "abort" (its engine request cancelled).
+  void abandon_all() {
+    for (auto& g : gens) {
+      g->abandon();
+      if (!g->finished()) g->finish = "abort";
+    }
+  }
+  void record_all() {
+    for (auto& g : gens) g->record_finish();
+  }
 
-  if (!r.stream) {
+  // One JSON body once every choice finished. A client that closes the connection meanwhile cancels the
+  // request (the engine frees its memory at the next step); looked for at every wake-up, at least every
+  // 200 ms.
+  void respond_json() {
+    const size_t n = gens.size();
     std::vector<std::string> texts(n);
     std::vector<std::vector<logprob_entry>> lps(n);
-    // A client that closes the connection while the request runs cancels it (the engine frees its memory
-    // at the next step); looked for at every wake-up, at least every 200 ms.
-    int fd = -2;  // -2: not looked up yet (short requests finish before the first wake-up)
     while (!all_finished()) {
       poll_all(std::chrono::milliseconds(200), texts, lps);
       if (all_finished()) break;
-      if (fd == -2) fd = find_connection_fd(req.remote_addr, req.remote_port, bound_port);
-      if (fd >= 0 && peer_closed(fd)) {
-        for (auto& g : gens) {
-          g->abandon();
-          if (!g->finished()) g->finish = "abort";
-          g->record_finish();
-        }
-        return send_error(res, 499, "the client closed the connection");
+      if (ex.client_gone()) {
+        abandon_all();
+        record_all();
+        return s.send_error(ex, 499, "the client closed the connection");
       }
-      if (!all_finished() && clock_type::now() > deadline) {
-        for (auto& g : gens) {
-          g->abandon();
-          if (!g->finished()) g->finish = "abort";
-          g->record_finish();
-        }
-        return send_error(res, 504,
-                          "the request timed out after " + std::to_string(cfg.request_timeout_s) + " s");
+      if (clock_type::now() > deadline) {
+        abandon_all();
+        record_all();
+        return s.send_error(ex, 504,
+                            "the request timed out after " + std::to_string(s.cfg.request_timeout_s) + " s");
       }
     }
+    record_all();
     json choices = json::array();
     for (size_t i = 0; i < n; ++i) {
       const auto& g = gens[i];
-      g->record_finish();
-      if (g->finish == "error") return send_error(res, 500, g->error);
+      if (g->finish == "error") return s.send_error(ex, 500, g->error);
       json choice = {{"index", i}, {"finish_reason", g->finish}, {"logprobs", nullptr}};
-      if (r.top_logprobs >= 0) choice["logprobs"] = logprobs_json(chat, lps[i]);
+      if (want_logprobs) choice["logprobs"] = logprobs_json(chat, lps[i]);
       if (chat)
         choice["message"] = {{"role", "assistant"}, {"content", texts[i]}};
       else
@@ -555,24 +499,13 @@ void server::impl::handle_completion(const httplib::Request& req, httplib::Respo
       choices.push_back(std::move(choice));
     }
     json body = {{"id", id},           {"object", chat ? "chat.completion" : "text_completion"},
-                 {"created", created}, {"model", cfg.served_name},
+                 {"created", created}, {"model", s.cfg.served_name},
                  {"choices", choices}, {"usage", usage().to_json()}};
-    res.set_content(dump(body), "application/json");
-    return;
+    ex.reply(200, "application/json", dump(body));
   }
 
-  // Streaming: one SSE event per choice per engine wake-up that produced text, then each choice's final
-  // chunk (finish_reason), the usage chunk when asked for, and [DONE]. A failed write means the client
-  // left: cancel.
-  struct stream_state {
-    bool sent_role = false, failed = false;
-    std::vector<bool> sent_final;
-    clock_type::time_point last_write = clock_type::now();
-  };
-  auto st = std::make_shared<stream_state>();
-  st->sent_final.assign(n, false);
-  auto chunk = [this, id, created, chat](size_t index, const std::string& text, const json& logprobs,
-                                         const json& finish, bool role) {
+  std::string chunk(size_t index, const std::string& text, const json& logprobs, const json& finish,
+                    bool role) const {
     json choice = {{"index", index}, {"logprobs", logprobs}, {"finish_reason", finish}};
     if (chat) {
       json delta = json::object();
@@ -585,149 +518,198 @@ void server::impl::handle_completion(const httplib::Request& req, httplib::Respo
     json c = {{"id", id},
               {"object", chat ? "chat.completion.chunk" : "text_completion"},
               {"created", created},
-              {"model", cfg.served_name},
+              {"model", s.cfg.served_name},
               {"choices", json::array({choice})}};
     return "data: " + dump(c) + "\n\n";
-  };
-  const bool include_usage = r.include_usage, want_logprobs = r.top_logprobs >= 0;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, gens, st, chunk, chat, id, created, deadline, guard, n, include_usage, want_logprobs,
-       all_finished, usage, poll_all](size_t, httplib::DataSink& sink) {
-        auto write = [&](const std::string& s) {
-          st->last_write = clock_type::now();
-          return sink.write(s.data(), s.size());
-        };
-        if (chat && !st->sent_role) {
-          st->sent_role = true;
-          for (size_t i = 0; i < n; ++i)
-            if (!write(chunk(i, "", nullptr, nullptr, true))) return false;
+  }
+
+  // SSE: one event per choice per engine wake-up that produced text, then each choice's final chunk
+  // (finish_reason), the usage chunk when asked for, and [DONE]. A failed write means the client left:
+  // cancel.
+  void respond_stream() {
+    const size_t n = gens.size();
+    bool ok = ex.start_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+    auto last_write = clock_type::now();
+    auto write = [&](const std::string& data) {
+      last_write = clock_type::now();
+      return ok = ok && ex.write(data);
+    };
+    if (chat)
+      for (size_t i = 0; i < n && ok; ++i) write(chunk(i, "", nullptr, nullptr, true));
+    std::vector<bool> sent_final(n, false);
+    while (ok) {
+      std::vector<std::string> texts(n);
+      std::vector<std::vector<logprob_entry>> lps(n);
+      poll_all(std::chrono::milliseconds(100), texts, lps);
+      const bool timed_out = !all_finished() && clock_type::now() > deadline;
+      bool wrote = false, failed = false;
+      for (size_t i = 0; i < n && ok && !failed; ++i) {
+        auto& g = *gens[i];
+        if (timed_out && !g.finished()) {
+          g.abandon();
+          g.finish = "abort";
         }
-        std::vector<std::string> texts(n);
-        std::vector<std::vector<logprob_entry>> lps(n);
-        poll_all(std::chrono::milliseconds(100), texts, lps);
-        const bool timed_out = !all_finished() && clock_type::now() > deadline;
-        bool wrote = false;
-        for (size_t i = 0; i < n; ++i) {
-          auto& g = *gens[i];
-          if (timed_out && !g.finished()) {
-            g.abandon();
-            g.finish = "abort";
-          }
-          if (g.finish == "error") {
-            write("data: " + error_body(500, g.error) + "\n\n");
-            for (auto& other : gens) {
-              other->abandon();
-              if (!other->finished()) other->finish = "abort";
-            }
-            write("data: [DONE]\n\n");
-            sink.done();
-            return true;
-          }
-          const json lp = want_logprobs && !lps[i].empty() ? logprobs_json(chat, lps[i]) : json(nullptr);
-          if (!texts[i].empty() || !lps[i].empty()) {
-            if (!write(chunk(i, texts[i], lp, nullptr, false))) return false;
-            wrote = true;
-          }
-          if (g.finished() && !st->sent_final[i]) {
-            st->sent_final[i] = true;
-            if (!write(chunk(i, "", nullptr, g.finish, false))) return false;
-            wrote = true;
-          }
-        }
-        if (all_finished()) {
-          if (include_usage) {
-            json u = {{"id", id},
-                      {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                      {"created", created},
-                      {"model", cfg.served_name},
-                      {"choices", json::array()},
-                      {"usage", usage().to_json()}};
-            if (!write("data: " + dump(u) + "\n\n")) return false;
-          }
+        if (g.finish == "error") {
+          write("data: " + s.error_json(500, g.error) + "\n\n");
+          abandon_all();
           write("data: [DONE]\n\n");
-          sink.done();
-        } else if (!wrote && seconds_since(st->last_write) > 1.0) {
-          // An SSE comment while nothing is produced (queue, long prefill): clients ignore it, and a
-          // client that left is noticed by the failed write.
-          if (!write(": keep-alive\n\n")) return false;
+          failed = true;
+          break;
         }
-        return true;
-      },
-      [gens](bool) {
-        // Runs when the response ends, normally or because the client went away.
-        for (auto& g : gens) {
-          if (!g->finished()) g->finish = "abort";
-          g->abandon();
-          g->record_finish();
+        const json lp = want_logprobs && !lps[i].empty() ? logprobs_json(chat, lps[i]) : json(nullptr);
+        if (!texts[i].empty() || !lps[i].empty()) wrote = write(chunk(i, texts[i], lp, nullptr, false));
+        if (ok && g.finished() && !sent_final[i]) {
+          sent_final[i] = true;
+          wrote = write(chunk(i, "", nullptr, g.finish, false));
         }
-      });
+      }
+      if (failed) break;
+      if (!ok) break;
+      if (all_finished()) {
+        if (include_usage) {
+          json u = {{"id", id},
+                    {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", created},
+                    {"model", s.cfg.served_name},
+                    {"choices", json::array()},
+                    {"usage", usage().to_json()}};
+          write("data: " + dump(u) + "\n\n");
+        }
+        write("data: [DONE]\n\n");
+        break;
+      }
+      // An SSE comment while nothing is produced (queue, long prefill): clients ignore it, and a client
+      // that left is noticed by the failed write.
+      if (!wrote && seconds_since(last_write) > 1.0) write(": keep-alive\n\n");
+    }
+    if (ok) ex.end_stream();
+    abandon_all();  // the client went away (or the stream ended early): nothing may keep generating
+    record_all();
+  }
+};
+
+}  // namespace
+
+void server::impl::handle_completion(const http_request& req, http_exchange& ex, bool chat) {
+  const auto arrival = clock_type::now();
+  request_context ctx;
+  ctx.served_model = cfg.served_name;
+  ctx.tok = &tok;
+  ctx.tmpl = chat_tmpl ? &*chat_tmpl : nullptr;
+  ctx.bos = bos;
+  ctx.vocab_size = int32_t(mdl.config().vocab_size);
+  ctx.max_model_len = max_model_len;
+  ctx.max_prompt_tokens = cfg.max_prompt_tokens;
+  ctx.max_tokens_limit = cfg.max_tokens_limit;
+  ctx.default_max_tokens = cfg.default_max_tokens;
+  validated_request v;
+  try {
+    v = validate_request(req.body, chat, ctx);
+  } catch (const api_error& e) {
+    return send_error(ex, e.status, e.what(), e.param, e.type);
+  }
+  const completion_request& r = v.request;
+
+  // Submission. n > 1: parallel sampling. The prompt is computed once; the other choices fork from it
+  // (shared blocks, copied KDA state) and sample their first token from the same logits. A seeded request
+  // gives choice i the seed + i, so choices differ but repeat, and each equals a single request with that
+  // seed.
+  completion_writer w{*this, ex};
+  std::vector<token_id> stop_ids;
+  if (!r.ignore_eos) stop_ids = stop_token_ids;
+  pending_add a;
+  a.params.prompt = v.prompt;
+  a.params.max_tokens = v.max_tokens;
+  a.params.stop_tokens = stop_ids;
+  a.top_logprobs = r.top_logprobs;
+  for (int i = 0; i < r.n; ++i) {
+    auto lr = std::make_shared<live_request>();
+    lr->id = next_id.fetch_add(1);
+    a.choices.push_back(lr);
+    a.sampling.push_back(r.sampling);
+    if (r.sampling.seed) a.sampling.back().seed = *r.sampling.seed + uint64_t(i);
+    mets.request_started();
+    w.gens.push_back(std::make_shared<generation>(*this, r, lr, arrival, stop_ids));
+  }
+  submit(std::move(a));
+
+  w.chat = chat;
+  w.id = (chat ? "chatcmpl-" : "cmpl-") + hex_id(w.gens[0]->lr->id);
+  w.created = unix_now();
+  w.deadline = arrival + std::chrono::milliseconds(int64_t(cfg.request_timeout_s * 1000));
+  w.want_logprobs = r.top_logprobs >= 0;
+  w.include_usage = r.include_usage;
+  if (r.stream)
+    w.respond_stream();
+  else
+    w.respond_json();
 }
 
-void server::impl::setup_routes() {
-  http.set_payload_max_length(cfg.max_body_bytes);
-  http.set_read_timeout(cfg.io_timeout_s, 0);
-  http.set_write_timeout(cfg.io_timeout_s, 0);
-  // An idle keep-alive connection holds a handler thread; it gets no longer than a slow read would.
-  http.set_keep_alive_timeout(std::min(5, cfg.io_timeout_s));
-  // SSE chunks are small writes: with Nagle's algorithm each waits for the ACK of the previous one, which a
-  // client's delayed ACK holds back ~40 ms (tokens then arrive in bursts; TTFT gains 40-80 ms).
-  http.set_tcp_nodelay(true);
-  const size_t threads = size_t(cfg.max_concurrent_requests) + 32;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+http_limits server::impl::limits() const {
+  http_limits l;
+  l.max_body_bytes = cfg.max_body_bytes;
+  l.max_header_bytes = cfg.max_header_bytes;
+  l.max_header_count = cfg.max_header_count;
+  l.max_connections = cfg.max_connections;
+  l.header_timeout_s = std::min<double>(cfg.header_timeout_s, cfg.io_timeout_s);
+  l.body_timeout_s = cfg.io_timeout_s;
+  l.write_timeout_s = cfg.io_timeout_s;
+  l.idle_timeout_s = std::min<double>(cfg.keep_alive_timeout_s, cfg.io_timeout_s);
+  l.io_threads = cfg.io_threads;
+  return l;
+}
 
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (cfg.api_keys.empty() || req.path.rfind("/v1/", 0) != 0)
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (api_key_ok(req.get_header_value("Authorization"), cfg.api_keys))
-      return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, 401, "invalid or missing API key (send 'Authorization: Bearer <key>')", "",
-               "authentication_error");
-    mets.http_error(401);
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    mets.http_error(res.status);
-    if (!res.body.empty()) return;
-    std::string msg = "error " + std::to_string(res.status);
-    if (res.status == 404) msg = "no route for " + req.method + " " + req.path;
-    if (res.status == 405) msg = "method " + req.method + " is not allowed on " + req.path;
-    if (res.status == 413) msg = "the request body exceeds " + std::to_string(cfg.max_body_bytes) + " bytes";
-    if (res.status == 400) msg = "malformed HTTP request";
-    res.set_content(error_body(res.status, msg), "application/json");
-  });
-  http.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string msg = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      msg = std::string("internal error: ") + e.what();
-    } catch (...) {
+void server::impl::route(http_request req, std::shared_ptr<http_exchange> ex) {
+  const std::string& path = req.path;
+  const bool get = req.method == "GET" || req.method == "HEAD", post = req.method == "POST";
+  if (!cfg.api_keys.empty() && path.rfind("/v1/", 0) == 0 &&
+      !api_key_ok(req.header("Authorization"), cfg.api_keys))
+    return send_error(*ex, 401, "invalid or missing API key (send 'Authorization: Bearer <key>')", "",
+                      "authentication_error");
+  auto not_allowed = [&] { send_error(*ex, 405, "method " + req.method + " is not allowed on " + path); };
+  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+    if (!post) return not_allowed();
+    if (shutting_down.load()) return send_error(*ex, 503, "the server is shutting down");
+    if (active.fetch_add(1) >= cfg.max_concurrent_requests) {
+      active.fetch_sub(1);
+      return send_error(*ex, 429,
+                        "too many concurrent requests (limit " + std::to_string(cfg.max_concurrent_requests) +
+                            "); retry later");
     }
-    send_error(res, 500, msg);
-  });
-  if (cfg.log_requests)
-    http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-      std::fprintf(stderr, "%s %s -> %d\n", req.method.c_str(), req.path.c_str(), res.status);
-    });
-
-  http.Post("/v1/completions",
-            [this](const httplib::Request& q, httplib::Response& r) { handle_completion(q, r, false); });
-  http.Post("/v1/chat/completions",
-            [this](const httplib::Request& q, httplib::Response& r) { handle_completion(q, r, true); });
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    json m = {{"id", cfg.served_name}, {"object", "model"},     {"created", unix_now()},
-              {"owned_by", "moxi"},    {"root", cfg.model_dir}, {"max_model_len", max_model_len}};
-    res.set_content(dump(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
-  });
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (shutting_down.load()) return send_error(res, 503, "the server is shutting down");
-    res.set_content("{\"status\":\"ok\"}", "application/json");
-  });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(mets.render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
+    const bool chat = path == "/v1/chat/completions";
+    // Tokenizing, waiting for the engine and streaming block: off the event loop.
+    try {
+      spawn([this, req = std::move(req), ex = std::move(ex), chat]() mutable {
+        try {
+          handle_completion(req, *ex, chat);
+        } catch (const std::exception& e) {
+          send_error(*ex, 500, std::string("internal error: ") + e.what());
+        }
+        ex.reset();  // the response is complete (or the connection closed) before the request stops counting
+        active.fetch_sub(1);
+      });
+    } catch (const std::system_error&) {  // no thread to be had: the exchange, dropped, answers 500
+      active.fetch_sub(1);
+    }
+    return;
+  }
+  if (path == "/v1/models") {
+    if (!get) return not_allowed();
+    json m = {{"id", cfg.served_name}, {"object", "model"},       {"created", unix_now()},
+              {"owned_by", "moxi"},    {"root", cfg.served_name}, {"max_model_len", max_model_len}};
+    return ex->reply(200, "application/json", dump(json{{"object", "list"}, {"data", json::array({m})}}));
+  }
+  if (path == "/health") {
+    if (!get) return not_allowed();
+    if (shutting_down.load()) return send_error(*ex, 503, "the server is shutting down");
+    return ex->reply(200, "application/json", "{\"status\":\"ok\"}");
+  }
+  if (path == "/metrics") {
+    if (!get) return not_allowed();
+    mets.set_connections(int64_t(http->connections()));
+    return ex->reply(200, "text/plain; version=0.0.4; charset=utf-8", mets.render());
+  }
+  send_error(*ex, 404, "no route for " + req.method + " " + path);
 }
 
 namespace {
@@ -752,6 +734,49 @@ std::vector<token_id> generation_stop_ids(const std::string& model_dir, int64_t 
   return ids;
 }
 
+}  // namespace
+
+serving_plan plan_serving(const server_config& cfg, int64_t max_position_embeddings) {
+  if (cfg.block_size < 1 || cfg.max_running < 1 || cfg.max_batch_tokens < 1)
+    throw error("serve: block size, max running requests and max batch tokens must be >= 1");
+  if (cfg.block_size > 4096) throw error("serve: --block-size must be at most 4096");
+  if (cfg.max_model_len < 0 || cfg.num_blocks < 0)
+    throw error("serve: --max-model-len and --num-blocks must not be negative");
+  if (max_position_embeddings < 2)
+    throw error("serve: the model's max_position_embeddings (" + std::to_string(max_position_embeddings) +
+                ") leaves no room for a prompt and a token");
+  serving_plan p;
+  if (cfg.max_model_len > 0) {
+    if (cfg.max_model_len > max_position_embeddings)
+      throw error("serve: --max-model-len " + std::to_string(cfg.max_model_len) +
+                  " exceeds the model's max_position_embeddings " + std::to_string(max_position_embeddings));
+    if (cfg.max_model_len > kMaxServingLen)
+      throw error("serve: --max-model-len " + std::to_string(cfg.max_model_len) +
+                  " exceeds the server's limit " + std::to_string(kMaxServingLen));
+    if (cfg.max_model_len < 2) throw error("serve: --max-model-len must be at least 2");
+    p.max_model_len = cfg.max_model_len;
+  } else if (max_position_embeddings > kDefaultServingLen) {
+    p.max_model_len = kDefaultServingLen;
+    p.note = "max_model_len " + std::to_string(kDefaultServingLen) + " (the model allows " +
+             std::to_string(max_position_embeddings) + "; --max-model-len raises it, up to " +
+             std::to_string(std::min(max_position_embeddings, kMaxServingLen)) + ")";
+  } else {
+    p.max_model_len = max_position_embeddings;
+  }
+  // The block pool is sized from the serving limit: one longest sequence at least, 2048 blocks by default.
+  const int64_t per_seq = (p.max_model_len + cfg.block_size - 1) / cfg.block_size;
+  const int64_t blocks = cfg.num_blocks > 0 ? cfg.num_blocks : std::max<int64_t>(per_seq + 1, 2048);
+  if (blocks > kMaxBlocks)
+    throw error("serve: " + std::to_string(blocks) + " KV-cache blocks exceed the limit of " +
+                std::to_string(kMaxBlocks) +
+                " (lower --max-model-len or --num-blocks, or raise --block-size)");
+  p.num_blocks = int32_t(blocks);
+  p.max_model_len = std::min<int64_t>(p.max_model_len, blocks * cfg.block_size);
+  return p;
+}
+
+namespace {
+
 std::unique_ptr<server::impl> make_impl(server_config cfg) {
   if (cfg.served_name.empty()) {
     cfg.served_name = std::filesystem::path(cfg.model_dir).lexically_normal().filename().string();
@@ -759,26 +784,27 @@ std::unique_ptr<server::impl> make_impl(server_config cfg) {
       cfg.served_name = std::filesystem::path(cfg.model_dir).parent_path().filename();
     if (cfg.served_name.empty()) cfg.served_name = "moxi";
   }
+  for (const auto& k : cfg.api_keys)
+    if (k.empty())
+      throw error("serve: an API key must not be empty (an empty key would turn authentication off)");
+  if (cfg.max_header_bytes < 1024 || cfg.max_header_count < 8 || cfg.max_connections < 1 ||
+      cfg.io_threads < 1)
+    throw error("serve: header limits below 1 KiB / 8 fields, or no connection or event-loop thread allowed");
   auto m = model::model::load(cfg.model_dir);
   auto t = tokenizer::from_hf_json_file(cfg.model_dir + "/tokenizer.json");
   const auto& c = m.config();
-  int64_t len = cfg.max_model_len > 0 ? cfg.max_model_len : c.max_position_embeddings;
-  if (len <= 1) len = 4096;
-  if (cfg.block_size < 1 || cfg.max_running < 1 || cfg.max_batch_tokens < 1)
-    throw error("serve: block size, max running requests and max batch tokens must be >= 1");
+  const serving_plan plan = plan_serving(cfg, c.max_position_embeddings);
+  if (!plan.note.empty()) std::fprintf(stderr, "moxi serve: %s\n", plan.note.c_str());
   memory::memory_options mo;
   mo.block_size = cfg.block_size;
-  const int64_t per_seq = (len + cfg.block_size - 1) / cfg.block_size;
-  mo.num_blocks = cfg.num_blocks > 0
-                      ? cfg.num_blocks
-                      : int32_t(std::max<int64_t>(per_seq + 1, std::min<int64_t>(65536, 2048)));
+  mo.num_blocks = plan.num_blocks;
   mo.num_state_slots = cfg.max_running + 1;
   mo.num_snapshot_slots = cfg.num_snapshot_slots >= 0 ? cfg.num_snapshot_slots : 2 * cfg.max_running;
   mo.prefix_caching = cfg.prefix_caching;
   scheduler_config sc;
   sc.max_num_batched_tokens = cfg.max_batch_tokens;
   sc.max_num_running = cfg.max_running;
-  sc.max_model_len = std::min<int64_t>(len, int64_t(mo.num_blocks) * mo.block_size);
+  sc.max_model_len = plan.max_model_len;
   auto tmpl = formats::load_chat_template(cfg.model_dir);
   auto p = std::make_unique<server::impl>(std::move(cfg), std::move(m), std::move(t), mo, sc);
   p->chat_tmpl = std::move(tmpl);
@@ -788,7 +814,28 @@ std::unique_ptr<server::impl> make_impl(server_config cfg) {
     if (std::find(p->stop_token_ids.begin(), p->stop_token_ids.end(), id) == p->stop_token_ids.end())
       p->stop_token_ids.push_back(id);
   if (c.bos_token_id) p->bos = token_id(*c.bos_token_id);
+  // Longest first, so that a path containing another is replaced whole.
+  std::error_code ec;
+  for (const std::string& path : {p->cfg.model_dir, std::filesystem::absolute(p->cfg.model_dir, ec).string(),
+                                  std::filesystem::weakly_canonical(p->cfg.model_dir, ec).string()}) {
+    std::string q = path;
+    while (q.size() > 1 && q.back() == '/') q.pop_back();
+    if (q.size() > 1 &&
+        std::find(p->private_paths.begin(), p->private_paths.end(), q) == p->private_paths.end())
+      p->private_paths.push_back(q);
+  }
+  std::sort(p->private_paths.begin(), p->private_paths.end(),
+            [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
   return p;
+}
+
+// Thousands of idle connections need as many descriptors: the soft limit is raised to the hard one.
+void raise_descriptor_limit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &r);
+  }
 }
 
 }  // namespace
@@ -802,26 +849,22 @@ server::~server() {
 void server::start() {
   auto& p = *impl_;
   MOXI_ASSERT(!p.started, "server started twice");
-  p.setup_routes();
-  p.http.set_socket_options([&p](int sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);  // httplib's default option
-    p.listen_fd = sock;
-  });
-  if (p.cfg.port == 0) {
-    p.bound_port = p.http.bind_to_any_port(p.cfg.host);
-    if (p.bound_port <= 0) throw error("serve: cannot bind " + p.cfg.host + " to any port");
-  } else {
-    if (!p.http.bind_to_port(p.cfg.host, p.cfg.port))
-      throw error("serve: cannot bind " + p.cfg.host + ":" + std::to_string(p.cfg.port));
-    p.bound_port = p.cfg.port;
-  }
-  // cpp-httplib 0.11 listens with a backlog of 5: a burst of clients (the load test's 64 connecting at
-  // once) overflows it and the kernel drops their handshakes. listen() again raises it on Linux.
-  if (p.listen_fd >= 0) ::listen(p.listen_fd, 1024);
+  raise_descriptor_limit();
+  http_observer obs;
+  obs.on_error = [&p](int status) { p.mets.http_error(status); };
+  obs.error_body = [&p](int status, const std::string& msg) { return p.error_json(status, msg); };
+  obs.on_response = [&p](const http_request& req, int status) {
+    if (status >= 400) p.mets.http_error(status);
+    if (p.cfg.log_requests)
+      std::fprintf(stderr, "%s %s -> %d\n", req.method.c_str(), req.path.c_str(), status);
+  };
+  p.http = std::make_unique<http_server>(
+      p.limits(),
+      [&p](http_request req, std::shared_ptr<http_exchange> ex) { p.route(std::move(req), std::move(ex)); },
+      std::move(obs));
+  p.bound_port = p.http->start(p.cfg.host, p.cfg.port);
   p.started = true;
   p.engine_thread = std::thread([&p] { p.engine_loop(); });
-  p.http_thread = std::thread([&p] { p.http.listen_after_bind(); });
 }
 
 void server::shutdown() {
@@ -829,27 +872,30 @@ void server::shutdown() {
   if (!p.started || p.stopped) return;
   p.stopped = true;
   p.shutting_down = true;
-  // Drain: in-flight requests finish (the listener keeps serving them, new ones get 503) ...
+  // Drain: in-flight requests finish (new ones get 503) ...
   const auto until = clock_type::now() + std::chrono::milliseconds(int64_t(p.cfg.drain_timeout_s * 1000));
   while (p.active.load() > 0 && clock_type::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  // ... and what is left is cancelled (finish_reason "abort").
+  // ... what is left is cancelled (finish_reason "abort") and gets a moment to tell its client ...
   if (p.active.load() > 0) {
     {
       std::lock_guard<std::mutex> l(p.in_m);
       p.cancel_all = true;
       p.in_cv.notify_one();
     }
-    const auto hard = clock_type::now() + std::chrono::seconds(5);
-    while (p.active.load() > 0 && clock_type::now() < hard)
+    const auto grace = clock_type::now() + std::chrono::seconds(1);
+    while (p.active.load() > 0 && clock_type::now() < grace)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  p.http.stop();
-  if (p.http_thread.joinable()) p.http_thread.join();
+  // ... then every connection is closed, whatever it is doing (a client that does not read its stream, an
+  // idle keep-alive, a header trickling in): the drain timeout is a deadline, not a hint.
+  p.http->close_connections();
+  p.join_workers();
+  p.http->stop();
   {
     std::lock_guard<std::mutex> l(p.in_m);
     p.stop_engine = true;
-    // Requests still in the engine (a client that never read its stream) are cancelled so the loop ends.
+    // Requests still in the engine are cancelled so the loop ends.
     p.cancel_all = true;
     p.in_cv.notify_one();
   }
@@ -867,6 +913,7 @@ engine_snapshot server::snapshot() const {
   std::lock_guard<std::mutex> l(impl_->snap_m);
   engine_snapshot s = impl_->snap;
   s.active_http = impl_->active.load();
+  s.connections = impl_->http ? int64_t(impl_->http->connections()) : 0;
   return s;
 }
 

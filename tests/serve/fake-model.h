@@ -1,32 +1,60 @@
-// fake_model: per token, an embedding of (token, position), then every cache layer in order: KDA layers
+// fake_model (tests only): a deterministic stand-in for the model that uses the hybrid memory exactly as the
+// real executor must (KDA state updated in place, latent rows written for new positions, all rows read back
+// for attention), so that any paging, prefix-cache, snapshot or scheduling bug changes the tokens it returns.
+// Its next token is a function of the whole token history; reference_next() computes the same function
+// from scratch with plain vectors and no cache: the independent oracle of the serve tests. The k-th fork
+// (1-based) of a request gets reference_next(prompt) + k (mod vocab) as its first token.
+// How it computes: per token, an embedding of (token, position), then every cache layer in order: KDA layers
 // run a short convolution and a decaying outer-product state read by a query (the shape of the real
 // recurrence, not its values); MLA layers write a latent row and an indexer row, and attend to the mean of
 // all rows so far. Floating-point work is done token by token in one fixed order, so the result is
 // bit-identical however the tokens are split into steps, as long as the caches hold the right values.
-#include "moxi/serve/fake-model.h"
+#pragma once
 
 #include <xxhash.h>
 
 #include <array>
+#include <cstdint>
+#include <map>
+#include <span>
 #include <vector>
 
 #include "moxi/base/error.h"
 #include "moxi/base/splitmix.h"
+#include "moxi/memory/hybrid-memory.h"
+#include "moxi/serve/model-runner.h"
 
 namespace moxi::serve {
 
-namespace {
+class fake_model final : public model_runner {
+ public:
+  fake_model(memory::hybrid_memory& memory, int32_t vocab_size);
 
-constexpr int D = fake_model::kHidden;
+  std::map<request_id, token_id> execute(const scheduler_output& step) override;
+  // The token after `history`, computed token by token from zero state without any cache.
+  token_id reference_next(std::span<const token_id> history) const;
+  int64_t tokens_computed() const { return tokens_computed_; }
+
+  static constexpr int kHidden = 8;  // width of the fake hidden state
+
+ private:
+  memory::hybrid_memory& memory_;
+  int32_t vocab_;
+  int64_t tokens_computed_ = 0;
+};
+
+namespace fake_model_detail {
+
+inline constexpr int D = fake_model::kHidden;
 using hidden = std::array<float, D>;
 using formats::attn_kind;
 using memory::cache_spec;
 
-float unit(uint64_t x) {
+inline float unit(uint64_t x) {
   return float(int64_t(moxi::splitmix64(x) >> 40) - (int64_t(1) << 23)) / float(1 << 23);
 }
 
-hidden embed(token_id t, int64_t pos) {
+inline hidden embed(token_id t, int64_t pos) {
   hidden h;
   for (int i = 0; i < D; ++i)
     h[size_t(i)] = unit(uint64_t(uint32_t(t)) * 131 + uint64_t(i)) + 0.001f * float(pos % 97);
@@ -34,7 +62,8 @@ hidden embed(token_id t, int64_t pos) {
 }
 
 // Shifts `in` into a [W-1, P] window (oldest row first) and returns in + a weighted sum of the window.
-void conv(float* window, int64_t rows, int64_t P, const std::vector<float>& in, std::vector<float>& out) {
+inline void conv(float* window, int64_t rows, int64_t P, const std::vector<float>& in,
+                 std::vector<float>& out) {
   out.assign(in.begin(), in.end());
   for (int64_t j = 0; j < P; ++j) {
     for (int64_t r = 0; r < rows; ++r) out[size_t(j)] += window[r * P + j] * (0.5f / float(r + 1));
@@ -43,7 +72,7 @@ void conv(float* window, int64_t rows, int64_t P, const std::vector<float>& in, 
   }
 }
 
-void kda_token(const cache_spec& s, int64_t layer, const memory::kda_state_view& st, hidden& h) {
+inline void kda_token(const cache_spec& s, int64_t layer, const memory::kda_state_view& st, hidden& h) {
   const int64_t P = s.kda_proj_dim(), H = s.kda_heads, K = s.kda_head_dim, W1 = s.kda_conv_kernel - 1;
   std::vector<float> xq(static_cast<size_t>(P)), xk(xq), xv(xq), q, k, v;
   for (int64_t j = 0; j < P; ++j) {
@@ -68,8 +97,8 @@ void kda_token(const cache_spec& s, int64_t layer, const memory::kda_state_view&
 
 // Fills this token's rows, adds them to the running sums of all rows so far (count of them) and mixes the
 // means into h.
-void mla_token(const cache_spec& s, int64_t layer, hidden& h, float* row, float* index_row, float* sum,
-               float* index_sum, int64_t count) {
+inline void mla_token(const cache_spec& s, int64_t layer, hidden& h, float* row, float* index_row, float* sum,
+                      float* index_sum, int64_t count) {
   for (int64_t j = 0; j < s.latent_width; ++j) {
     row[j] = h[size_t(j % D)] * (1.0f + 0.05f * float((j + layer) % 7));
     sum[j] += row[j];
@@ -85,19 +114,21 @@ void mla_token(const cache_spec& s, int64_t layer, hidden& h, float* row, float*
   }
 }
 
-token_id readout(const hidden& h, int32_t vocab) {
+inline token_id readout(const hidden& h, int32_t vocab) {
   return token_id(XXH3_64bits(h.data(), sizeof(float) * D) % uint64_t(vocab));
 }
 
-}  // namespace
+}  // namespace fake_model_detail
 
-fake_model::fake_model(memory::hybrid_memory& memory, int32_t vocab_size)
+using namespace fake_model_detail;  // NOLINT: the helpers above, for the members below
+
+inline fake_model::fake_model(memory::hybrid_memory& memory, int32_t vocab_size)
     : memory_(memory), vocab_(vocab_size) {
   const auto& s = memory.spec();
   MOXI_ASSERT(vocab_size > 0 && (s.num_mla_layers() == 0 || s.latent_width > 0));
 }
 
-std::map<request_id, token_id> fake_model::execute(const scheduler_output& step) {
+inline std::map<request_id, token_id> fake_model::execute(const scheduler_output& step) {
   const cache_spec& s = memory_.spec();
   std::map<request_id, token_id> next;
   std::vector<float> row(size_t(s.latent_width)), index_row(size_t(s.index_width));
@@ -143,7 +174,7 @@ std::map<request_id, token_id> fake_model::execute(const scheduler_output& step)
   return next;
 }
 
-token_id fake_model::reference_next(std::span<const token_id> history) const {
+inline token_id fake_model::reference_next(std::span<const token_id> history) const {
   const cache_spec& s = memory_.spec();
   MOXI_ASSERT(!history.empty());
   // Plain per-layer state: no slots, no blocks, no prefix cache.
