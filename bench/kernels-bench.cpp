@@ -17,11 +17,12 @@
 
 #include "moxi/base/error.h"
 #include "moxi/base/thread-pool.h"
-#include "moxi/kernels/matmul-dispatch.h"
-#include "moxi/kernels/mxfp4-dispatch.h"
+#include "moxi/kernels/backend.h"
 #include "moxi/kernels/ref/basic.h"
 #include "moxi/kernels/ref/mxfp4.h"
+#include "moxi/kernels/x86/backend.h"
 #include "moxi/kernels/x86/cpu.h"
+#include "moxi/kernels/x86/mxfp4-matmul.h"
 #include "moxi/kernels/x86/mxfp4-x86.h"
 
 namespace moxi::bench {
@@ -100,10 +101,11 @@ std::pair<double, std::string> compute_peak() {
 #if !defined(__x86_64__)
   return {0.0, "none (not x86-64)"};
 #else
-  // mxfp4_best_variant rather than the CPU flag: with MOXI_KERNELS=avx512_bf16 on an AMX CPU the GEMM
-  // issues VDPBF16PS, and its share is against that.
-  const bool amx = k::mxfp4_best_variant() == k::mxfp4_variant::AMX_BF16;
-  if (!amx && !k::mxfp4_supported(k::mxfp4_variant::AVX512_BF16)) return {0.0, "none (no AVX512-BF16)"};
+  // The default backend's variant rather than the CPU flag: with MOXI_KERNELS=avx512_bf16 on an AMX CPU the
+  // GEMM issues VDPBF16PS, and its share is against that.
+  const bool amx = k::x86::mxfp4_variant_of(k::default_backend()) == k::x86::mxfp4_variant::AMX_BF16;
+  if (!amx && !k::x86::mxfp4_supported(k::x86::mxfp4_variant::AVX512_BF16))
+    return {0.0, "none (no AVX512-BF16)"};
   thread_pool& pool = thread_pool::global();
   // A few milliseconds per rep either way: 6 tile multiplies (98,304 flop) or 24 VDPBF16PS (1,536 flop)
   // per iteration.
@@ -181,12 +183,12 @@ membw_result run_membw(double mib, int reps) {
 }
 
 // Dense BF16 weights (the engine's Linear layers, attention projections, shared experts, lm_head) through
-// kernels::matmul_bf16, timed like the MXFP4 GEMV.
+// the default backend's matmul_bf16, timed like the MXFP4 GEMV.
 gemv_result run_gemv_bf16(int64_t m, int64_t kk, int reps) {
   gemv_result r;
   r.m = m;
   r.k = kk;
-  r.variant = k::to_string(k::matmul_best_variant());
+  r.variant = k::default_backend().name();
   std::mt19937_64 gen(5);
   std::vector<uint16_t> w(size_t(m * kk));
   for (auto& v : w) v = uint16_t(0x3c00 + gen() % 0x0800);  // bf16 in [2^-7, 2^-6): finite, no NaN
@@ -197,12 +199,14 @@ gemv_result run_gemv_bf16(int64_t m, int64_t kk, int reps) {
   const std::vector<float> x = random_x(size_t(kk), 2);
   std::vector<float> y(static_cast<size_t>(m));
   membw_probe probe;
-  for (const auto& c : copies) k::matmul_bf16(x.data(), c.data(), nullptr, y.data(), 1, m, kk);
+  for (const auto& c : copies)
+    k::default_backend().matmul_bf16(x.data(), c.data(), nullptr, y.data(), 1, m, kk);
   std::vector<double> ms, bw, share;
   for (int rep = 0; rep < reps; ++rep) {
     bw.push_back(probe.sample_gbs());
     const auto t0 = clock_type::now();
-    for (const auto& c : copies) k::matmul_bf16(x.data(), c.data(), nullptr, y.data(), 1, m, kk);
+    for (const auto& c : copies)
+      k::default_backend().matmul_bf16(x.data(), c.data(), nullptr, y.data(), 1, m, kk);
     ms.push_back(seconds_since(t0) * 1e3 / r.copies);
     share.push_back(double(bytes) / (ms.back() * 1e-3) / 1e9 / bw.back());
   }
@@ -223,36 +227,36 @@ gemv_result run_gemv(int64_t m, int64_t kk, int reps, const std::string& format)
   gemv_result r;
   r.m = m;
   r.k = kk;
-  const k::mxfp4_variant v = k::mxfp4_best_variant();
-  r.variant = k::to_string(v);
+  const k::x86::mxfp4_variant v = k::x86::mxfp4_variant_of(k::default_backend());
+  r.variant = k::x86::to_string(v);
   const weights w = random_weights(m, kk, 1);
   const size_t bytes = w.blocks.size() + w.scales.size();
   r.weight_mib = double(bytes) / (1 << 20);
   // Enough copies that the rotation spans 4x the LLC: every call streams its weights from DRAM, as a
   // decode step does (each layer's weights are different).
   r.copies = int(std::max<size_t>(1, (4 * llc_bytes() + bytes - 1) / bytes));
-  std::vector<k::packed_mxfp4> packed;
+  std::vector<k::x86::packed_mxfp4> packed;
   for (int c = 0; c < r.copies; ++c)
-    packed.push_back(k::pack_mxfp4(w.blocks.data(), w.scales.data(), m, kk, v));
+    packed.push_back(k::x86::pack_mxfp4(w.blocks.data(), w.scales.data(), m, kk, v));
   const std::vector<float> x = random_x(size_t(kk), 2);
   std::vector<float> y(static_cast<size_t>(m));
   membw_probe probe;
   for (int c = 0; c < r.copies; ++c)
-    k::matmul_mxfp4(x.data(), packed[size_t(c)], y.data(), 1, k::act_quant::NONE);
+    k::x86::matmul_mxfp4(x.data(), packed[size_t(c)], y.data(), 1, k::act_quant::NONE);
   // The default GEMV and, where AVX512-VBMI gives it a cheaper decode, the older decode, interleaved.
-  k::mxfp4_options classic;
+  k::x86::mxfp4_options classic;
   classic.no_vbmi = true;
   // T = 1 runs the BF16 GEMV on AMX CPUs too (tiles pay only for a batch of tokens).
-  const bool vbmi =
-      (v == k::mxfp4_variant::AVX512_BF16 || v == k::mxfp4_variant::AMX_BF16) && k::x86::cpu().avx512_vbmi;
+  const bool vbmi = (v == k::x86::mxfp4_variant::AVX512_BF16 || v == k::x86::mxfp4_variant::AMX_BF16) &&
+                    k::x86::cpu().avx512_vbmi;
   std::vector<double> ms, classic_ms, bw, share;
   for (int rep = 0; rep < reps; ++rep) {
     bw.push_back(probe.sample_gbs());
     for (int variant = 0; variant < (vbmi ? 2 : 1); ++variant) {
       const auto t0 = clock_type::now();
       for (int c = 0; c < r.copies; ++c)
-        k::matmul_mxfp4(x.data(), packed[size_t(c)], y.data(), 1, k::act_quant::NONE,
-                        variant ? classic : k::mxfp4_options{});
+        k::x86::matmul_mxfp4(x.data(), packed[size_t(c)], y.data(), 1, k::act_quant::NONE,
+                             variant ? classic : k::x86::mxfp4_options{});
       (variant ? classic_ms : ms).push_back(seconds_since(t0) * 1e3 / r.copies);
     }
     share.push_back(double(bytes) / (ms.back() * 1e-3) / 1e9 / bw.back());
@@ -279,18 +283,18 @@ gemm_result run_gemm(int64_t m, int64_t kk, int64_t n, int reps) {
   r.m = m;
   r.k = kk;
   r.n = n;
-  const k::mxfp4_variant v = k::mxfp4_best_variant();
-  r.variant = k::to_string(v);
+  const k::x86::mxfp4_variant v = k::x86::mxfp4_variant_of(k::default_backend());
+  r.variant = k::x86::to_string(v);
   const weights w = random_weights(m, kk, 3);
-  const k::packed_mxfp4 packed = k::pack_mxfp4(w.blocks.data(), w.scales.data(), m, kk, v);
+  const k::x86::packed_mxfp4 packed = k::x86::pack_mxfp4(w.blocks.data(), w.scales.data(), m, kk, v);
   const std::vector<float> x = random_x(size_t(n * kk), 4);
   std::vector<float> y(size_t(n * m));
   std::tie(r.peak_gflops, r.peak_kind) = compute_peak();
-  k::matmul_mxfp4(x.data(), packed, y.data(), n, k::act_quant::NONE);
+  k::x86::matmul_mxfp4(x.data(), packed, y.data(), n, k::act_quant::NONE);
   std::vector<double> ms;
   for (int rep = 0; rep < reps; ++rep) {
     const auto t0 = clock_type::now();
-    k::matmul_mxfp4(x.data(), packed, y.data(), n, k::act_quant::NONE);
+    k::x86::matmul_mxfp4(x.data(), packed, y.data(), n, k::act_quant::NONE);
     ms.push_back(seconds_since(t0) * 1e3);
   }
   r.fast_ms = median(ms);
@@ -436,9 +440,10 @@ void add_gemv_bench(CLI::App& bench) {
                 thread_pool::global().size(), k::x86::cpu_features_string());
     std::printf("  weights %.1f MiB x %d copies rotated (> 4x LLC, every call reads DRAM)\n", r.weight_mib,
                 r.copies);
-    std::printf("  %-10s %9.3f ms  %7.2f GB/s of weights  = %5.1f %% of the read bandwidth sampled beside each "
-                "rep (median %.2f GB/s)\n",
-                "fast", r.fast_ms, r.weight_gbs, 100.0 * r.share_of_membw, r.membw_gbs);
+    std::printf(
+        "  %-10s %9.3f ms  %7.2f GB/s of weights  = %5.1f %% of the read bandwidth sampled beside each "
+        "rep (median %.2f GB/s)\n",
+        "fast", r.fast_ms, r.weight_gbs, 100.0 * r.share_of_membw, r.membw_gbs);
     if (r.classic_ms > 0)
       std::printf("  %-10s %9.3f ms  %7.2f GB/s (the decode without VBMI, same run)\n", "classic",
                   r.classic_ms, double(r.weight_mib) * (1 << 20) / (r.classic_ms * 1e-3) / 1e9);

@@ -1,7 +1,7 @@
 // End-to-end model benchmarks. The model is generated from the config with init_checkpoint (random
 // weights, BF16 floats, MXFP4 experts as configured), loaded once with the fast kernels; the reference
-// rate is measured on the same loaded model under kernels::ref_kernels_scope, and the roofline from the
-// bandwidth measured in this run, so every reported ratio comes from one run on one (noisy) machine.
+// rate is measured on the same loaded model under a kernels::backend_scope of the reference, and the roofline
+// from the bandwidth measured in this run, so every reported ratio comes from one run on one (noisy) machine.
 #include "bench/model-bench.h"
 
 #include <unistd.h>
@@ -20,8 +20,7 @@
 #include "moxi/base/error.h"
 #include "moxi/base/thread-pool.h"
 #include "moxi/formats/model-config.h"
-#include "moxi/kernels/matmul-dispatch.h"
-#include "moxi/kernels/mxfp4-dispatch.h"
+#include "moxi/kernels/backend.h"
 #include "moxi/model/init.h"
 #include "moxi/model/model.h"
 #include "moxi/model/plan.h"
@@ -53,8 +52,8 @@ double decode_seconds_per_token(const model::model& m, const std::vector<token_i
   model::forward_options fo;
   fo.last_only = true;
   m.forward(prompt, *cache, fo);
-  std::optional<kernels::ref_kernels_scope> ref;
-  if (ref_steps) ref.emplace();
+  std::optional<kernels::backend_scope> ref;
+  if (ref_steps) ref.emplace(kernels::reference());
   const auto t0 = clock_type::now();
   for (const auto tok : steps) m.forward(std::span(&tok, 1), *cache, fo);
   return seconds_since(t0) / double(steps.size());
@@ -166,8 +165,7 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
   r.mode = mode;
   r.config = o.config;
   r.threads = thread_pool::global().size();
-  r.mxfp4_variant = kernels::to_string(kernels::mxfp4_best_variant());
-  r.matmul_variant = kernels::to_string(kernels::matmul_best_variant());
+  r.backend = kernels::default_backend().name();
   r.prompt = o.prompt;
   r.tokens = mode == "decode" ? o.tokens : o.prompt;
 
@@ -228,7 +226,7 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
     r.ref_tokens = std::min(o.ref_tokens, o.prompt);
     double ref_s;
     {
-      kernels::ref_kernels_scope ref;
+      kernels::backend_scope ref(kernels::reference());
       ref_s = prefill_seconds_per_token(m, std::vector(prompt.begin(), prompt.begin() + r.ref_tokens), 1);
     }
     r.tokens_per_s = 1.0 / s;
@@ -246,8 +244,7 @@ void print(const model_bench_result& r, bool json) {
     nlohmann::json j = {{"bench", r.mode},
                         {"config", r.config},
                         {"threads", r.threads},
-                        {"mxfp4_variant", r.mxfp4_variant},
-                        {"matmul_variant", r.matmul_variant},
+                        {"backend", r.backend},
                         {"total_params", r.total_params},
                         {"active_params", r.active_params},
                         {"init_s", r.init_s},
@@ -273,17 +270,18 @@ void print(const model_bench_result& r, bool json) {
     std::printf("%s\n", j.dump().c_str());
     return;
   }
-  std::printf("%s bench: %s, %.3g B params (%.3g B active), %d threads, kernels mxfp4=%s dense=%s\n",
-              r.mode.c_str(), r.config.c_str(), r.total_params / 1e9, r.active_params / 1e9, r.threads,
-              r.mxfp4_variant.c_str(), r.matmul_variant.c_str());
+  std::printf("%s bench: %s, %.3g B params (%.3g B active), %d threads, kernels %s\n", r.mode.c_str(),
+              r.config.c_str(), r.total_params / 1e9, r.active_params / 1e9, r.threads, r.backend.c_str());
   std::printf("  init %.1f s, load %.1f s\n", r.init_s, r.load_s);
   if (r.mode == "decode") {
     std::printf("  decode after %lld-token prompt: %.2f tok/s (%.1f ms/token) over %lld steps\n",
                 (long long)r.prompt, r.tokens_per_s, r.ms_per_token, (long long)r.tokens);
-    std::printf("  roofline: %.2f GB/s (median of samples between segments) / %.1f MB per token = %.2f tok/s\n",
-                r.membw_gbs, r.bytes_per_token / 1e6, r.roofline_tokens_per_s);
-    std::printf("  -> %.0f %% of roofline (median over segments, each against the bandwidth sampled beside it)\n",
-                100 * r.share_of_roofline);
+    std::printf(
+        "  roofline: %.2f GB/s (median of samples between segments) / %.1f MB per token = %.2f tok/s\n",
+        r.membw_gbs, r.bytes_per_token / 1e6, r.roofline_tokens_per_s);
+    std::printf(
+        "  -> %.0f %% of roofline (median over segments, each against the bandwidth sampled beside it)\n",
+        100 * r.share_of_roofline);
     if (r.batch > 1)
       std::printf("  batch %lld (forward_batch): %.2f tok/s over all sequences = %.2fx batch 1\n",
                   (long long)r.batch, r.batch_tokens_per_s, r.batch_speedup);

@@ -1,7 +1,7 @@
 // `moxi bench decode | prefill --config FILE`: end-to-end tokens/s of a random-weight model generated from
 // the config (moxi::model::init_checkpoint into a temp dir), with the fast kernels and, in the same run,
-// the scalar reference (kernels::ref_kernels_scope); decode also as a share of its roofline = read
-// bandwidth measured in this run / bytes read per decoded token from the planner.
+// the scalar reference (a kernels::backend_scope of the reference); decode also as a share of its roofline =
+// read bandwidth measured in this run / bytes read per decoded token from the planner.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -20,8 +20,8 @@ struct model_bench_options {
 };
 
 struct model_bench_result {
-  std::string mode;  // "decode" or "prefill"
-  std::string config, mxfp4_variant, matmul_variant;
+  std::string mode;             // "decode" or "prefill"
+  std::string config, backend;  // backend: the kernel backend the fast path ran on
   int threads = 0;
   double total_params = 0, active_params = 0;
   double init_s = 0, load_s = 0;

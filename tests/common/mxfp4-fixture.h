@@ -1,4 +1,4 @@
-// Test scaffolding for the fast MXFP4 kernels (tests/kernels/mxfp4-fast-test.cpp, mxfp4-amx-test.cpp):
+// Test scaffolding for the MXFP4 kernels (tests/kernels/backend-ops-test.cpp, mxfp4-amx-test.cpp):
 // random MXFP4 weights and activations, the fp64 magnitude every rounding error is bounded by, and the
 // comparison of a kernel's output against ref::matmul_mxfp4 under that bound.
 //

@@ -1,6 +1,6 @@
 // moxi's fp32 exp (ref::exp_f32, kernels/ref/exp.h) against exp computed in fp64 by libm, and its 16-lane
 // AVX-512 form (x86::exp_avx512, the exp16 of kda-avx512.cpp) against the scalar one bit for bit. The KDA
-// twins are bit-identical to their references only because the two forms are (tests/kernels/kda-fast-test).
+// twins are bit-identical to their references only because the two forms are (tests/kernels/backend-ops-test).
 //
 // Inputs: a dense sweep of [-104, 89] in value, a strided sweep of every binade of it by bit pattern, every
 // float of ±[0.3, 0.4] (both sides of the range-reduction boundary ±ln2/2, where n steps from 0 to ±1) and

@@ -6,14 +6,15 @@
 //    code's two fp32 partial sums per column, TILELOADD/TILESTORED shapes, and the #UD/#GP conditions.
 // 2. The GEMM body on the emulator (with the scalar decode on any CPU, with the hardware path's AVX-512
 //    decode where AVX512-BF16 exists) against ref::matmul_mxfp4 with the bf16 GEMM's tolerance of
-//    mxfp4-fast-test.cpp, over N 1..300, K 32..4096 (across the 512 K-chunk), T 1..300 (across the 16-token
+//    backend-ops-test.cpp, over N 1..300, K 32..4096 (across the 512 K-chunk), T 1..300 (across the 16-token
 //    tiles, the 32-token steps and the 256-token block), all activation modes, special scales; the two
 //    decodes bit for bit; and the emulated AMX GEMM against the AVX-512-BF16 GEMM (same bf16 x, same exact
 //    weights: only fp32 summation order may differ).
-// 3. The same on the hardware tiles where cpu().amx_bf16 (skipped elsewhere), and the dispatcher's variant
-//    naming, support and MOXI_KERNELS caps.
+// 3. The same on the hardware tiles where cpu().amx_bf16 (skipped elsewhere); the AVX512-BF16 GEMM forced
+//    at every token count and the VBMI GEMV decode (x86 paths the backends' op tests cannot force); the
+//    variants' naming, support and MOXI_KERNELS caps.
 //
-// Tolerance (as mxfp4-fast-test.cpp), per output, mag = sum_k |x_k w_k| in fp64 on the activations the
+// Tolerance (as backend-ops-test.cpp), per output, mag = sum_k |x_k w_k| in fp64 on the activations the
 // kernel sees: x rounded to bf16: |err| <= (2^-8 + 2 (K+2) 2^-24) mag, nRMSE <= 4e-3; exact products (MXFP8
 // activations, or two paths on the same bf16 x): |err| <= 2 (K+2) 2^-24 mag.
 #include "moxi/base/mx.h"
@@ -34,10 +35,12 @@
 
 #include "common/mxfp4-fixture.h"
 #include "moxi/base/error.h"
-#include "moxi/kernels/mxfp4-dispatch.h"
+#include "moxi/kernels/backend.h"
 #include "moxi/kernels/ref/mxfp4.h"
 #include "moxi/kernels/x86/amx-emu.h"
+#include "moxi/kernels/x86/backend.h"
 #include "moxi/kernels/x86/cpu.h"
+#include "moxi/kernels/x86/mxfp4-matmul.h"
 #include "moxi/kernels/x86/mxfp4-x86.h"
 
 namespace {
@@ -45,9 +48,9 @@ namespace {
 namespace k = moxi::kernels;
 namespace x86 = moxi::kernels::x86;
 namespace mx = moxi::mx;
-using k::act_quant;
-using k::mxfp4_variant;
-using k::detail::amx_tiles;
+using x86::act_quant;
+using x86::mxfp4_variant;
+using x86::detail::amx_tiles;
 
 // ---- 1. the emulator ----
 
@@ -247,9 +250,9 @@ struct tiles_case {
 // The emulated paths this CPU can run (the scalar one always), plus the hardware where it exists.
 std::vector<tiles_case> available_tiles(bool with_hardware) {
   std::vector<tiles_case> v{{amx_tiles::EMULATED_SCALAR, "emulated, scalar decode"}};
-  if (k::mxfp4_supported(mxfp4_variant::AVX512_BF16))
+  if (x86::mxfp4_supported(mxfp4_variant::AVX512_BF16))
     v.push_back({amx_tiles::EMULATED, "emulated, avx512 decode"});
-  if (with_hardware && k::mxfp4_supported(mxfp4_variant::AMX_BF16))
+  if (with_hardware && x86::mxfp4_supported(mxfp4_variant::AMX_BF16))
     v.push_back({amx_tiles::HARDWARE, "hardware"});
   return v;
 }
@@ -278,8 +281,8 @@ void gemm_matches_ref(bool hardware) {
       for (const tiles_case& c : cases) {
         if (hardware != (c.tiles == amx_tiles::HARDWARE)) continue;
         std::vector<float> got(size_t(sh.T * sh.N), std::nanf(""));
-        k::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), got.data(), sh.T, sh.N, sh.K,
-                                    act, c.tiles);
+        x86::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), got.data(), sh.T, sh.N,
+                                      sh.K, act, c.tiles);
         const bool rounds = act == act_quant::NONE;
         expect_matches_ref(got, want, mag, sh.K, rounds,
                            std::string(c.name) + " T=" + std::to_string(sh.T) + " N=" + std::to_string(sh.N) +
@@ -298,7 +301,7 @@ TEST(Mxfp4Amx, EmulatedGemmMatchesRefOverManyShapes) {
 }
 
 TEST(Mxfp4Amx, HardwareGemmMatchesRefOverManyShapes) {
-  if (!k::mxfp4_supported(mxfp4_variant::AMX_BF16))
+  if (!x86::mxfp4_supported(mxfp4_variant::AMX_BF16))
     GTEST_SKIP() << "no AMX-BF16 on this CPU (" << x86::cpu_features_string()
                  << "): the hardware tiles are compiled but not run; the emulated tests cover the kernel";
   gemm_matches_ref(true);
@@ -320,8 +323,8 @@ TEST(Mxfp4Amx, SpecialScalesNanZeroAndExtremesMatchRef) {
     const std::vector<double> mag = magnitudes(x, w, T, N, K, act_quant::NONE);
     for (const tiles_case& c : available_tiles(true)) {
       std::vector<float> got(size_t(T * N));
-      k::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), got.data(), T, N, K,
-                                  act_quant::NONE, c.tiles);
+      x86::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), got.data(), T, N, K,
+                                    act_quant::NONE, c.tiles);
       for (int64_t t = 0; t < T; ++t) {
         EXPECT_TRUE(std::isnan(got[size_t(t * N + 2)])) << c.name;
         EXPECT_TRUE(std::isnan(got[size_t(t * N + 17)])) << c.name;
@@ -336,7 +339,7 @@ TEST(Mxfp4Amx, SpecialScalesNanZeroAndExtremesMatchRef) {
 // The hardware path's AVX-512 decode and bf16 conversion against their scalar twins: same tiles, same
 // order, so the whole GEMM must agree bit for bit (NaN rows included).
 TEST(Mxfp4Amx, Avx512AndScalarDecodeGiveBitIdenticalResults) {
-  if (!k::mxfp4_supported(mxfp4_variant::AVX512_BF16)) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  if (!x86::mxfp4_supported(mxfp4_variant::AVX512_BF16)) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
   for (const shape sh : {shape{3, 33, 160}, shape{40, 47, 1056}, shape{17, 300, 64}}) {
     weights w = random_weights(sh.N, sh.K, uint64_t(sh.N + sh.K));
     w.scales[1] = 255;
@@ -350,10 +353,10 @@ TEST(Mxfp4Amx, Avx512AndScalarDecodeGiveBitIdenticalResults) {
     x[3] = 1.0f + 0x1p-8f;  // a tie, rounded to even
     for (const act_quant act : {act_quant::NONE, act_quant::MXFP8_E4M3}) {
       std::vector<float> a(size_t(sh.T * sh.N)), b(size_t(sh.T * sh.N));
-      k::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), a.data(), sh.T, sh.N, sh.K, act,
-                                  amx_tiles::EMULATED);
-      k::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), b.data(), sh.T, sh.N, sh.K, act,
-                                  amx_tiles::EMULATED_SCALAR);
+      x86::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), a.data(), sh.T, sh.N, sh.K,
+                                    act, amx_tiles::EMULATED);
+      x86::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), b.data(), sh.T, sh.N, sh.K,
+                                    act, amx_tiles::EMULATED_SCALAR);
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
           << "T=" << sh.T << " N=" << sh.N << " K=" << sh.K;
     }
@@ -374,20 +377,20 @@ TEST(Mxfp4Amx, Avx512AndScalarDecodeGiveBitIdenticalResults) {
 // Emulated AMX against the AVX-512-BF16 GEMM: both round x to bf16 the same way and use exact weights and
 // exact products, so they may differ only by fp32 summation order.
 TEST(Mxfp4Amx, EmulatedGemmAgreesWithTheAvx512Bf16GemmToSummationOrder) {
-  if (!k::mxfp4_supported(mxfp4_variant::AVX512_BF16)) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
-  k::mxfp4_options gemm;
+  if (!x86::mxfp4_supported(mxfp4_variant::AVX512_BF16)) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  x86::mxfp4_options gemm;
   gemm.gemv_max_tokens = 0;
   for (const shape sh : {shape{5, 40, 64}, shape{33, 47, 1056}, shape{64, 64, 2048}, shape{200, 40, 320},
                          shape{2, 129, 3072}}) {
     const weights w = random_weights(sh.N, sh.K, uint64_t(sh.T + sh.N + sh.K));
     const std::vector<float> x = activations(size_t(sh.T * sh.K), uint64_t(sh.K));
     for (const act_quant act : {act_quant::NONE, act_quant::MXFP8_E5M2}) {
-      const k::packed_mxfp4 pw =
-          k::pack_mxfp4(w.blocks.data(), w.scales.data(), sh.N, sh.K, mxfp4_variant::AVX512_BF16);
+      const x86::packed_mxfp4 pw =
+          x86::pack_mxfp4(w.blocks.data(), w.scales.data(), sh.N, sh.K, mxfp4_variant::AVX512_BF16);
       std::vector<float> want(size_t(sh.T * sh.N)), got(size_t(sh.T * sh.N));
-      k::matmul_mxfp4(x.data(), pw, want.data(), sh.T, act, gemm);
-      k::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), got.data(), sh.T, sh.N, sh.K,
-                                  act, amx_tiles::EMULATED_SCALAR);
+      x86::matmul_mxfp4(x.data(), pw, want.data(), sh.T, act, gemm);
+      x86::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), got.data(), sh.T, sh.N, sh.K,
+                                    act, amx_tiles::EMULATED_SCALAR);
       const std::vector<double> mag = magnitudes(x, w, sh.T, sh.N, sh.K, act);
       const stats s = compare_to_ref(got, want, mag, order_bound(sh.K) * (1.0 + 0x1p-7));
       EXPECT_EQ(s.nan_mismatch, 0);
@@ -400,55 +403,127 @@ TEST(Mxfp4Amx, EmulatedGemmAgreesWithTheAvx512Bf16GemmToSummationOrder) {
 // the silicon's may differ in rounding only), and the dispatcher's public path (GEMM above the GEMV
 // threshold, the AVX512-BF16 GEMV at or below it, bit-identical to that variant's).
 TEST(Mxfp4Amx, HardwareAgreesWithTheEmulatorAndTheDispatcherUsesIt) {
-  if (!k::mxfp4_supported(mxfp4_variant::AMX_BF16)) {
-    EXPECT_THROW(k::detail::matmul_mxfp4_amx(nullptr, nullptr, nullptr, nullptr, 1, 1, 32, act_quant::NONE,
-                                             amx_tiles::HARDWARE),
+  if (!x86::mxfp4_supported(mxfp4_variant::AMX_BF16)) {
+    EXPECT_THROW(x86::detail::matmul_mxfp4_amx(nullptr, nullptr, nullptr, nullptr, 1, 1, 32, act_quant::NONE,
+                                               amx_tiles::HARDWARE),
                  moxi::error);
     GTEST_SKIP() << "no AMX-BF16 on this CPU (" << x86::cpu_features_string() << ")";
   }
-  EXPECT_EQ(k::mxfp4_best_variant(), mxfp4_variant::AMX_BF16);
+  EXPECT_EQ(x86::mxfp4_variant_of(k::default_backend()), mxfp4_variant::AMX_BF16);
   for (const shape sh : {shape{3, 33, 160}, shape{33, 47, 1056}, shape{200, 300, 4096}}) {
     const weights w = random_weights(sh.N, sh.K, uint64_t(sh.T + sh.N));
     const std::vector<float> x = activations(size_t(sh.T * sh.K), uint64_t(sh.K));
     std::vector<float> hw(size_t(sh.T * sh.N)), emu(size_t(sh.T * sh.N)), pub(size_t(sh.T * sh.N));
-    k::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), hw.data(), sh.T, sh.N, sh.K,
-                                act_quant::NONE, amx_tiles::HARDWARE);
-    k::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), emu.data(), sh.T, sh.N, sh.K,
-                                act_quant::NONE, amx_tiles::EMULATED);
+    x86::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), hw.data(), sh.T, sh.N, sh.K,
+                                  act_quant::NONE, amx_tiles::HARDWARE);
+    x86::detail::matmul_mxfp4_amx(x.data(), w.blocks.data(), w.scales.data(), emu.data(), sh.T, sh.N, sh.K,
+                                  act_quant::NONE, amx_tiles::EMULATED);
     const stats s = compare_to_ref(hw, emu, magnitudes(x, w, sh.T, sh.N, sh.K, act_quant::NONE),
                                    order_bound(sh.K) * (1.0 + 0x1p-7));
     EXPECT_EQ(s.nan_mismatch, 0);
     EXPECT_LE(s.worst_ratio, 1.0) << "T=" << sh.T << " N=" << sh.N << " K=" << sh.K;
-    const k::packed_mxfp4 pw = k::pack_mxfp4(w.blocks.data(), w.scales.data(), sh.N, sh.K);
+    const x86::packed_mxfp4 pw =
+        x86::pack_mxfp4(w.blocks.data(), w.scales.data(), sh.N, sh.K, mxfp4_variant::AMX_BF16);
     EXPECT_EQ(pw.variant(), mxfp4_variant::AMX_BF16);
-    k::mxfp4_options gemm;
+    x86::mxfp4_options gemm;
     gemm.gemv_max_tokens = 0;
-    k::matmul_mxfp4(x.data(), pw, pub.data(), sh.T, act_quant::NONE, gemm);
+    x86::matmul_mxfp4(x.data(), pw, pub.data(), sh.T, act_quant::NONE, gemm);
     EXPECT_EQ(pub, hw);
     // T <= 4 takes the AVX512-BF16 GEMV on AMX weights too.
     const int64_t t = std::min<int64_t>(sh.T, 4);
     std::vector<float> g1(size_t(t * sh.N)), g2(size_t(t * sh.N));
-    k::matmul_mxfp4(x.data(), pw, g1.data(), t, act_quant::NONE);
-    k::matmul_mxfp4(x.data(),
-                    k::pack_mxfp4(w.blocks.data(), w.scales.data(), sh.N, sh.K, mxfp4_variant::AVX512_BF16),
-                    g2.data(), t, act_quant::NONE);
+    x86::matmul_mxfp4(x.data(), pw, g1.data(), t, act_quant::NONE);
+    x86::matmul_mxfp4(
+        x.data(), x86::pack_mxfp4(w.blocks.data(), w.scales.data(), sh.N, sh.K, mxfp4_variant::AVX512_BF16),
+        g2.data(), t, act_quant::NONE);
     EXPECT_EQ(g1, g2);
   }
+}
+
+// The AVX512-BF16 GEMM forced for every T (the backends take it only above gemv_max_tokens) against
+// ref::matmul_mxfp4 with the bf16 bound, over the shapes above, all activation modes and special scales
+// (a NaN block, a zero block with scale 2^-127, huge and tiny scales).
+TEST(Mxfp4Amx, Avx512Bf16GemmMatchesRefAtEveryTokenCount) {
+  if (!x86::mxfp4_supported(mxfp4_variant::AVX512_BF16)) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  x86::mxfp4_options gemm;
+  gemm.gemv_max_tokens = 0;
+  std::vector<stats> seen(2);
+  for (const shape sh : kShapes) {
+    const weights w = random_weights(sh.N, sh.K, uint64_t(sh.T * 1000 + sh.N * 7 + sh.K));
+    const std::vector<float> x = activations(size_t(sh.T * sh.K), uint64_t(sh.N + sh.K));
+    const x86::packed_mxfp4 pw =
+        x86::pack_mxfp4(w.blocks.data(), w.scales.data(), sh.N, sh.K, mxfp4_variant::AVX512_BF16);
+    for (const act_quant act : {act_quant::NONE, act_quant::MXFP8_E4M3, act_quant::MXFP8_E5M2}) {
+      std::vector<float> want(size_t(sh.T * sh.N)), got(size_t(sh.T * sh.N), std::nanf(""));
+      k::ref::matmul_mxfp4(x.data(), w.blocks.data(), w.scales.data(), want.data(), sh.T, sh.N, sh.K, act);
+      x86::matmul_mxfp4(x.data(), pw, got.data(), sh.T, act, gemm);
+      const bool rounds = act == act_quant::NONE;
+      expect_matches_ref(got, want, magnitudes(x, w, sh.T, sh.N, sh.K, act), sh.K, rounds,
+                         "T=" + std::to_string(sh.T) + " N=" + std::to_string(sh.N) +
+                             " K=" + std::to_string(sh.K) + " act=" + std::to_string(int(act)),
+                         seen[rounds]);
+    }
+  }
+  print_worst(seen, {"avx512_bf16-gemm"});
+  const int64_t N = 20, K = 128, nb = K / 32;
+  for (const int64_t T : {1, 6}) {
+    weights w = random_weights(N, K, 3);
+    w.scales[size_t(2 * nb + 1)] = 0xFF;
+    for (int64_t j = 0; j < 16; ++j) w.blocks[size_t((5 * nb + 2) * 16 + j)] = 0;
+    w.scales[size_t(5 * nb + 2)] = 0x00;
+    for (int64_t b = 0; b < nb; ++b) w.scales[size_t(7 * nb + b)] = uint8_t(127 + 100);
+    for (int64_t b = 0; b < nb; ++b) w.scales[size_t(8 * nb + b)] = uint8_t(127 - 100);
+    const std::vector<float> x = activations(size_t(T * K), 5);
+    std::vector<float> want(size_t(T * N)), got(size_t(T * N));
+    k::ref::matmul_mxfp4(x.data(), w.blocks.data(), w.scales.data(), want.data(), T, N, K, act_quant::NONE);
+    x86::matmul_mxfp4(x.data(),
+                      x86::pack_mxfp4(w.blocks.data(), w.scales.data(), N, K, mxfp4_variant::AVX512_BF16),
+                      got.data(), T, act_quant::NONE, gemm);
+    for (int64_t t = 0; t < T; ++t) EXPECT_TRUE(std::isnan(got[size_t(t * N + 2)]));
+    const stats s =
+        compare_to_ref(got, want, magnitudes(x, w, T, N, K, act_quant::NONE), allowed_rel(K, true));
+    EXPECT_EQ(s.nan_mismatch, 0) << "T=" << T;
+    EXPECT_LE(s.worst_ratio, 1.0) << "T=" << T;
+  }
+}
+
+// The VBMI decode (VPERMI2B) and the widen/shift/ternary-logic decode give the GEMV the same bf16 weights in
+// the same VDPBF16PS order, so their outputs must be bit-identical (backend-ops-test holds the default one
+// against ref::matmul_mxfp4; this one pins them to each other, including ragged panels and NaN scales).
+TEST(Mxfp4Amx, VbmiGemvDecodeIsBitIdenticalToTheClassicDecode) {
+  if (!x86::mxfp4_supported(mxfp4_variant::AVX512_BF16) || !x86::cpu().avx512_vbmi)
+    GTEST_SKIP() << "no AVX512-BF16 + VBMI on this CPU";
+  x86::mxfp4_options classic;
+  classic.no_vbmi = true;
+  for (const int64_t N : {1, 17, 300})
+    for (const int64_t K : {32, 96, 4096})
+      for (int64_t T = 1; T <= 4; ++T) {
+        weights w = random_weights(N, K, uint64_t(N * 7 + K + T));
+        w.scales[0] = 255;  // a NaN block
+        const std::vector<float> x = activations(size_t(T * K), uint64_t(T + K));
+        const x86::packed_mxfp4 pw =
+            x86::pack_mxfp4(w.blocks.data(), w.scales.data(), N, K, mxfp4_variant::AVX512_BF16);
+        std::vector<float> a(size_t(T * N)), b(size_t(T * N));
+        x86::matmul_mxfp4(x.data(), pw, a.data(), T, act_quant::NONE);
+        x86::matmul_mxfp4(x.data(), pw, b.data(), T, act_quant::NONE, classic);
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+            << "N=" << N << " K=" << K << " T=" << T;
+      }
 }
 
 // ---- 3. dispatch ----
 
 TEST(Mxfp4Amx, VariantNameSupportAndDefault) {
-  EXPECT_STREQ(k::to_string(mxfp4_variant::AMX_BF16), "amx_bf16");
+  EXPECT_STREQ(x86::to_string(mxfp4_variant::AMX_BF16), "amx_bf16");
   const auto& f = x86::cpu();
-  EXPECT_EQ(k::mxfp4_supported(mxfp4_variant::AMX_BF16), f.avx512 && f.avx512_bf16 && f.amx_bf16);
+  EXPECT_EQ(x86::mxfp4_supported(mxfp4_variant::AMX_BF16), f.avx512 && f.avx512_bf16 && f.amx_bf16);
   if (std::getenv("MOXI_KERNELS") == nullptr) {
-    const mxfp4_variant best = k::mxfp4_best_variant();
-    EXPECT_EQ(best == mxfp4_variant::AMX_BF16, k::mxfp4_supported(mxfp4_variant::AMX_BF16));
+    const mxfp4_variant best = x86::mxfp4_variant_of(k::default_backend());
+    EXPECT_EQ(best == mxfp4_variant::AMX_BF16, x86::mxfp4_supported(mxfp4_variant::AMX_BF16));
   }
-  if (!k::mxfp4_supported(mxfp4_variant::AMX_BF16)) {
+  if (!x86::mxfp4_supported(mxfp4_variant::AMX_BF16)) {
     const weights w = random_weights(16, 32, 1);
-    EXPECT_THROW(k::pack_mxfp4(w.blocks.data(), w.scales.data(), 16, 32, mxfp4_variant::AMX_BF16),
+    EXPECT_THROW(x86::pack_mxfp4(w.blocks.data(), w.scales.data(), 16, 32, mxfp4_variant::AMX_BF16),
                  moxi::error);
   }
 }
@@ -457,21 +532,22 @@ TEST(Mxfp4Amx, VariantNameSupportAndDefault) {
 TEST(Mxfp4Amx, MoxiKernelsCapsTheVariant) {
   if (const char* env = std::getenv("MOXI_KERNELS")) {
     const std::string cap = env;
-    const mxfp4_variant best = k::mxfp4_best_variant();
+    const mxfp4_variant best = x86::mxfp4_variant_of(k::default_backend());
     if (cap == "ref") {
       EXPECT_EQ(best, mxfp4_variant::REF);
     }
     if (cap == "avx512_bf16") {
       EXPECT_NE(best, mxfp4_variant::AMX_BF16);
-      if (k::mxfp4_supported(mxfp4_variant::AVX512_BF16)) {
+      if (x86::mxfp4_supported(mxfp4_variant::AVX512_BF16)) {
         EXPECT_EQ(best, mxfp4_variant::AVX512_BF16);
       }
     }
     if (cap == "amx_bf16") {
-      const mxfp4_variant want = k::mxfp4_supported(mxfp4_variant::AMX_BF16)      ? mxfp4_variant::AMX_BF16
-                                 : k::mxfp4_supported(mxfp4_variant::AVX512_BF16) ? mxfp4_variant::AVX512_BF16
-                                 : k::mxfp4_supported(mxfp4_variant::AVX512)      ? mxfp4_variant::AVX512
-                                                                                  : mxfp4_variant::REF;
+      const mxfp4_variant want = x86::mxfp4_supported(mxfp4_variant::AMX_BF16) ? mxfp4_variant::AMX_BF16
+                                 : x86::mxfp4_supported(mxfp4_variant::AVX512_BF16)
+                                     ? mxfp4_variant::AVX512_BF16
+                                 : x86::mxfp4_supported(mxfp4_variant::AVX512) ? mxfp4_variant::AVX512
+                                                                               : mxfp4_variant::REF;
       EXPECT_EQ(best, want);
     }
     return;

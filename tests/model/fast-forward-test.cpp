@@ -1,10 +1,10 @@
 // The forward pass on the fast kernels against the scalar reference, on tiny random checkpoints of every
 // architecture. A model loaded with fast kernels (BF16 Linear weights, MXFP4 experts packed) and run under
-// kernels::ref_kernels_scope must equal, bit for bit, a model loaded and run as MOXI_KERNELS=ref does; run
-// fast it must stay within the tolerance below.
+// a kernels::backend_scope of the reference must equal, bit for bit, a model loaded and run as
+// MOXI_KERNELS=ref does; run fast it must stay within the tolerance below.
 //
 // Tolerance: every fast matmul has exact products and differs from ref only in fp32 summation order
-// (|err| <= 2 (K+2) 2^-24 sum|x w| per output, tests/kernels/matmul-fast-test.cpp, mxfp4-fast-test.cpp),
+// (|err| <= 2 (K+2) 2^-24 sum|x w| per output, tests/kernels/backend-ops-test.cpp),
 // but the MXFP8 activation fake-quant before each expert GEMM and the top-k routing are step functions: an
 // ulp-level change can move a value across a rounding boundary of an E4M3 block (one element changes by up
 // to 2^-4 relative) or swap two near-tied experts, so the logits' deviation is not bounded by the kernels'
@@ -22,7 +22,7 @@
 #include "common/model-fixture.h"
 #include "common/temp-dir.h"
 #include "moxi/formats/model-config.h"
-#include "moxi/kernels/matmul-dispatch.h"
+#include "moxi/kernels/backend.h"
 #include "moxi/model/model.h"
 
 namespace fs = std::filesystem;
@@ -60,14 +60,15 @@ TEST(FastForward, FastLoadedModelRunsTheReferenceBitForBitAndFastWithinTolerance
     const std::string ck = make_checkpoint(dir, cfg);
     std::optional<model::model> ref_model;
     {
-      kernels::ref_kernels_scope ref;  // loads exactly as MOXI_KERNELS=ref does (f32 weights, no packs)
+      kernels::backend_scope ref(
+          kernels::reference());  // loads exactly as MOXI_KERNELS=ref does (f32 weights, no packs)
       ref_model.emplace(model::model::load(ck));
     }
     const auto fast_model = model::model::load(ck);
     const auto tokens = random_tokens(40, fast_model.config().vocab_size, 3);
     std::vector<float> want, ref_of_fast;
     {
-      kernels::ref_kernels_scope ref;
+      kernels::backend_scope ref(kernels::reference());
       want = run(*ref_model, tokens, 33);
       ref_of_fast = run(fast_model, tokens, 33);
     }
@@ -85,8 +86,8 @@ TEST(FastForward, FastLoadedModelRunsTheReferenceBitForBitAndFastWithinTolerance
       sum_err += e;
     }
     const double mean_err = sum_err / double(got.size());
-    std::printf("%s: fast vs ref max err %.3g, mean err %.3g of max|ref| %.3g (fast kernels %s)\n", cfg,
-                max_err / max_ref, mean_err / max_ref, max_ref, kernels::fast_kernels() ? "on" : "off");
+    std::printf("%s: fast vs ref max err %.3g, mean err %.3g of max|ref| %.3g (kernels %s)\n", cfg,
+                max_err / max_ref, mean_err / max_ref, max_ref, kernels::active().name());
     EXPECT_LE(max_err, 1e-3 * max_ref);
     EXPECT_LE(mean_err, 1e-4 * max_ref);
   }

@@ -16,7 +16,7 @@
 #include "common/temp-dir.h"
 #include "moxi/base/error.h"
 #include "moxi/formats/model-config.h"
-#include "moxi/kernels/matmul-dispatch.h"
+#include "moxi/kernels/backend.h"
 #include "moxi/model/model.h"
 
 namespace fs = std::filesystem;
@@ -127,7 +127,7 @@ TEST(ForwardBatch, EqualsPerSequenceForwardOnEveryArchitecture) {
     for (int s = 0; s < 3; ++s) toks.push_back(random_tokens(80, vocab, uint64_t(100 + s)));
 
     {  // reference kernels: bit for bit
-      kernels::ref_kernels_scope ref;
+      kernels::backend_scope ref(kernels::reference());
       const auto m = model::model::load(ck);
       const auto want = run_alone(m, toks), got = run_batched(m, toks);
       EXPECT_TRUE(bit_equal(got, want)) << "rel " << rel_error(got, want);
@@ -135,8 +135,8 @@ TEST(ForwardBatch, EqualsPerSequenceForwardOnEveryArchitecture) {
     const auto m = model::model::load(ck);  // fast kernels where the CPU has them
     const auto want = run_alone(m, toks), got = run_batched(m, toks);
     const double rel = rel_error(got, want);
-    std::printf("%s: forward_batch vs per-sequence forward, rel %.3g (fast kernels %s)\n", cfg, rel,
-                kernels::fast_kernels() ? "on" : "off");
+    std::printf("%s: forward_batch vs per-sequence forward, rel %.3g (kernels %s)\n", cfg, rel,
+                kernels::active().name());
     EXPECT_LE(rel, 1e-5);
   }
 }

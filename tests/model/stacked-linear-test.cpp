@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "moxi/base/half.h"
-#include "moxi/kernels/matmul-dispatch.h"
+#include "moxi/kernels/backend.h"
 #include "moxi/model/layers/weights.h"
 
 namespace {
@@ -67,7 +67,7 @@ TEST(StackedLinear, PartsAreBitIdenticalToTheSeparateLayers) {
 }
 
 TEST(StackedLinear, PartsAreBitIdenticalOnTheReferenceKernels) {
-  moxi::kernels::ref_kernels_scope ref;
+  moxi::kernels::backend_scope ref(moxi::kernels::reference());
   expect_parts_equal_separate(false);
   expect_parts_equal_separate(true);
 }

@@ -6,23 +6,20 @@
 
 #include "moxi/base/error.h"
 #include "moxi/formats/model-config-validate.h"
-#include "moxi/kernels/matmul-dispatch.h"
-#include "moxi/kernels/ref/basic.h"
+#include "moxi/kernels/backend.h"
 #include "moxi/model/arch/registry.h"
 
 namespace moxi::model {
 
-namespace ref = kernels::ref;
-
 namespace {
 
-// The lm_head of a tied model: a BF16 copy of the embedding when fast kernels are on and the checkpoint
-// stores it as BF16 (the f32 values are widened bf16, so the top half of their bits is exact), else empty
-// (the head reads the f32 embedding).
+// The lm_head of a tied model: a BF16 copy of the embedding when the backend keeps BF16 weights and the
+// checkpoint stores it as BF16 (the f32 values are widened bf16, so the top half of their bits is exact),
+// else empty (the head reads the f32 embedding).
 linear tied_head(const formats::checkpoint& ckpt, const std::string& name, const std::vector<float>& embed,
                  int64_t V, int64_t d) {
   linear l;
-  if (!kernels::fast_kernels() || ckpt.view(name).type != dtype::BF16) return l;
+  if (!kernels::active().keeps_bf16_weights() || ckpt.view(name).type != dtype::BF16) return l;
   l.wb.resize(embed.size());
   for (size_t i = 0; i < embed.size(); ++i) {
     uint32_t bits;
@@ -90,7 +87,7 @@ std::vector<float> model::head(const float* h, int64_t T, bool last_only) const 
   std::vector<float> logits(size_t(rows * V));  // f32 [rows, vocab]
   // Tied and f32: the head is the embedding itself.
   if (head_.empty())
-    kernels::matmul(h + (T - rows) * d, embed_.data(), nullptr, logits.data(), rows, V, d);
+    kernels::active().matmul(h + (T - rows) * d, embed_.data(), nullptr, logits.data(), rows, V, d);
   else
     head_.apply(h + (T - rows) * d, logits.data(), rows);
   return logits;
@@ -110,7 +107,7 @@ std::vector<float> model::forward(std::span<const token_id> tokens, sequence_cac
     decoder_layer_forward_batch(layers_[i], config_, h.data(), T, std::span(&seg, 1), opts.dump,
                                 "layers." + std::to_string(i));
   cache.advance(T);
-  ref::rms_norm(h.data(), final_norm_.data(), h.data(), T, d, float(config_.rms_norm_eps));
+  kernels::active().rms_norm(h.data(), final_norm_.data(), h.data(), T, d, float(config_.rms_norm_eps));
   dump(opts.dump, "final_norm", {T, d}, h.data());
   if (opts.hidden) *opts.hidden = h;
   auto logits = head(h.data(), T, opts.last_only);
@@ -157,7 +154,7 @@ std::vector<std::vector<float>> model::forward_batch(std::span<const batch_item>
     hs.insert(hs.end(), h.begin() + first * d, h.begin() + (segs[s].begin + segs[s].T) * d);
   }
   const int64_t rows = int64_t(hs.size()) / d;
-  ref::rms_norm(hs.data(), final_norm_.data(), hs.data(), rows, d, float(config_.rms_norm_eps));
+  kernels::active().rms_norm(hs.data(), final_norm_.data(), hs.data(), rows, d, float(config_.rms_norm_eps));
   const auto logits = head(hs.data(), rows, false);
   int64_t r = 0;
   for (size_t s = 0; s < segs.size(); ++s) {
@@ -186,15 +183,16 @@ std::vector<float> model::mtp_forward(std::span<const float> hidden, std::span<c
   std::vector<float> cat(size_t(T * 2 * d));  // f32 [T, 2*hidden] = [enorm(emb(t_{i+1})) ; hnorm(h_i)]
   for (int64_t t = 0; t < T; ++t) {
     float* row = cat.data() + t * 2 * d;
-    ref::rms_norm(embed_.data() + int64_t(next_tokens[size_t(t)]) * d, m.enorm.data(), row, 1, d, eps);
-    ref::rms_norm(hidden.data() + t * d, m.hnorm.data(), row + d, 1, d, eps);
+    kernels::active().rms_norm(embed_.data() + int64_t(next_tokens[size_t(t)]) * d, m.enorm.data(), row, 1, d,
+                               eps);
+    kernels::active().rms_norm(hidden.data() + t * d, m.hnorm.data(), row + d, 1, d, eps);
   }
   std::vector<float> h(size_t(T * d));  // f32 [T, hidden]
   m.eh_proj.apply(cat.data(), h.data(), T);
   dump(opts.dump, name + ".eh_proj", {T, d}, h.data());
   decoder_layer_forward(m.block, config_, h.data(), T, cache, opts.dump, name);
   cache.advance_mtp(T);
-  ref::rms_norm(h.data(), m.head_norm.data(), h.data(), T, d, eps);
+  kernels::active().rms_norm(h.data(), m.head_norm.data(), h.data(), T, d, eps);
   dump(opts.dump, name + ".head_norm", {T, d}, h.data());
   if (opts.hidden) *opts.hidden = h;
   auto logits = head(h.data(), T, opts.last_only);

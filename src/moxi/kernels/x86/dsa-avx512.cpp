@@ -2,7 +2,7 @@
 // 16-key block is transposed once ([D][16], shared by every query and head); each lane then sums q_j[d] *
 // k_s[d] over d in order, applies std::max(dot, 0)'s comparison and adds w_j * relu over heads j in order:
 // the reference's operations in its order, without FMA contraction (-ffp-contract=off), so the scores are
-// bit-identical to it (tests/kernels/dsa-fast-test.cpp).
+// bit-identical to it (tests/kernels/backend-ops-test.cpp).
 //
 // Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq (kernels/CMakeLists.txt); called only after
 // kernels::x86::cpu() confirmed them. Only intrinsics and C headers are included; scratch comes from the

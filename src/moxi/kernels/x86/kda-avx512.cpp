@@ -3,7 +3,7 @@
 // two passes over each head's [K, V] state instead of four. Products and sums are separate instructions
 // (this file is built with -ffp-contract=off) and exp is exp16, the 16-lane form of ref::exp_f32 (the same
 // fp32 operations, its fmas explicit in both), so the result is bit-identical to the reference
-// (tests/kernels/kda-fast-test.cpp; exp16 alone: tests/kernels/exp-test.cpp).
+// (tests/kernels/backend-ops-test.cpp; exp16 alone: tests/kernels/exp-test.cpp).
 //
 // Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq (kernels/CMakeLists.txt); called only after
 // kernels::x86::cpu() confirmed them. Only intrinsics and C headers are included, and scratch comes from

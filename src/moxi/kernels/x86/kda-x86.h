@@ -1,12 +1,13 @@
-// Entry points of the AVX-512 KDA kernels (kda-avx512.cpp), for the dispatcher. Plain C++ (no intrinsics);
-// the caller owns the scratch so the AVX-512 translation unit instantiates no standard-library template.
+// Entry points of the AVX-512 KDA kernels (kda-avx512.cpp), for the x86 backend (backend.cpp). Plain C++ (no
+// intrinsics); the caller owns the scratch so the AVX-512 translation unit instantiates no standard-library
+// template.
 #pragma once
 
 #include <cstdint>
 
 namespace moxi::kernels::x86 {
 
-inline constexpr int64_t kKdaChunk = 64;  // = ref::kda_chunk_size (checked by the dispatcher)
+inline constexpr int64_t kKdaChunk = 64;  // = ref::kda_chunk_size (checked in backend.cpp)
 
 // As ref::kda_recurrent; delta f32 [V] scratch.
 void kda_recurrent_avx512(const float* q, const float* k, const float* v, const float* g, const float* beta,

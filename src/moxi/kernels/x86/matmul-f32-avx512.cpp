@@ -1,6 +1,6 @@
 // AVX-512 dense matmul y = x W^T (+ bias) for f32 or BF16-stored weights (widened to f32 in registers, so
 // every product is exact and only the fp32 summation order differs from ref::matmul / ref::matmul_bf16).
-// Compiled with AVX-512 F/BW/VL/DQ only; called by matmul-dispatch.cpp after CPUID confirmed support. Only
+// Compiled with AVX-512 F/BW/VL/DQ only; called by x86/backend.cpp after CPUID confirmed support. Only
 // intrinsics and <cstdint> are included, so no shared inline function gets an AVX-512 body.
 #if defined(__x86_64__)
 #include <immintrin.h>

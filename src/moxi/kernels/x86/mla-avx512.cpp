@@ -4,7 +4,7 @@
 // weighted sum of rows (each output element adds the rows in the same j order). Products and sums stay
 // separate instructions (this file is built with -ffp-contract=off), exp is the same libm call and the
 // running max keeps std::max's comparison, so the results are bit-identical to the reference
-// (tests/kernels/mla-fast-test.cpp).
+// (tests/kernels/backend-ops-test.cpp).
 //
 // Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq (kernels/CMakeLists.txt); called only after
 // kernels::x86::cpu() confirmed them. Only intrinsics, C headers and the plain entry-point header are

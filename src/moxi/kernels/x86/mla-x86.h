@@ -1,5 +1,6 @@
-// Entry points of the AVX-512 MLA attention (mla-avx512.cpp), for the dispatcher. Plain C++ (no intrinsics);
-// the caller owns the scratch so the AVX-512 translation unit instantiates no standard-library template.
+// Entry points of the AVX-512 MLA attention (mla-avx512.cpp), for the x86 backend (backend.cpp). Plain C++
+// (no intrinsics); the caller owns the scratch so the AVX-512 translation unit instantiates no
+// standard-library template.
 #pragma once
 
 #include <cstdint>

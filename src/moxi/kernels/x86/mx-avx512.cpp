@@ -5,7 +5,7 @@
 // integer q (VRNDSCALEPS; the reference's truncate-and-compare rule on the same exact n), the grid value
 // q * 2^(e - mbits) (exact: the value the reference's decode table holds for that code), saturation to the
 // largest finite value, the sign of y, and one fp32 product with the block scale. So the output is
-// bit-identical to mx::fake_quantize (tests/kernels/mx-fast-test.cpp).
+// bit-identical to mx::fake_quantize (tests/kernels/backend-ops-test.cpp).
 //
 // Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq (kernels/CMakeLists.txt); called only after
 // kernels::x86::cpu() confirmed them. Only intrinsics and the C integer header are included.

@@ -1,5 +1,5 @@
 // The packed MXFP4 weight layout shared by the x86 kernels, and their entry points. Plain C++ (no
-// intrinsics) so the dispatcher can include it; the kernels themselves live in translation units built with
+// intrinsics) so the baseline x86 backend code can include it; the kernels themselves live in translation units built with
 // their own -m flags and are only called after kernels::x86::cpu() says the CPU has those features.
 //
 // Packed layout ("panel-16"), built once at load by kernels::pack_mxfp4: rows are grouped in panels of 16

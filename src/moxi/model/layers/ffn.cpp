@@ -1,57 +1,17 @@
-// Dense MLP and MoE forward. Routed experts run batched per expert (gather the tokens routed to it, one
-// GEMM each for w1/w3/w2 on the packed MXFP4 weights, scatter-add with the routing weight); with fast
-// kernels the experts of a layer are one pool job split over threads by expert. The tests check it
+// Dense MLP and MoE forward. Routed experts run batched per expert in the kernel backend's moe_experts
+// (gather the tokens routed to it, one GEMM each for w1/w3/w2 on the packed MXFP4 weights, scatter-add
+// with the routing weight; a fast backend splits the experts of a layer over threads). The tests check it
 // against a per-token dense loop.
 #include "moxi/model/layers/ffn.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "moxi/base/thread-pool.h"
-#include "moxi/kernels/matmul-dispatch.h"
-#include "moxi/kernels/ref/basic.h"
+#include "moxi/kernels/backend.h"
 
 namespace moxi::model {
 
 namespace ref = kernels::ref;
-
-namespace {
-
-// Per-thread buffers of one expert's SwiGLU.
-struct expert_scratch {
-  std::vector<float> xin, g, u;
-};
-
-// Weight-streaming cost of an expert in token equivalents: at decode an expert's three matrices cost about
-// as much to read as a few tokens' multiply-adds (GEMV ~25 vs GEMM ~75 multiply-adds per ns and core).
-constexpr int64_t kExpertWeightTokens = 4;
-// Expert multiply-adds per thread below which one thread runs all experts (tiny models).
-constexpr int64_t kMinMoeMacsPerThread = int64_t(1) << 17;
-
-// Fused MoE dispatch: ONE pool job per MoE layer. The active experts are split statically over the threads
-// in expert order, balanced by cost (weights + tokens); each thread runs its experts whole, and the kernels
-// it calls run inline (a nested pool run does). Every expert's output is the same computation whichever
-// thread runs it, so the result does not depend on the thread count.
-template <class Run>
-void run_experts_fused(const std::vector<int64_t>& active,
-                       const std::vector<std::vector<std::pair<int64_t, float>>>& routed, int64_t F,
-                       int64_t W, const Run& run_expert) {
-  std::vector<int64_t> cum(active.size() + 1, 0);  // cumulative cost, in multiply-adds
-  for (size_t i = 0; i < active.size(); ++i)
-    cum[i + 1] = cum[i] + 3 * F * W * (kExpertWeightTokens + int64_t(routed[size_t(active[i])].size()));
-  const int64_t total = cum.back();
-  thread_pool::global().run_if(total, kMinMoeMacsPerThread, [&](int tid, int nt) {
-    thread_local expert_scratch s;
-    // Thread tid runs the experts whose cost midpoint falls in its share [tid, tid + 1) * total / nt.
-    for (size_t i = 0; i < active.size(); ++i) {
-      const int64_t mid2 = cum[i] + cum[i + 1];  // twice the midpoint
-      const int64_t owner = std::min<int64_t>(nt - 1, mid2 * nt / (2 * total));
-      if (owner == tid) run_expert(active[i], s);
-    }
-  });
-}
-
-}  // namespace
 
 swiglu_mlp swiglu_mlp::make(linear gate, linear up, linear down) {
   return {stacked_linear::stack({&gate, &up}), std::move(down)};
@@ -63,7 +23,7 @@ void swiglu_mlp::apply(const float* x, float* y, int64_t T) const {
   gate_up.apply(x, gu.data(), T);
   gate_up.extract(gu.data(), T, 0, g.data());
   gate_up.extract(gu.data(), T, 1, u.data());
-  ref::swiglu(g.data(), u.data(), g.data(), T * F);
+  kernels::active().swiglu(g.data(), u.data(), g.data(), T * F);
   down.apply(g.data(), y, T);
 }
 
@@ -117,13 +77,14 @@ void moe_forward(const moe_weights& w, const formats::model_config& c, const flo
                  const dump_sink* dump_to, const std::string& name) {
   const int64_t h = c.hidden_size, E = w.route.n_experts, K = w.route.top_k;
   const int64_t W = c.moe.expert_width(h), F = c.moe.intermediate_size;
+  const kernels::backend& be = kernels::active();
 
   // Router in fp32 on the full hidden state.
   std::vector<float> logits(size_t(T * E));  // f32 [T, E]
-  kernels::matmul(x, w.router.data(), nullptr, logits.data(), T, E, h);
+  be.matmul(x, w.router.data(), nullptr, logits.data(), T, E, h);
   std::vector<int32_t> sel(size_t(T * K));  // i32 [T, top_k]
   std::vector<float> wt(size_t(T * K));     // f32 [T, top_k]
-  ref::moe_route(logits.data(), w.router_bias.data(), w.route, sel.data(), wt.data(), T);
+  be.moe_route(logits.data(), w.router_bias.data(), w.route, sel.data(), wt.data(), T);
   if (dump_to && dump_to->wants(name + ".experts")) {
     std::vector<float> f(sel.begin(), sel.end());
     dump_to->put(name + ".experts", {T, K}, f.data());
@@ -137,59 +98,18 @@ void moe_forward(const moe_weights& w, const formats::model_config& c, const flo
     xl.resize(size_t(T * W));
     w.latent_down.apply(x, xl.data(), T);
     if (!w.latent_norm.empty())
-      ref::rms_norm(xl.data(), w.latent_norm.data(), xl.data(), T, W, float(c.rms_norm_eps));
+      be.rms_norm(xl.data(), w.latent_norm.data(), xl.data(), T, W, float(c.rms_norm_eps));
     xe = xl.data();
   }
 
-  // Tokens per expert, in token order, and the experts that have any, in expert order; expert e's output
-  // rows go to ys rows [row0[e], row0[e] + n_e).
+  // Tokens per expert, in token order; the backend runs the experts that have any and sums their weighted
+  // outputs into acc f32 [T, W].
   std::vector<std::vector<std::pair<int64_t, float>>> routed(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < K; ++j)
       routed[size_t(sel[size_t(t * K + j)])].push_back({t, wt[size_t(t * K + j)]});
-  std::vector<int64_t> active, row0(static_cast<size_t>(E), 0);
-  int64_t rows = 0;
-  for (int64_t e = 0; e < E; ++e)
-    if (!routed[size_t(e)].empty()) {
-      active.push_back(e);
-      row0[size_t(e)] = rows;
-      rows += int64_t(routed[size_t(e)].size());
-    }
-  std::vector<float> ys(size_t(rows * W));  // f32 [T * top_k, W] every routed expert output, unweighted
-
-  // One expert on the calling thread: gather its tokens, w1/w3, SwiGLU, w2 into its ys rows.
-  auto run_expert = [&](int64_t e, expert_scratch& s) {
-    const auto& list = routed[size_t(e)];
-    const int64_t n = int64_t(list.size());
-    s.xin.resize(size_t(n * W));
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(s.xin.data() + i * W, xe + list[size_t(i)].first * W, size_t(W) * sizeof(float));
-    s.g.resize(size_t(n * F));
-    s.u.resize(size_t(n * F));
-    const auto& ex = w.experts[size_t(e)];
-    ex.gate.apply(s.xin.data(), s.g.data(), n, w.expert_act);
-    ex.up.apply(s.xin.data(), s.u.data(), n, w.expert_act);
-    ref::swiglu(s.g.data(), s.u.data(), s.g.data(), n * F);
-    ex.down.apply(s.g.data(), ys.data() + row0[size_t(e)] * W, n, w.expert_act);
-  };
-  if (kernels::fast_kernels())
-    run_experts_fused(active, routed, F, W, run_expert);
-  else {
-    expert_scratch s;
-    for (const int64_t e : active) run_expert(e, s);
-  }
-
-  // Weighted scatter-add in expert order (the same order for every thread count).
-  std::vector<float> acc(size_t(T * W), 0.0f);  // f32 [T, W] weighted sum of expert outputs
-  for (const int64_t e : active) {
-    const auto& list = routed[size_t(e)];
-    for (size_t i = 0; i < list.size(); ++i) {
-      const auto [t, s] = list[i];
-      float* a = acc.data() + t * W;
-      const float* yr = ys.data() + (row0[size_t(e)] + int64_t(i)) * W;
-      for (int64_t d = 0; d < W; ++d) a[d] += s * yr[d];
-    }
-  }
+  std::vector<float> acc(size_t(T * W));
+  be.moe_experts({xe, T, W, F, w.experts, &routed, w.expert_act, acc.data()});
   if (!w.latent_up.empty())
     w.latent_up.apply(acc.data(), out, T);
   else

@@ -22,9 +22,8 @@ struct swiglu_mlp {
   void apply(const float* x, float* y, int64_t T) const;  // x, y f32 [T, hidden]
 };
 
-struct routed_expert {
-  expert_matrix gate, up, down;  // [F, W], [F, W], [W, F] with W the expert width (latent or hidden)
-};
+// gate, up, down: [F, W], [F, W], [W, F] with W the expert width (latent or hidden).
+using routed_expert = kernels::expert_weights;
 
 struct moe_weights {
   std::vector<float> router;       // f32 [E, hidden]

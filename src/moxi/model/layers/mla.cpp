@@ -1,6 +1,6 @@
 // MLA / Gated DSA forward in absorbed mode (DeepSeek-V3 model.py attn_impl "absorb"; DeepSeek-V3.2 Indexer
-// for the sparse path), composed from kernels/ref/mla.h and dsa.h. The expanded (MHA) mode is only in the
-// tests, as the independent reference this is checked against.
+// for the sparse path), composed from the kernel backend's MLA, DSA and RoPE ops (kernels/backend.h). The
+// expanded (MHA) mode is only in the tests, as the independent reference this is checked against.
 #include "moxi/model/layers/mla.h"
 
 #include <algorithm>
@@ -8,12 +8,7 @@
 #include <cstring>
 
 #include "moxi/base/error.h"
-#include "moxi/base/thread-pool.h"
-#include "moxi/kernels/dsa-dispatch.h"
-#include "moxi/kernels/matmul-dispatch.h"
-#include "moxi/kernels/mla-dispatch.h"
-#include "moxi/kernels/ref/basic.h"
-#include "moxi/kernels/ref/dsa.h"
+#include "moxi/kernels/backend.h"
 #include "moxi/kernels/ref/mla.h"
 
 namespace moxi::model {
@@ -22,9 +17,6 @@ namespace ref = kernels::ref;
 
 namespace {
 
-// Sparse-attention multiply-adds per thread below which splitting queries over the pool costs more than
-// it saves (docs/kernels-mxfp4.md "Thread-pool thresholds").
-constexpr int64_t kDsaMinWorkPerThread = int64_t(1) << 18;
 // Queries scored per indexer call: bounds the [block, S] score buffer at long context.
 constexpr int64_t kIndexerQueryBlock = 256;
 // DeepSeek-V3.2 Indexer: k_norm = LayerNorm(index_head_dim) with the torch default eps.
@@ -66,8 +58,7 @@ mla_weights load_mla(weight_loader& ld, const std::string& p) {
   w.kv_a_norm = ld.f32(p + ".kv_a_layernorm.weight", {L});
   // f32: the absorbed attention reads kv_b's weights directly, not through linear::apply.
   w.kv_b = ld.lin(p + ".kv_b_proj", H * (m.qk_nope_head_dim + m.v_head_dim), L, /*need_f32=*/true);
-  if (kernels::fast_kernels())
-    w.wuv_t = kernels::mla_transpose_uv(w.kv_b.w.data(), H, m.qk_nope_head_dim, m.v_head_dim, L);
+  w.wuv_t = kernels::active().pack_mla_uv(w.kv_b.w.data(), H, m.qk_nope_head_dim, m.v_head_dim, L);
   if (m.output_gate) add(MLA_GATE, ld.lin(p + ".g_proj", H * m.v_head_dim, h));
   w.o_proj = ld.lin(p + ".o_proj", h, H * m.v_head_dim);
   if (c.dsa) {
@@ -103,30 +94,6 @@ void mla_forward(const mla_weights& w, const formats::model_config& c, const flo
   mla_forward_batch(w, c, x, T, std::span(&seg, 1), layer, out, dump_to, name);
 }
 
-namespace {
-
-// Sparse absorbed attention of one sequence's T queries, split over the pool when it pays.
-void dsa_attention(const float* q_lat, const float* latent, const int32_t* idx, float* o_lat, int64_t T,
-                   int64_t S, int64_t H, int64_t L, int64_t Dr, int64_t k, float scale) {
-  const int64_t Wl = L + Dr;
-  // Split only when each thread gets enough work (queries x selected rows x heads x latent width).
-  if (kernels::fast_kernels() && T > 1 && T * k * H * Wl >= 2 * kDsaMinWorkPerThread) {
-    // Queries are independent here (each attends to its own selected rows, no positional mask), so
-    // splitting them over the pool is bit-identical to one call.
-    thread_pool::global().run([&](int tid, int nt) {
-      const range r = split_range(T, tid, nt);
-      if (r.begin < r.end)
-        kernels::mla_attention_absorbed_sparse(q_lat + r.begin * H * Wl, latent, idx + r.begin * k,
-                                               o_lat + r.begin * H * L, r.end - r.begin, S, H, L, Dr, k,
-                                               scale);
-    });
-  } else {
-    kernels::mla_attention_absorbed_sparse(q_lat, latent, idx, o_lat, T, S, H, L, Dr, k, scale);
-  }
-}
-
-}  // namespace
-
 void mla_forward_batch(const mla_weights& w, const formats::model_config& c, const float* x, int64_t R,
                        std::span<const seq_rows> segs, int64_t layer, float* out, const dump_sink* dump_to,
                        const std::string& name) {
@@ -134,6 +101,7 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
   const int64_t H = m.num_heads, Dn = m.qk_nope_head_dim, Dr = m.qk_rope_head_dim, Dv = m.v_head_dim;
   const int64_t L = m.kv_lora_rank, Dq = Dn + Dr, Wl = L + Dr;
   const float eps = float(c.rms_norm_eps);
+  const kernels::backend& be = kernels::active();
 
   // Every projection of x in one GEMV: f32 [R, in_proj.all.out]; part(p, dst) copies projection p out.
   std::vector<float> xin(size_t(R * w.in_proj.all.out));
@@ -146,7 +114,7 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
     const int64_t rq = *m.q_lora_rank;
     cq.resize(size_t(R * rq));
     part(MLA_Q, cq.data());
-    ref::rms_norm(cq.data(), w.q_a_norm.data(), cq.data(), R, rq, eps);
+    be.rms_norm(cq.data(), w.q_a_norm.data(), cq.data(), R, rq, eps);
     w.q_b.apply(cq.data(), q.data(), R);
   } else {
     part(MLA_Q, q.data());
@@ -169,7 +137,7 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
     // New latent rows [c_kv after kv_a_layernorm | k_pe] straight into the cache.
     for (int64_t t = 0; t < T; ++t) {
       const float* kr = kv.data() + (r0 + t) * Wl;
-      ref::rms_norm(kr, w.kv_a_norm.data(), st[i].rows.latent + t * Wl, 1, L, eps);
+      be.rms_norm(kr, w.kv_a_norm.data(), st[i].rows.latent + t * Wl, 1, L, eps);
       std::memcpy(st[i].rows.latent + t * Wl + L, kr + L, size_t(Dr) * sizeof(float));
     }
     if (!m.use_nope) {
@@ -177,12 +145,12 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
       for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = st[i].S0 + t;
       st[i].cos.resize(size_t(T * Dr / 2));
       st[i].sin.resize(size_t(T * Dr / 2));
-      ref::rope_cos_sin(pos.data(), w.inv_freq.data(), w.rope_attention_factor, st[i].cos.data(),
-                        st[i].sin.data(), T, Dr);
-      ref::rope_apply(q.data() + r0 * H * Dq + Dn, st[i].cos.data(), st[i].sin.data(), T, H, H * Dq, Dq, Dr,
-                      ref::RopeLayout::kInterleaved);
-      ref::rope_apply(st[i].rows.latent + L, st[i].cos.data(), st[i].sin.data(), T, 1, Wl, 0, Dr,
-                      ref::RopeLayout::kInterleaved);
+      be.rope_cos_sin(pos.data(), w.inv_freq.data(), w.rope_attention_factor, st[i].cos.data(),
+                      st[i].sin.data(), T, Dr);
+      be.rope_apply(q.data() + r0 * H * Dq + Dn, st[i].cos.data(), st[i].sin.data(), T, H, H * Dq, Dq, Dr,
+                    ref::RopeLayout::kInterleaved);
+      be.rope_apply(st[i].rows.latent + L, st[i].cos.data(), st[i].sin.data(), T, 1, Wl, 0, Dr,
+                    ref::RopeLayout::kInterleaved);
     }
   }
   dump(dump_to, name + ".q", {R, H, Dq}, q.data());
@@ -194,7 +162,7 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
   }
 
   std::vector<float> q_lat(size_t(R * H * Wl));  // f32 [R, H, L+Dr]
-  kernels::mla_absorb_q(q.data(), w.kv_b.w.data(), q_lat.data(), R, H, Dn, Dr, Dv, L);
+  be.mla_absorb_q(q.data(), w.kv_b.w.data(), q_lat.data(), R, H, Dn, Dr, Dv, L);
 
   std::vector<float> o_lat(size_t(R * H * L));  // f32 [R, H, L]
   if (w.indexer) {
@@ -205,7 +173,7 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
     iw.wq_b.apply(cq.data(), qI.data(), R);
     std::vector<float> kI(size_t(R * DI));  // f32 [R, DI] new index keys, copied into each cache below
     part(MLA_INDEX_K, kI.data());
-    ref::layer_norm(kI.data(), iw.k_norm_w.data(), iw.k_norm_b.data(), kI.data(), R, DI, kIndexerKeyNormEps);
+    be.layer_norm(kI.data(), iw.k_norm_w.data(), iw.k_norm_b.data(), kI.data(), R, DI, kIndexerKeyNormEps);
     std::vector<float> wts(size_t(R * HI));  // f32 [R, HI]
     part(MLA_INDEX_W, wts.data());
     const float wscale = float(1.0 / std::sqrt(double(HI)) / std::sqrt(double(DI)));
@@ -220,10 +188,9 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
       std::memcpy(keys, kI.data() + r0 * DI, size_t(T * DI) * sizeof(float));
       float* qIs = qI.data() + r0 * HI * DI;
       if (!m.use_nope) {  // half-split (NeoX) layout, rope dims first: traps 1 and 2 of the reference note
-        ref::rope_apply(qIs, st[i].cos.data(), st[i].sin.data(), T, HI, HI * DI, DI, Dr,
-                        ref::RopeLayout::kHalfSplit);
-        ref::rope_apply(keys, st[i].cos.data(), st[i].sin.data(), T, 1, DI, 0, Dr,
-                        ref::RopeLayout::kHalfSplit);
+        be.rope_apply(qIs, st[i].cos.data(), st[i].sin.data(), T, HI, HI * DI, DI, Dr,
+                      ref::RopeLayout::kHalfSplit);
+        be.rope_apply(keys, st[i].cos.data(), st[i].sin.data(), T, 1, DI, 0, Dr, ref::RopeLayout::kHalfSplit);
       }
       const mla_view view = segs[i].cache->mla(layer);
       const int64_t S = view.length;
@@ -233,35 +200,34 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
       for (int64_t t0 = 0; t0 < T; t0 += kIndexerQueryBlock) {
         const int64_t tb = std::min(kIndexerQueryBlock, T - t0), Sb = S0 + t0 + tb;
         scores.resize(size_t(tb * Sb));
-        kernels::indexer_scores(qIs + t0 * HI * DI, view.index_keys, wts.data() + (r0 + t0) * HI,
-                                scores.data(), tb, Sb, HI, DI);
-        ref::indexer_topk(scores.data(), idx.data() + t0 * k, tb, Sb, k);
+        be.indexer_scores(qIs + t0 * HI * DI, view.index_keys, wts.data() + (r0 + t0) * HI, scores.data(), tb,
+                          Sb, HI, DI);
+        be.indexer_topk(scores.data(), idx.data() + t0 * k, tb, Sb, k);
       }
       if (want_topk)  // padded to index_topk columns so that dumps of successive calls line up
         for (int64_t t = 0; t < T; ++t)
           for (int64_t j = 0; j < k; ++j)
             topk_dump[size_t((r0 + t) * d.index_topk + j)] = float(idx[size_t(t * k + j)]);
-      dsa_attention(q_lat.data() + r0 * H * Wl, view.latent, idx.data(), o_lat.data() + r0 * H * L, T, S, H,
-                    L, Dr, k, w.softmax_scale);
+      be.mla_attention_absorbed_sparse(q_lat.data() + r0 * H * Wl, view.latent, idx.data(),
+                                       o_lat.data() + r0 * H * L, T, S, H, L, Dr, k, w.softmax_scale);
     }
     if (want_topk) dump_to->put(name + ".topk", {R, d.index_topk}, topk_dump.data());
   } else {
     for (const auto& sg : segs) {
       const mla_view view = sg.cache->mla(layer);
-      kernels::mla_attention_absorbed(q_lat.data() + sg.begin * H * Wl, view.latent,
-                                      o_lat.data() + sg.begin * H * L, sg.T, view.length, H, L, Dr,
-                                      w.softmax_scale);
+      be.mla_attention_absorbed(q_lat.data() + sg.begin * H * Wl, view.latent,
+                                o_lat.data() + sg.begin * H * L, sg.T, view.length, H, L, Dr,
+                                w.softmax_scale);
     }
   }
 
   std::vector<float> o(size_t(R * H * Dv));  // f32 [R, H*Dv]
-  kernels::mla_unabsorb_o(o_lat.data(), w.kv_b.w.data(), w.wuv_t.empty() ? nullptr : w.wuv_t.data(), o.data(),
-                          R, H, Dn, Dv, L);
+  be.mla_unabsorb_o(o_lat.data(), w.kv_b.w.data(), w.wuv_t, o.data(), R, H, Dn, Dv, L);
   dump(dump_to, name + ".o", {R, H, Dv}, o.data());
   if (w.in_part[MLA_GATE] >= 0) {
     std::vector<float> g(size_t(R * H * Dv));
     part(MLA_GATE, g.data());
-    ref::mul_sigmoid(o.data(), g.data(), o.data(), R * H * Dv);
+    be.mul_sigmoid(o.data(), g.data(), o.data(), R * H * Dv);
     dump(dump_to, name + ".gated", {R, H, Dv}, o.data());
   }
   w.o_proj.apply(o.data(), out, R);

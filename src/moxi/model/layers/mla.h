@@ -35,7 +35,7 @@ struct mla_weights {
   linear q_b;                    // [H*(Dn+Dr), q_lora_rank] (q-LoRA), or empty
   std::vector<float> kv_a_norm;  // f32 [L]
   linear kv_b;                   // [H*(Dn+Dv), L]: per head W_UK (Dn rows) then W_UV (Dv rows)
-  std::vector<float> wuv_t;      // f32 [H, L, Dv] W_UV transposed for the fast unabsorb (empty under ref)
+  std::vector<float> wuv_t;      // W_UV as the loading backend packs it (pack_mla_uv), or empty
   linear o_proj;                 // [hidden, H*Dv]
   std::optional<indexer_weights> indexer;
   // RoPE tables (interleaved for MLA, half-split for the indexer), unused with mla_use_nope.

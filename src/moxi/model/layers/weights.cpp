@@ -1,6 +1,6 @@
 // Weight loading: name and shape checks with messages naming the tensor, dtype conversion to f32 once at
-// load (BF16 kept for fast Linear layers), FP8_BLOCK dequantization, MXFP4 expert views and packs, and the
-// expert GEMM paths (fast or reference, chosen per call by kernels::fast_kernels()).
+// load (BF16 kept where the kernel backend keeps it), FP8_BLOCK dequantization, MXFP4 expert views and the
+// backend's packs.
 #include "moxi/model/layers/weights.h"
 
 #include <algorithm>
@@ -11,8 +11,6 @@
 #include "moxi/base/half.h"
 #include "moxi/base/mx.h"
 #include "moxi/formats/convert.h"
-#include "moxi/kernels/matmul-dispatch.h"
-#include "moxi/kernels/ref/basic.h"
 #include "moxi/model/manifest.h"
 
 namespace moxi::model {
@@ -26,26 +24,13 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return o.str();
 }
 
-mx::elem_format act_format(act_quant aq) {
-  return aq == act_quant::MXFP8_E5M2 ? mx::elem_format::FP8_E5M2 : mx::elem_format::FP8_E4M3;
-}
-
-// x rounded to MXFP8 per 32-block of each row (the input of an MXFP4 GEMM), or x itself.
-const float* quantized_input(const float* x, int64_t T, int64_t K, act_quant aq, std::vector<float>& buf) {
-  if (aq == act_quant::NONE) return x;
-  MOXI_ASSERT(K % mx::kBlock == 0);
-  buf.resize(size_t(T * K));
-  mx::fake_quantize(act_format(aq), x, size_t(T * K), buf.data());
-  return buf.data();
-}
-
 }  // namespace
 
 void linear::apply(const float* x, float* y, int64_t T) const {
   if (!wb.empty())
-    kernels::matmul_bf16(x, wb.data(), nullptr, y, T, out, in);
+    kernels::active().matmul_bf16(x, wb.data(), nullptr, y, T, out, in);
   else
-    kernels::matmul(x, w.data(), nullptr, y, T, out, in);
+    kernels::active().matmul(x, w.data(), nullptr, y, T, out, in);
 }
 
 stacked_linear stacked_linear::stack(const std::vector<linear*>& parts) {
@@ -78,19 +63,6 @@ void stacked_linear::extract(const float* y, int64_t T, size_t i, float* dst) co
   const int64_t n = width(i);
   for (int64_t t = 0; t < T; ++t)
     std::memcpy(dst + t * n, y + t * all.out + offset[i], size_t(n) * sizeof(float));
-}
-
-void expert_matrix::apply(const float* x, float* y, int64_t T, act_quant aq) const {
-  if (packed()) {
-    if (fast && kernels::fast_kernels())
-      kernels::matmul_mxfp4(x, *fast, y, T, aq);
-    else
-      kernels::ref::matmul_mxfp4(x, blocks, scales, y, T, N, K, aq);
-    return;
-  }
-  // Same activation fake-quant as matmul_mxfp4, so both storages agree bit for bit (kernels/ref/mxfp4.h).
-  std::vector<float> xq;
-  kernels::matmul(quantized_input(x, T, K, aq, xq), f32.data(), nullptr, y, T, N, K);
 }
 
 act_quant activation_quant(const formats::model_config& c) {
@@ -149,7 +121,8 @@ std::vector<float> weight_loader::f32(const std::string& name, const std::vector
 linear weight_loader::lin(const std::string& prefix, int64_t out, int64_t in, bool need_f32) {
   linear l;
   const std::string name = prefix + ".weight";
-  if (!need_f32 && kernels::fast_kernels() && ckpt_.contains(name) && ckpt_.view(name).type == dtype::BF16) {
+  if (!need_f32 && kernels::active().keeps_bf16_weights() && ckpt_.contains(name) &&
+      ckpt_.view(name).type == dtype::BF16) {
     find(name, {out, in});
     read_.insert(name);
     const tensor_view v = ckpt_.view(name);
@@ -194,8 +167,7 @@ expert_matrix weight_loader::expert(const std::string& name, int64_t N, int64_t 
   } else {
     m.blocks = blocks;
     m.scales = scales;
-    if (kernels::fast_kernels() && kernels::mxfp4_best_variant() != kernels::mxfp4_variant::REF)
-      m.fast = std::make_shared<const kernels::packed_mxfp4>(kernels::pack_mxfp4(blocks, scales, N, K));
+    m.packed = kernels::active().pack_mxfp4(blocks, scales, N, K);
   }
   return m;
 }

@@ -1,8 +1,8 @@
 // Loading layer weights from a checkpoint, transformed once (ARCHITECTURE.md §2): float tensors are
-// converted to f32 at load (with fast kernels on, BF16 Linear weights stay BF16: half the bytes a decode
-// step streams, widened exactly in registers), MXFP4 routed experts stay in the checkpoint's mapping and,
-// with fast kernels on, are also packed once for kernels::matmul_mxfp4. Every matmul goes through the
-// kernel dispatch, which is the scalar reference under MOXI_KERNELS=ref or a kernels::ref_kernels_scope.
+// converted to f32 at load (where the active kernel backend keeps BF16 weights, BF16 Linear weights stay
+// BF16: half the bytes a decode step streams, widened exactly in registers), MXFP4 routed experts stay in the
+// checkpoint's mapping and are also packed once in the backend's layout where it has one. Every matmul runs
+// on kernels::active(), the scalar reference under MOXI_KERNELS=ref or a kernels::backend_scope of it.
 // Also the named-intermediate dump hook every layer writes into.
 #pragma once
 
@@ -16,12 +16,12 @@
 
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/model-config.h"
-#include "moxi/kernels/mxfp4-dispatch.h"
-#include "moxi/kernels/ref/mxfp4.h"
+#include "moxi/kernels/backend.h"
 
 namespace moxi::model {
 
-// A Linear layer y = x W^T, W [out, in] as HF stores it: f32, or (fast kernels, BF16 checkpoint) bf16 bits.
+// A Linear layer y = x W^T, W [out, in] as HF stores it: f32, or (a backend that keeps BF16 weights, BF16
+// checkpoint) bf16 bits.
 // Both give the same products: bf16 widens to f32 exactly.
 struct linear {
   std::vector<float> w;      // f32 [out, in], or empty when wb holds the weights
@@ -50,23 +50,11 @@ struct stacked_linear {
 };
 
 // How the MXFP4 GEMMs quantize their input rows (MODEL.md §4: activations MXFP8 E4M3 per 32-block).
-using act_quant = kernels::ref::act_quant;
+using act_quant = kernels::act_quant;
 
-// One routed-expert matrix W [N, K]: either f32, or MXFP4 blocks/scales viewed in the checkpoint mapping
-// (valid while the checkpoint lives; the model keeps it open).
-struct expert_matrix {
-  int64_t N = 0, K = 0;
-  std::vector<float> f32;           // f32 [N, K] when not packed
-  const uint8_t* blocks = nullptr;  // u8 [N, K/32, 16] when packed
-  const uint8_t* scales = nullptr;  // u8 [N, K/32]
-  // The same weights packed once at load for the fast kernel (null under MOXI_KERNELS=ref); shared so the
-  // struct stays copyable. The checkpoint view stays for the reference path (ref_kernels_scope).
-  std::shared_ptr<const kernels::packed_mxfp4> fast;
-  bool packed() const { return blocks != nullptr; }
-  // y f32 [T, N] = q(x) W^T with x f32 [T, K]; q = the activation fake-quant (applied on the f32 path too,
-  // so both storages compute the same function of the weights' values).
-  void apply(const float* x, float* y, int64_t T, act_quant aq) const;
-};
+// One routed-expert matrix (kernels/backend.h): f32, or MXFP4 in the checkpoint mapping (valid while the
+// checkpoint lives; the model keeps it open) with the loading backend's pack.
+using expert_matrix = kernels::expert_matrix;
 
 struct load_options {
   // Decode MXFP4 routed experts to f32 at load instead of keeping them packed (the reference the packed

@@ -1,7 +1,7 @@
-// MXFP4-weight matmul for the engine: weights packed once at load (`pack_mxfp4`), then `matmul_mxfp4`
-// runs the best kernel this CPU has (chosen once by CPUID; MOXI_KERNELS=ref forces the scalar reference)
-// on the global thread pool. Decode (few tokens) takes the memory-bound GEMV, prefill the BF16 GEMM (on
-// AMX tiles where the CPU has them).
+// The x86 backends' MXFP4-weight matmul: weights packed once at load (`pack_mxfp4`, through
+// backend::pack_mxfp4), then `matmul_mxfp4` runs the kernel of the pack's variant on the global thread pool.
+// Decode (few tokens) takes the memory-bound GEMV, prefill the BF16 GEMM (on AMX tiles where the CPU has
+// them). Each variant is one registered backend (x86/backend.cpp), named as to_string() names it.
 //
 // Variants and numerics against ref::matmul_mxfp4 (docs/kernels-mxfp4.md):
 //   REF          the scalar reference itself (bit-identical).
@@ -19,9 +19,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "moxi/kernels/backend.h"
 #include "moxi/kernels/ref/mxfp4.h"
 
-namespace moxi::kernels {
+namespace moxi::kernels::x86 {
 
 using ref::act_quant;
 
@@ -32,13 +33,8 @@ const char* to_string(mxfp4_variant v);
 // Whether this CPU (and OS) can run the variant. REF always can.
 bool mxfp4_supported(mxfp4_variant v);
 
-// The variant matmul_mxfp4 uses by default: the best supported one, chosen once per process. MOXI_KERNELS
-// = ref | avx512 | avx512_bf16 | amx_bf16 caps it (an unsupported request falls back to the best supported
-// below it).
-mxfp4_variant mxfp4_best_variant();
-
 // Weights in the layout of one variant, built once at load; opaque to callers. Movable, not copyable.
-class packed_mxfp4 {
+class packed_mxfp4 final : public packed_weights {
  public:
   packed_mxfp4() = default;
   packed_mxfp4(packed_mxfp4&&) = default;
@@ -47,7 +43,7 @@ class packed_mxfp4 {
   int64_t rows() const { return n_; }  // N
   int64_t cols() const { return k_; }  // K
   mxfp4_variant variant() const { return variant_; }
-  size_t bytes() const { return qs_.size() + sc_.size(); }
+  size_t bytes() const override { return qs_.size() + sc_.size(); }
 
  private:
   friend packed_mxfp4 pack_mxfp4(const uint8_t*, const uint8_t*, int64_t, int64_t, mxfp4_variant);
@@ -60,7 +56,7 @@ class packed_mxfp4 {
 // blocks u8 [N, K/32, 16], scales u8 [N, K/32] as in ref::matmul_mxfp4; K % 32 == 0. Throws moxi::error
 // for an unsupported variant.
 packed_mxfp4 pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t N, int64_t K,
-                        mxfp4_variant variant = mxfp4_best_variant());
+                        mxfp4_variant variant);
 
 struct mxfp4_options {
   int64_t gemv_max_tokens =
@@ -75,11 +71,6 @@ void matmul_mxfp4(const float* x,  // f32 [T, K]
                   const packed_mxfp4& w,
                   float* y,  // f32 [T, N]
                   int64_t T, act_quant act, const mxfp4_options& opt = {});
-
-// Convenience for callers holding only the checkpoint layout (tests, one-off calls): the REF variant runs
-// directly, others pack per call, an extra pass over W. Hot paths pack once with pack_mxfp4.
-void matmul_mxfp4(const float* x, const uint8_t* blocks, const uint8_t* scales, float* y, int64_t T,
-                  int64_t N, int64_t K, act_quant act);
 
 namespace detail {
 
@@ -99,4 +90,4 @@ void matmul_mxfp4_amx(const float* x, const uint8_t* blocks, const uint8_t* scal
 
 }  // namespace detail
 
-}  // namespace moxi::kernels
+}  // namespace moxi::kernels::x86

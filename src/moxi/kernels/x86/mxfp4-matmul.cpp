@@ -1,22 +1,22 @@
-// MXFP4 dispatch: variant choice (once), packing into the panel-16 layout, activation quantization and
+// x86 MXFP4 matmul: packing into the panel-16 layout, activation quantization and
 // bf16 conversion into grow-only per-thread scratch, and static partitioning of weight panels over the
 // global thread pool (each thread writes disjoint rows of y, so results do not depend on the schedule).
 // The AVX512_BF16 and AMX_BF16 GEMMs share one driver (run_bf16_gemm); the AMX one can also run on the
 // tile emulator (detail::matmul_mxfp4_amx), which is how it is tested on CPUs without AMX.
-#include "moxi/kernels/mxfp4-dispatch.h"
+#include "moxi/kernels/x86/mxfp4-matmul.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "moxi/base/error.h"
 #include "moxi/base/mx.h"
 #include "moxi/base/thread-pool.h"
-#include "moxi/kernels/mx-dispatch.h"
+#include "moxi/kernels/scratch.h"
+#include "moxi/kernels/x86/backend.h"
 #include "moxi/kernels/x86/cpu.h"
 #include "moxi/kernels/x86/mxfp4-x86.h"
 
-namespace moxi::kernels {
+namespace moxi::kernels::x86 {
 
 struct mxfp4_access {
   static x86::mxfp4_panels panels(const packed_mxfp4& w) { return {w.qs_.data(), w.sc_.data(), w.n_, w.k_}; }
@@ -48,26 +48,6 @@ struct mxfp4_access {
 };
 
 namespace {
-
-mxfp4_variant choose_variant() {
-  mxfp4_variant cap = mxfp4_variant::AMX_BF16;
-  if (const char* env = std::getenv("MOXI_KERNELS")) {
-    const std::string s = env;
-    if (s == "ref") cap = mxfp4_variant::REF;
-    if (s == "avx512") cap = mxfp4_variant::AVX512;
-    if (s == "avx512_bf16") cap = mxfp4_variant::AVX512_BF16;
-  }
-  for (mxfp4_variant v : {mxfp4_variant::AMX_BF16, mxfp4_variant::AVX512_BF16, mxfp4_variant::AVX512})
-    if (uint8_t(v) <= uint8_t(cap) && mxfp4_supported(v)) return v;
-  return mxfp4_variant::REF;
-}
-
-// Grow-only scratch per thread: steady-state calls allocate nothing.
-template <class T>
-T* scratch(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
 
 // Work per thread below which a pool hand-off costs more than the split saves (docs/kernels-mxfp4.md
 // "Thread-pool thresholds"): weights x tokens for the GEMV (~2 us of a thread's share of DRAM bandwidth,
@@ -102,7 +82,7 @@ void run_bf16_gemm(const float* x, const x86::mxfp4_panels& pw, float* y, int64_
     if (r.begin == r.end) return;
     const float* src = x + r.begin;
     if (xq) {
-      kernels::fake_quantize(act_format(act), src, size_t(r.end - r.begin), xq + r.begin);
+      x86::fake_quantize(act_format(act), src, size_t(r.end - r.begin), xq + r.begin);
       src = xq + r.begin;
     }
     if (kind == bf16_gemm::AMX_EMULATED_SCALAR)
@@ -166,11 +146,6 @@ bool mxfp4_supported(mxfp4_variant v) {
   return false;
 }
 
-mxfp4_variant mxfp4_best_variant() {
-  static const mxfp4_variant v = choose_variant();
-  return v;
-}
-
 packed_mxfp4 pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t N, int64_t K,
                         mxfp4_variant variant) {
   MOXI_ASSERT(K % mx::kBlock == 0 && N >= 0 && K >= 0);
@@ -209,7 +184,7 @@ void matmul_mxfp4(const float* x, const packed_mxfp4& w, float* y, int64_t T, ac
       const float* xx = x;
       if (act != act_quant::NONE) {
         float* xq = scratch(xq_buf, size_t(T * K));
-        kernels::fake_quantize(act_format(act), x, size_t(T * K), xq);
+        x86::fake_quantize(act_format(act), x, size_t(T * K), xq);
         xx = xq;
       }
       if (!bf16) {
@@ -233,16 +208,6 @@ void matmul_mxfp4(const float* x, const packed_mxfp4& w, float* y, int64_t T, ac
                 w.variant() == mxfp4_variant::AMX_BF16 ? bf16_gemm::AMX : bf16_gemm::AVX512_BF16);
 }
 
-void matmul_mxfp4(const float* x, const uint8_t* blocks, const uint8_t* scales, float* y, int64_t T,
-                  int64_t N, int64_t K, act_quant act) {
-  const mxfp4_variant v = mxfp4_best_variant();
-  if (v == mxfp4_variant::REF) {
-    ref::matmul_mxfp4(x, blocks, scales, y, T, N, K, act);
-    return;
-  }
-  matmul_mxfp4(x, pack_mxfp4(blocks, scales, N, K, v), y, T, act);
-}
-
 namespace detail {
 
 void matmul_mxfp4_amx(const float* x, const uint8_t* blocks, const uint8_t* scales, float* y, int64_t T,
@@ -264,4 +229,4 @@ void matmul_mxfp4_amx(const float* x, const uint8_t* blocks, const uint8_t* scal
 
 }  // namespace detail
 
-}  // namespace moxi::kernels
+}  // namespace moxi::kernels::x86

@@ -1,0 +1,17 @@
+// Grow-only scratch: a buffer (usually thread_local in the op that owns it) that is resized only when a call
+// needs more than any call before, so steady-state calls allocate nothing.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace moxi::kernels {
+
+// v's storage with room for at least n elements.
+template <class T>
+T* scratch(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+}  // namespace moxi::kernels

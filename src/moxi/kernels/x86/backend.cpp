@@ -1,0 +1,242 @@
+// The x86 backends: which ops have AVX-512 code, their per-thread grow-only scratch, and how each op splits
+// over the global thread pool (weight rows for the matmuls, (sequence, head) pairs for the KDA cores,
+// queries for the sparse attention, experts for the MoE; every split is static, so results do not depend
+// on the schedule). This file is built for baseline x86-64: it calls the AVX-512 translation units only
+// after cpu() has confirmed the features (available()), and they include no standard-library templates
+// (the scratch comes from here), so the linker can never pick an AVX-512 body of a shared inline function
+// for code that runs on other CPUs.
+#include "moxi/kernels/x86/backend.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "moxi/base/error.h"
+#include "moxi/base/thread-pool.h"
+#include "moxi/kernels/ref/kda.h"
+#include "moxi/kernels/scratch.h"
+#include "moxi/kernels/x86/cpu.h"
+#include "moxi/kernels/x86/kda-x86.h"
+#include "moxi/kernels/x86/mla-x86.h"
+#include "moxi/kernels/x86/mxfp4-matmul.h"
+
+namespace moxi::kernels::x86 {
+
+#if defined(__x86_64__)
+
+// matmul-f32-avx512.cpp: output columns [n0, n1) for all T tokens.
+void matmul_f32_avx512(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t N,
+                       int64_t K, int64_t n0, int64_t n1);
+void matmul_bf16w_avx512(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T, int64_t N,
+                         int64_t K, int64_t n0, int64_t n1);
+// dsa-avx512.cpp; kt scratch f32 [D * 16].
+void indexer_scores_avx512(const float* q, const float* k, const float* w, float* scores, int64_t T,
+                           int64_t S, int64_t HI, int64_t D, float* kt);
+// mx-avx512.cpp: x f32 [n], scales u8 [n / 32] from mx::block_scale.
+void fake_quantize_fp8_avx512(bool e4m3, const float* x, const uint8_t* scales, int64_t n, float* out);
+
+static_assert(kKdaChunk == ref::kda_chunk_size, "the AVX-512 chunked prefill must use the same chunks");
+
+namespace {
+
+// Multiply-adds per thread below which a pool hand-off costs more than the split saves (a few us against
+// ~15k MACs/us of a cached AVX-512 row, docs/kernels-mxfp4.md "Thread-pool thresholds"): router, small KDA
+// projections, every matmul of the tiny models.
+constexpr int64_t kMinMacsPerThread = int64_t(1) << 16;
+// Sparse-attention multiply-adds per thread below which splitting queries over the pool costs more than
+// it saves (docs/kernels-mxfp4.md "Thread-pool thresholds").
+constexpr int64_t kDsaMinWorkPerThread = int64_t(1) << 18;
+
+template <class Wt, class Kernel>
+void run_matmul(const float* x, const Wt* w, const float* bias, float* y, int64_t T, int64_t N, int64_t K,
+                Kernel kernel) {
+  if (T == 0 || N == 0) return;
+  thread_pool::global().run_if(T * N * K, kMinMacsPerThread, [&](int tid, int nt) {
+    const range r = split_range(N, tid, nt, 4);
+    if (r.begin < r.end) kernel(x, w, bias, y, T, N, K, r.begin, r.end);
+  });
+}
+
+// Scratch of the MLA twins for `rows` attended rows of width Wl.
+mla_avx512_scratch mla_scratch(int64_t rows, int64_t Wl) {
+  thread_local std::vector<float> qt, p;
+  thread_local std::vector<int64_t> idx;
+  return {scratch(qt, size_t(Wl * 16)), scratch(p, size_t(rows * 16)), scratch(idx, size_t(rows))};
+}
+
+class avx512_backend final : public backend {
+ public:
+  explicit avx512_backend(mxfp4_variant v) : v_(v) {}
+
+  const char* name() const override { return to_string(v_); }
+  bool available() const override { return mxfp4_supported(v_); }
+  bool supports(op o, wformat f) const override {
+    switch (o) {
+      case op::matmul:
+        return f == wformat::F32 || f == wformat::BF16;
+      case op::matmul_mxfp4:
+        return f == wformat::MXFP4;
+      case op::fake_quantize:
+      case op::kda_recurrent:
+      case op::kda_chunked:
+      case op::mla_absorb:
+      case op::mla_attention:
+      case op::mla_sparse:
+      case op::indexer_scores:
+      case op::moe_experts:  // its own thread split; the matmuls inside are this backend's
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  bool keeps_bf16_weights() const override { return true; }
+  std::shared_ptr<const packed_weights> pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t N,
+                                                   int64_t K) const override {
+    return std::make_shared<const packed_mxfp4>(x86::pack_mxfp4(blocks, scales, N, K, v_));
+  }
+  // W_UV of every head transposed, f32 [H, L, Dv]: uv[(h*L + l)*Dv + j] = W_UV_h[j][l] (row h*(Dn+Dv) + Dn
+  // + j of wkv_b), so the unabsorb loads 16 outputs' weights contiguously instead of gathering them with
+  // stride L (same values, same order: bit-identical).
+  std::vector<float> pack_mla_uv(const float* wkv_b, int64_t H, int64_t Dn, int64_t Dv,
+                                 int64_t L) const override {
+    std::vector<float> t(size_t(H * L * Dv));
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t j = 0; j < Dv; ++j) {
+        const float* row = wkv_b + (h * (Dn + Dv) + Dn + j) * L;
+        for (int64_t l = 0; l < L; ++l) t[size_t((h * L + l) * Dv + j)] = row[l];
+      }
+    return t;
+  }
+
+  void matmul(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t N,
+              int64_t K) const override {
+    run_matmul(x, w, bias, y, T, N, K, matmul_f32_avx512);
+  }
+  void matmul_bf16(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T, int64_t N,
+                   int64_t K) const override {
+    run_matmul(x, w, bias, y, T, N, K, matmul_bf16w_avx512);
+  }
+  // The kernel of the pack's variant (a pack made by another x86 backend runs as packed); weights without
+  // an x86 pack (loaded by the reference) run the reference.
+  void matmul_mxfp4(const float* x, const expert_matrix& w, float* y, int64_t T,
+                    act_quant act) const override {
+    if (const auto* p = dynamic_cast<const packed_mxfp4*>(w.packed.get()))
+      return x86::matmul_mxfp4(x, *p, y, T, act);
+    backend::matmul_mxfp4(x, w, y, T, act);
+  }
+  void fake_quantize(mx::elem_format f, const float* x, size_t n, float* out) const override {
+    x86::fake_quantize(f, x, n, out);
+  }
+
+  void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                     float scale, float* state, float* o, int64_t T, int64_t H, int64_t K,
+                     int64_t V) const override {
+    thread_local std::vector<float> delta;
+    kda_recurrent_avx512(q, k, v, g, beta, scale, state, o, T, H, K, V, scratch(delta, size_t(V)));
+  }
+  void kda_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                   float scale, float* state, float* o, int64_t T, int64_t H, int64_t K,
+                   int64_t V) const override {
+    const size_t C = size_t(ref::kda_chunk_size), Ks = size_t(K), Vs = size_t(V);
+    thread_local std::vector<double> G, GT;
+    thread_local std::vector<float> KT, Aqk, L, Wm, U, decay;
+    const kda_chunk_scratch w{scratch(G, C * Ks),  scratch(GT, Ks * C),   scratch(KT, Ks * C),
+                              scratch(Aqk, C * C), scratch(L, C * C),     scratch(Wm, C * Ks),
+                              scratch(U, C * Vs),  scratch(decay, C * Ks)};
+    kda_chunked_avx512(q, k, v, g, beta, scale, state, o, T, H, K, V, w);
+  }
+  void kda_cores(const kda_batch& b) const override { run_kda_cores(b, true); }
+
+  void mla_absorb_q(const float* q, const float* wkv_b, float* q_lat, int64_t T, int64_t H, int64_t Dn,
+                    int64_t Dr, int64_t Dv, int64_t L) const override {
+    mla_absorb_q_avx512(q, wkv_b, q_lat, T, H, Dn, Dr, Dv, L);
+  }
+  // From pack_mla_uv's layout; without it (weights loaded by the reference) the reference runs.
+  void mla_unabsorb_o(const float* o_lat, const float* wkv_b, std::span<const float> uv, float* o, int64_t T,
+                      int64_t H, int64_t Dn, int64_t Dv, int64_t L) const override {
+    if (uv.empty()) return backend::mla_unabsorb_o(o_lat, wkv_b, uv, o, T, H, Dn, Dv, L);
+    MOXI_ASSERT(int64_t(uv.size()) == H * L * Dv);
+    mla_unabsorb_o_avx512(o_lat, uv.data(), o, T, H, Dv, L);
+  }
+  void mla_attention_absorbed(const float* q_lat, const float* latent, float* o_lat, int64_t T, int64_t S,
+                              int64_t H, int64_t L, int64_t Dr, float scale) const override {
+    MOXI_ASSERT(S >= T);
+    mla_attention_absorbed_avx512(q_lat, latent, o_lat, T, S, H, L, Dr, scale, mla_scratch(S, L + Dr));
+  }
+  // Queries are independent here (each attends to its own selected rows, no positional mask), so splitting
+  // them over the pool, when each thread gets enough work, is bit-identical to one call.
+  void mla_attention_absorbed_sparse(const float* q_lat, const float* latent, const int32_t* indices,
+                                     float* o_lat, int64_t T, int64_t S, int64_t H, int64_t L, int64_t Dr,
+                                     int64_t topk, float scale) const override {
+    for (int64_t i = 0; i < T * topk; ++i)
+      MOXI_ASSERT(indices[i] < S, "sparse attention index past the latent cache");
+    const int64_t Wl = L + Dr;
+    auto rows = [&](int64_t t0, int64_t t1) {
+      mla_attention_absorbed_sparse_avx512(q_lat + t0 * H * Wl, latent, indices + t0 * topk,
+                                           o_lat + t0 * H * L, t1 - t0, H, L, Dr, topk, scale,
+                                           mla_scratch(topk, Wl));
+    };
+    if (T > 1 && T * topk * H * Wl >= 2 * kDsaMinWorkPerThread) {
+      thread_pool::global().run([&](int tid, int nt) {
+        const range r = split_range(T, tid, nt);
+        if (r.begin < r.end) rows(r.begin, r.end);
+      });
+    } else {
+      rows(0, T);
+    }
+  }
+  void indexer_scores(const float* q, const float* k, const float* w, float* scores, int64_t T, int64_t S,
+                      int64_t HI, int64_t D) const override {
+    MOXI_ASSERT(S >= T);
+    thread_local std::vector<float> kt;
+    indexer_scores_avx512(q, k, w, scores, T, S, HI, D, scratch(kt, size_t(D * 16)));
+  }
+
+  void moe_experts(const moe_batch& b) const override { run_moe_experts(b, true); }
+
+  mxfp4_variant variant() const { return v_; }
+
+ private:
+  mxfp4_variant v_;
+};
+
+}  // namespace
+
+void fake_quantize(mx::elem_format f, const float* x, size_t n, float* out) {
+  if (f == mx::elem_format::FP4_E2M1 || !cpu().avx512) return mx::fake_quantize(f, x, n, out);
+  MOXI_ASSERT(n % mx::kBlock == 0, "MX rows must be a multiple of the 32-element block");
+  thread_local std::vector<uint8_t> scales;
+  uint8_t* s = scratch(scales, n / mx::kBlock);
+  for (size_t b = 0; b < n / mx::kBlock; ++b) s[b] = mx::block_scale(f, x + b * mx::kBlock);
+  fake_quantize_fp8_avx512(f == mx::elem_format::FP8_E4M3, x, s, int64_t(n), out);
+}
+
+mxfp4_variant mxfp4_variant_of(const backend& b) {
+  const auto* x = dynamic_cast<const avx512_backend*>(&b);
+  return x ? x->variant() : mxfp4_variant::REF;
+}
+
+std::span<const backend* const> backends() {
+  static const avx512_backend avx512(mxfp4_variant::AVX512), bf16(mxfp4_variant::AVX512_BF16),
+      amx(mxfp4_variant::AMX_BF16);
+  static const backend* const all[] = {&avx512, &bf16, &amx};
+  return all;
+}
+
+#else
+
+mxfp4_variant mxfp4_variant_of(const backend&) {
+  return mxfp4_variant::REF;
+}
+
+void fake_quantize(mx::elem_format f, const float* x, size_t n, float* out) {
+  mx::fake_quantize(f, x, n, out);
+}
+
+std::span<const backend* const> backends() {
+  return {};
+}
+
+#endif
+
+}  // namespace moxi::kernels::x86

@@ -1,0 +1,26 @@
+// The x86 backends (x86/backend.cpp): AVX-512 ops for everything the contract has fast code for, one
+// backend per MXFP4 variant ("avx512", "avx512_bf16", "amx_bf16"; they differ only in the MXFP4 GEMV/GEMM),
+// registered after the reference in kernels/backend.cpp. Empty on other architectures.
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "moxi/base/mx.h"
+#include "moxi/kernels/backend.h"
+#include "moxi/kernels/x86/mxfp4-matmul.h"
+
+namespace moxi::kernels::x86 {
+
+// In order of preference.
+std::span<const backend* const> backends();
+
+// The MXFP4 variant an x86 backend runs (benchmarks pack for it); REF for any other backend.
+mxfp4_variant mxfp4_variant_of(const backend& b);
+
+// mx::fake_quantize(f, x, n, out) with the AVX-512 twin for the FP8 formats where the CPU has AVX-512
+// (bit-identical: block scales by mx::block_scale, the elements' RNE rounding in vector form), else
+// mx::fake_quantize itself. The MXFP4 GEMV and GEMM quantize their inputs with it.
+void fake_quantize(mx::elem_format f, const float* x, size_t n, float* out);
+
+}  // namespace moxi::kernels::x86
