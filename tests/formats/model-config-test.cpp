@@ -63,7 +63,7 @@ TEST(ModelConfigTest, EveryShippedConfigParses) {
     ASSERT_NO_THROW(c = load_model_config(entry.path().string()));
     EXPECT_EQ(c.source, entry.path().string());
     EXPECT_EQ(int64_t(c.layer_attn.size()), c.num_layers);
-    EXPECT_EQ(c.num_kda_layers() + c.num_mla_layers(), c.num_layers);
+    EXPECT_EQ(c.num_kda_layers() + c.num_mla_layers() + c.num_swa_layers(), c.num_layers);
     ++n;
   }
   EXPECT_GE(n, 6);

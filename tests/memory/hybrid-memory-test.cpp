@@ -27,6 +27,21 @@ cache_spec hybrid_spec() {
   return s;
 }
 
+// KDA, sliding-window and MLA layers; and sliding-window layers as the only state.
+cache_spec swa_hybrid_spec() {
+  cache_spec s = hybrid_spec();
+  s.layers = {attn_kind::KDA, attn_kind::SWA, attn_kind::MLA, attn_kind::SWA};
+  s.swa_window = 5;
+  s.swa_kv_dim = 3;
+  return s;
+}
+
+cache_spec swa_mla_spec() {
+  cache_spec s = swa_hybrid_spec();
+  s.layers = {attn_kind::SWA, attn_kind::MLA};
+  return s;
+}
+
 cache_spec mla_spec() {
   cache_spec s = hybrid_spec();
   s.layers = {attn_kind::MLA, attn_kind::MLA};
@@ -63,6 +78,16 @@ void fake_forward(hybrid_memory& m, seq_id s, std::span<const token_id> tokens, 
           idx[size_t(i * spec.index_width + j)] = -float(tokens[size_t(pos + i)]) - 0.1f * float(j);
       }
       m.write_latents(s, int64_t(l), pos, n, lat.data(), idx.data());
+    } else if (spec.layers[l] == attn_kind::SWA) {
+      // A ring: position p's row (p % window) holds values of token p and p.
+      float* ring = m.state(s, int64_t(l));
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t p = pos + i, row = p % spec.swa_window;
+        for (int64_t j = 0; j < spec.swa_kv_dim; ++j) {
+          ring[row * spec.swa_kv_dim + j] = float(tokens[size_t(p)]) + 0.5f * float(j);
+          ring[(spec.swa_window + row) * spec.swa_kv_dim + j] = float(p) - float(j);
+        }
+      }
     } else {
       auto st = m.kda(s, int64_t(l));
       for (int64_t i = 0; i < n; ++i) {
@@ -111,6 +136,63 @@ TEST(CacheSpec, FromTheTinyKimiLinearConfig) {
   EXPECT_EQ(s.bytes_per_state_slot(),
             size_t(s.num_kda_layers() * (3 * s.conv_floats() + s.recurrent_floats())) * sizeof(float));
   EXPECT_EQ(s.bytes_per_block(16), size_t(s.num_mla_layers() * 16 * s.latent_width) * sizeof(float));
+}
+
+TEST(CacheSpec, FromTheTinyHybridSwaConfig) {
+  const auto c = formats::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-hybrid-swa.json");
+  const auto s = cache_spec::from_config(c);
+  ASSERT_EQ(s.layers.size(), size_t(c.num_layers + c.num_mtp_layers));
+  EXPECT_EQ(s.num_swa_layers(), 2);
+  EXPECT_EQ(s.num_kda_layers(), 2);
+  EXPECT_EQ(s.num_mla_layers(), 3);  // 2 + the MTP layer
+  EXPECT_EQ(s.num_state_layers(), 4);
+  EXPECT_EQ(s.num_paged_layers(), 3);
+  // The ring: window rows of keys and of values, KV heads x head_dim floats each.
+  EXPECT_EQ(s.state_floats(attn_kind::SWA), 2 * c.swa->window * c.swa->num_kv_heads * c.swa->head_dim);
+  EXPECT_EQ(s.bytes_per_state_slot(), size_t(2 * (3 * s.conv_floats() + s.recurrent_floats()) +
+                                             2 * 2 * c.swa->window * c.swa->num_kv_heads * c.swa->head_dim) *
+                                          sizeof(float));
+  EXPECT_EQ(s.bytes_per_block(16), size_t(3 * 16 * s.token_floats()) * sizeof(float));
+}
+
+TEST(PrefixCache, SlidingWindowRingIsSnapshottedAndRestoredBitExactly) {
+  for (const auto& spec : {swa_hybrid_spec(), swa_mla_spec()}) {
+    SCOPED_TRACE(spec.layers.size());
+    hybrid_memory m(spec, opts(32));
+    // A ring is a state: without an exact snapshot no prefix may be reused, so steps end on blocks.
+    EXPECT_TRUE(m.wants_block_aligned_steps());
+    std::mt19937 rng(9);
+    std::vector<token_id> a(23);
+    for (auto& t : a) t = token_id(rng() % 1000);
+    const seq_id s = m.admit(m.find_prefix(a), 0);
+    step(m, s, a, 4);
+    step(m, s, a, 8);  // 12: two block boundaries crossed, a snapshot at 12
+    const auto at12 = state_bytes(m, s);
+    step(m, s, a, 9);  // 21: the ring has wrapped past what it held at 12
+    ASSERT_NE(state_bytes(m, s), at12);
+    m.free(s);
+
+    auto b = a;
+    b.resize(13);
+    const auto hit = m.find_prefix(b);
+    ASSERT_EQ(hit.num_tokens, 12);
+    const seq_id t = m.admit(hit, 1);
+    EXPECT_EQ(state_bytes(m, t), at12);
+    // Equal to computing the 12 tokens from scratch one by one (the ring wraps differently per step).
+    hybrid_memory fresh(spec, opts(32, 4, 0));
+    EXPECT_EQ(fresh.find_prefix(a).num_tokens, 0);  // no snapshots: no reuse
+    const seq_id u = fresh.admit(fresh.find_prefix(a), 0);
+    for (int i = 0; i < 12; ++i) step(fresh, u, a, 1);
+    EXPECT_EQ(state_bytes(fresh, u), at12);
+    // A fork copies the ring.
+    const auto f = m.fork(t);
+    ASSERT_TRUE(f);
+    EXPECT_EQ(state_bytes(m, *f), state_bytes(m, t));
+    m.free(*f);
+    fresh.free(u);
+    m.free(t);
+    expect_baseline(m);
+  }
 }
 
 TEST(PrefixCache, SamePrefixSameBlocksDifferentSuffixDiverges) {

@@ -144,7 +144,8 @@ TEST(Init, Mxfp4ExpertsAreTheCodecOfTheInitValues) {
 
 TEST(Init, PlannerBytesEqualTheWrittenCheckpoint) {
   moxi::testing::temp_dir t;
-  for (const char* cfg : {"tiny-seed.json", "tiny-kimi-linear.json", "tiny-deepseek-v3.2.json"}) {
+  for (const char* cfg :
+       {"tiny-seed.json", "tiny-kimi-linear.json", "tiny-deepseek-v3.2.json", "tiny-hybrid-swa.json"}) {
     const auto c = formats::load_model_config(config_path(cfg));
     const std::string out = t / cfg;
     model::init_checkpoint(c, out, quiet(1, 2));

@@ -51,7 +51,8 @@ std::vector<float> run(const model::model& m, const std::vector<token_id>& token
   return out;
 }
 
-const char* const kConfigs[] = {"tiny-seed.json", "tiny-kimi-linear.json", "tiny-deepseek-v3.2.json"};
+const char* const kConfigs[] = {"tiny-seed.json", "tiny-kimi-linear.json", "tiny-deepseek-v3.2.json",
+                                "tiny-hybrid-swa.json"};
 
 TEST(FastForward, FastLoadedModelRunsTheReferenceBitForBitAndFastWithinTolerance) {
   scratch_dir dir;

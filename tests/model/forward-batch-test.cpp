@@ -115,7 +115,8 @@ bool bit_equal(const logits_by_step& a, const logits_by_step& b) {
   return true;
 }
 
-const char* const kConfigs[] = {"tiny-seed.json", "tiny-kimi-linear.json", "tiny-deepseek-v3.2.json"};
+const char* const kConfigs[] = {"tiny-seed.json", "tiny-kimi-linear.json", "tiny-deepseek-v3.2.json",
+                                "tiny-hybrid-swa.json"};
 
 TEST(ForwardBatch, EqualsPerSequenceForwardOnEveryArchitecture) {
   scratch_dir dir;

@@ -105,7 +105,8 @@ std::vector<float> run_pieces(const model::model& m, const std::vector<token_id>
   return out;
 }
 
-const char* const kConfigs[] = {"tiny-seed.json", "tiny-kimi-linear.json", "tiny-deepseek-v3.2.json"};
+const char* const kConfigs[] = {"tiny-seed.json", "tiny-kimi-linear.json", "tiny-deepseek-v3.2.json",
+                                "tiny-hybrid-swa.json"};
 
 // KDA prefill runs the chunkwise kernel and decode the recurrence; MLA/DSA append to the latent cache. With
 // every layer kind in play, one prefill of T+n must equal prefill(T) then n decode steps.

@@ -85,6 +85,10 @@ const std::vector<variant>& variants() {
        }},
       // DeepSeek-V3.2: YaRN RoPE (interleaved MLA, half-split indexer), grouped routing, DSA, MTP.
       {"deepseek-v3.2", "tiny-deepseek-v3.2.json", [](nlohmann::json&) {}},
+      // KDA + sliding-window (GQA, RoPE, window 16 < the test length) + Gated DSA layers by layer_types, MTP.
+      {"hybrid-swa", "tiny-hybrid-swa.json", [](nlohmann::json&) {}},
+      // The same with a window of 3: most keys are masked.
+      {"hybrid-swa-window3", "tiny-hybrid-swa.json", [](nlohmann::json& j) { j["sliding_window"] = 3; }},
       // The same without the indexer: dense MLA with RoPE.
       {"deepseek-v3-dense-mla", "tiny-deepseek-v3.2.json",
        [](nlohmann::json& j) {

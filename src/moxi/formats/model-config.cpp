@@ -187,11 +187,11 @@ std::optional<dsa_config> parse_dsa(field_reader& r) {
   return d;
 }
 
-mla_config parse_mla(field_reader& r) {
+mla_config parse_mla(field_reader& r, bool kv_heads_are_mla) {
   mla_config m;
   m.num_heads = r.get_int("num_attention_heads");
   require_positive(r, "num_attention_heads", m.num_heads);
-  if (auto kv = r.opt_int("num_key_value_heads"); kv && *kv != m.num_heads)
+  if (auto kv = r.opt_int("num_key_value_heads"); kv_heads_are_mla && kv && *kv != m.num_heads)
     r.fail("num_key_value_heads", "MLA needs num_key_value_heads == num_attention_heads (" +
                                       std::to_string(m.num_heads) + "), got " + std::to_string(*kv));
   m.q_lora_rank = r.opt_int("q_lora_rank");
@@ -304,14 +304,56 @@ std::optional<vision_config> parse_vision(field_reader& r) {
   return out;
 }
 
+// HF layer_types: one kind name per layer.
+std::vector<attn_kind> parse_layer_types(field_reader& r, int64_t num_layers) {
+  const json& v = r.raw("layer_types");
+  if (!v.is_array() || int64_t(v.size()) != num_layers)
+    r.fail("layer_types", "expected an array of " + std::to_string(num_layers) + " layer kinds");
+  std::vector<attn_kind> out;
+  for (const json& e : v) {
+    const std::string name = e.is_string() ? e.get<std::string>() : e.dump();
+    bool found = false;
+    for (attn_kind k : {attn_kind::KDA, attn_kind::MLA, attn_kind::SWA})
+      if (name == attn_kind_name(k)) out.push_back(k), found = true;
+    if (!found)
+      r.fail("layer_types", "unknown layer kind " + e.dump() +
+                                " (expected linear_attention, full_attention or sliding_attention)");
+  }
+  return out;
+}
+
+// Sliding-window attention layers: HF Mistral / Gemma / gpt-oss names.
+swa_config parse_swa(field_reader& r, int64_t hidden) {
+  swa_config w;
+  w.window = r.get_int("sliding_window");
+  require_positive(r, "sliding_window", w.window);
+  w.num_heads = r.get_int("num_attention_heads");
+  require_positive(r, "num_attention_heads", w.num_heads);
+  w.num_kv_heads = r.int_or("num_key_value_heads", w.num_heads);
+  require_positive(r, "num_key_value_heads", w.num_kv_heads);
+  if (w.num_heads % w.num_kv_heads)
+    r.fail("num_key_value_heads", std::to_string(w.num_kv_heads) + " KV heads do not divide " +
+                                      std::to_string(w.num_heads) + " attention heads");
+  w.head_dim = r.has("head_dim") ? r.get_int("head_dim") : hidden / w.num_heads;
+  if (w.head_dim <= 0 || w.head_dim % 2) r.fail("head_dim", "must be positive and even (RoPE pairs)");
+  return w;
+}
+
 // Both Kimi-Linear and the seed preset (kimi_linear field names).
 void parse_kimi_linear(field_reader& r, model_config& c) {
   c.dense_intermediate_size = r.get_int("intermediate_size");
   c.max_position_embeddings = r.has("max_position_embeddings") ? r.get_int("max_position_embeddings")
                                                                : r.int_or("model_max_length", 0);
-  r.ignore({"model_max_length", "head_dim"});  // head_dim is hidden/heads, unused by MLA (kda.md §3.1)
+  // head_dim is hidden/heads, unused by MLA (kda.md §3.1); sliding-window layers read it (parse_swa).
+  r.ignore({"model_max_length", "head_dim", "layer_types"});
 
-  c.layer_attn.assign(size_t(c.num_layers), attn_kind::MLA);
+  // The per-layer kinds: HF layer_types when present (the field of Qwen3-Next, Gemma 2/3, gpt-oss), else
+  // Kimi-Linear's 1-based kda_layers / full_attn_layers; with both, they must agree.
+  const bool typed = r.has("layer_types");
+  if (typed)
+    c.layer_attn = parse_layer_types(r, c.num_layers);
+  else
+    c.layer_attn.assign(size_t(c.num_layers), attn_kind::MLA);
   if (auto la = r.sub("linear_attn_config")) {
     kda_config k;
     k.num_heads = la->get_int("num_heads");
@@ -327,8 +369,10 @@ void parse_kimi_linear(field_reader& r, model_config& c) {
     }
     la->ignore({"gate_lower_bound"});
     k.full_rank_output_gate = la->bool_or("use_full_rank_gate", false);
-    const auto kda_layers = la->int_list("kda_layers");
-    const auto full_layers = la->int_list("full_attn_layers");
+    const bool listed = la->has("kda_layers") || la->has("full_attn_layers") || !typed;
+    const auto kda_layers = listed ? la->int_list("kda_layers") : std::vector<int64_t>{};
+    const auto full_layers = listed ? la->int_list("full_attn_layers") : std::vector<int64_t>{};
+    la->ignore({"kda_layers", "full_attn_layers"});
     std::vector<int> seen(size_t(c.num_layers), 0);
     auto mark = [&](const std::vector<int64_t>& list, const char* field, attn_kind kind) {
       for (int64_t one_based : list) {
@@ -338,21 +382,37 @@ void parse_kimi_linear(field_reader& r, model_config& c) {
         if (seen[size_t(one_based - 1)]++)
           la->fail(field, "layer " + std::to_string(one_based) +
                               " appears twice (in kda_layers and full_attn_layers, or repeated)");
+        if (typed && c.layer_attn[size_t(one_based - 1)] != kind)
+          la->fail(field, "layer " + std::to_string(one_based) + " is '" +
+                              attn_kind_name(c.layer_attn[size_t(one_based - 1)]) + "' in layer_types");
         c.layer_attn[size_t(one_based - 1)] = kind;
       }
     };
     mark(kda_layers, "kda_layers", attn_kind::KDA);
     mark(full_layers, "full_attn_layers", attn_kind::MLA);
-    for (int64_t i = 0; i < c.num_layers; ++i)
-      if (!seen[size_t(i)])
-        la->fail("kda_layers",
-                 "layer " + std::to_string(i + 1) + " is in neither kda_layers nor full_attn_layers");
+    if (listed)
+      for (int64_t i = 0; i < c.num_layers; ++i)
+        if (!seen[size_t(i)] && !(typed && c.layer_attn[size_t(i)] == attn_kind::SWA))
+          la->fail("kda_layers",
+                   "layer " + std::to_string(i + 1) + " is in neither kda_layers nor full_attn_layers");
     la->finish();
-    if (!kda_layers.empty()) c.kda = k;
+    if (c.num_kda_layers() > 0) c.kda = k;
   }
+  if (c.num_kda_layers() > 0 && !c.kda)
+    r.fail("linear_attn_config", "layer_types has linear_attention layers; their KDA shape is missing");
+
+  if (c.num_swa_layers() > 0) {
+    c.swa = parse_swa(r, c.hidden_size);
+  } else if (r.has("sliding_window")) {
+    r.fail("sliding_window", "set, but no layer is 'sliding_attention' in layer_types");
+  }
+  r.ignore({"sliding_window"});
+  if (c.num_mtp_layers > 0 && !c.kda && c.num_mla_layers() == 0)
+    r.fail("num_nextn_predict_layers", "MTP layers use MLA or KDA attention; this model has neither");
 
   if (c.num_mla_layers() > 0) {
-    c.mla = parse_mla(r);
+    // With SWA layers, num_key_value_heads is theirs (MLA has no KV heads: it attends to one latent).
+    c.mla = parse_mla(r, /*kv_heads_are_mla=*/!c.swa);
     c.mla->use_nope = r.bool_or("mla_use_nope", false);
     c.mla->output_gate = r.bool_or("mla_use_output_gate", false);
     c.dsa = parse_dsa(r);
@@ -395,7 +455,7 @@ void parse_deepseek(field_reader& r, model_config& c) {
   c.dense_intermediate_size = r.get_int("intermediate_size");
   c.max_position_embeddings = r.get_int("max_position_embeddings");
   c.layer_attn.assign(size_t(c.num_layers), attn_kind::MLA);
-  c.mla = parse_mla(r);
+  c.mla = parse_mla(r, /*kv_heads_are_mla=*/true);
   c.mla->use_nope = false;
   c.mla->output_gate = false;
   if (r.bool_or("rope_interleave", true) == false)
@@ -432,11 +492,20 @@ void parse_deepseek(field_reader& r, model_config& c) {
 
 }  // namespace
 
-int64_t model_config::num_kda_layers() const {
-  return std::count(layer_attn.begin(), layer_attn.end(), attn_kind::KDA);
+const char* attn_kind_name(attn_kind kind) {
+  switch (kind) {
+    case attn_kind::KDA:
+      return "linear_attention";
+    case attn_kind::MLA:
+      return "full_attention";
+    case attn_kind::SWA:
+      return "sliding_attention";
+  }
+  return "?";
 }
-int64_t model_config::num_mla_layers() const {
-  return std::count(layer_attn.begin(), layer_attn.end(), attn_kind::MLA);
+
+int64_t model_config::num_layers_of(attn_kind kind) const {
+  return std::count(layer_attn.begin(), layer_attn.end(), kind);
 }
 
 model_config parse_model_config(const nlohmann::json& doc, const std::string& source) {

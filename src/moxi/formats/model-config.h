@@ -13,10 +13,15 @@
 
 namespace moxi::formats {
 
+// The attention of one layer. model/layers/attention.h holds what each kind computes, caches and costs;
+// memory/cache-spec.h how its cache is managed.
 enum class attn_kind : uint8_t {
   KDA,  // Kimi Delta Attention (linear attention, constant-size state)
   MLA,  // (gated) multi-head latent attention; Gated DSA when model_config::dsa is set
+  SWA,  // sliding-window softmax attention (GQA, RoPE): each query sees the last `window` keys incl. itself
 };
+// HF layer_types names: "linear_attention", "full_attention", "sliding_attention".
+const char* attn_kind_name(attn_kind kind);
 
 enum class kda_gate_kind : uint8_t {
   SOFTPLUS,     // g = -exp(A_log) * softplus(f_b(f_a(x)) + dt_bias)          (Kimi-Linear)
@@ -51,6 +56,18 @@ struct dsa_config {
   int64_t index_n_heads = 0;
   int64_t index_head_dim = 0;
   int64_t index_topk = 0;
+};
+
+// Sliding-window attention (Mistral / Gemma 2-3 / gpt-oss style GQA): q_proj [H*D, hidden], k_proj and
+// v_proj [KVH*D, hidden], o_proj [hidden, H*D], half-split (NeoX) RoPE over the whole head, softmax scale
+// D^-0.5. Fields: sliding_window, num_attention_heads, num_key_value_heads, head_dim.
+struct swa_config {
+  int64_t window = 0;  // W: query at position p sees keys at positions (p - W, p]
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // divides num_heads
+  int64_t head_dim = 0;
+  int64_t q_dim() const { return num_heads * head_dim; }
+  int64_t kv_dim() const { return num_kv_heads * head_dim; }
 };
 
 struct rope_config {
@@ -123,6 +140,7 @@ struct model_config {
   std::optional<kda_config> kda;      // set iff any layer is KDA
   std::optional<mla_config> mla;      // set iff any layer is MLA
   std::optional<dsa_config> dsa;      // set: every MLA layer is a Gated DSA layer
+  std::optional<swa_config> swa;      // set iff any layer is SWA
   rope_config rope;
   moe_config moe;
   int64_t num_mtp_layers = 0;
@@ -135,8 +153,10 @@ struct model_config {
   bool is_moe(int64_t layer) const {
     return moe.num_experts > 0 && layer >= moe.first_k_dense && layer % moe.layer_freq == 0;
   }
-  int64_t num_kda_layers() const;
-  int64_t num_mla_layers() const;
+  int64_t num_layers_of(attn_kind kind) const;
+  int64_t num_kda_layers() const { return num_layers_of(attn_kind::KDA); }
+  int64_t num_mla_layers() const { return num_layers_of(attn_kind::MLA); }
+  int64_t num_swa_layers() const { return num_layers_of(attn_kind::SWA); }
 };
 
 // Parses and validates; `source` names the file in error messages.

@@ -3,7 +3,20 @@
 
 #include <algorithm>
 
+#include "moxi/base/error.h"
+
 namespace moxi::memory {
+
+cache_kind cache_kind_of(formats::attn_kind kind) {
+  switch (kind) {
+    case formats::attn_kind::KDA:
+    case formats::attn_kind::SWA:
+      return cache_kind::STATE;
+    case formats::attn_kind::MLA:
+      return cache_kind::PAGED;
+  }
+  throw error("unknown attention kind " + std::to_string(int(kind)));
+}
 
 cache_spec cache_spec::from_config(const formats::model_config& c) {
   cache_spec s;
@@ -17,15 +30,31 @@ cache_spec cache_spec::from_config(const formats::model_config& c) {
     s.kda_head_dim = c.kda->head_dim;
     s.kda_conv_kernel = c.kda->conv_kernel;
   }
+  if (c.swa) {
+    s.swa_window = c.swa->window;
+    s.swa_kv_dim = c.swa->kv_dim();
+  }
   return s;
 }
 
-int64_t cache_spec::num_kda_layers() const {
-  return std::count(layers.begin(), layers.end(), formats::attn_kind::KDA);
+int64_t cache_spec::num_layers_of(formats::attn_kind kind) const {
+  return std::count(layers.begin(), layers.end(), kind);
 }
 
-int64_t cache_spec::num_mla_layers() const {
-  return std::count(layers.begin(), layers.end(), formats::attn_kind::MLA);
+int64_t cache_spec::num_layers_of(cache_kind kind) const {
+  return std::count_if(layers.begin(), layers.end(), [&](auto k) { return cache_kind_of(k) == kind; });
+}
+
+int64_t cache_spec::state_floats(formats::attn_kind kind) const {
+  switch (kind) {
+    case formats::attn_kind::KDA:
+      return kda_layer_floats();
+    case formats::attn_kind::SWA:
+      return swa_layer_floats();
+    case formats::attn_kind::MLA:
+      return 0;
+  }
+  return 0;
 }
 
 size_t cache_spec::bytes_per_block(int64_t block_size) const {
@@ -33,7 +62,9 @@ size_t cache_spec::bytes_per_block(int64_t block_size) const {
 }
 
 size_t cache_spec::bytes_per_state_slot() const {
-  return size_t(num_kda_layers() * kda_layer_floats()) * sizeof(float);
+  int64_t n = 0;
+  for (auto k : layers) n += state_floats(k);
+  return size_t(n) * sizeof(float);
 }
 
 }  // namespace moxi::memory

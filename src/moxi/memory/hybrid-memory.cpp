@@ -1,5 +1,5 @@
-// hybrid_memory: sequences over the block pool, the latent cache and the KDA state slots; the prefix
-// cache's hash chain and its KDA snapshots.
+// hybrid_memory: sequences over the block pool, the latent cache and the state slots; the prefix cache's
+// hash chain and its state snapshots.
 #include "moxi/memory/hybrid-memory.h"
 
 #include <xxhash.h>
@@ -18,28 +18,36 @@ memory_options checked(const memory_options& o) {
   return o;
 }
 
+// Floats of each state layer, in slot order.
+std::vector<int64_t> state_layer_floats(const cache_spec& spec) {
+  std::vector<int64_t> f;
+  for (auto k : spec.layers)
+    if (cache_kind_of(k) == cache_kind::STATE) f.push_back(spec.state_floats(k));
+  return f;
+}
+
 }  // namespace
 
 hybrid_memory::hybrid_memory(const cache_spec& spec, const memory_options& options)
     : spec_(spec),
       opts_(checked(options)),
       pool_(opts_.num_blocks, opts_.block_size),
-      latents_(spec.num_mla_layers(), opts_.num_blocks, opts_.block_size, spec.latent_width,
+      latents_(spec.num_paged_layers(), opts_.num_blocks, opts_.block_size, spec.latent_width,
                spec.index_width),
-      states_(opts_.num_state_slots, spec.num_kda_layers(), spec.conv_floats(), spec.recurrent_floats()),
-      snapshots_(spec.num_kda_layers() > 0 ? opts_.num_snapshot_slots : 0, spec.num_kda_layers(),
-                 spec.conv_floats(), spec.recurrent_floats()),
+      states_(opts_.num_state_slots, state_layer_floats(spec)),
+      snapshots_(spec.num_state_layers() > 0 ? opts_.num_snapshot_slots : 0, state_layer_floats(spec)),
       block_snapshot_(size_t(opts_.num_blocks), -1),
       snapshot_block_(size_t(snapshots_.num_slots()), -1),
       snapshot_used_(size_t(snapshots_.num_slots()), 0) {
-  int64_t n_kda = 0, n_mla = 0;
-  for (auto k : spec_.layers) kind_index_.push_back(k == formats::attn_kind::KDA ? n_kda++ : n_mla++);
+  int64_t n_state = 0, n_paged = 0;
+  for (auto k : spec_.layers)
+    kind_index_.push_back(cache_kind_of(k) == cache_kind::STATE ? n_state++ : n_paged++);
   // An evicted block takes its snapshot with it: a snapshot is only meaningful with its prefix's blocks.
   pool_.set_evict_listener([this](block_id b) { drop_snapshot(b); });
 }
 
 bool hybrid_memory::wants_block_aligned_steps() const {
-  return opts_.prefix_caching && spec_.num_kda_layers() > 0 && snapshots_.num_slots() > 0;
+  return opts_.prefix_caching && spec_.num_state_layers() > 0 && snapshots_.num_slots() > 0;
 }
 
 uint64_t hybrid_memory::block_hash(uint64_t parent, std::span<const token_id> tokens) {
@@ -55,17 +63,17 @@ hybrid_memory::sequence& hybrid_memory::seq(seq_id s) {
   return const_cast<sequence&>(std::as_const(*this).seq(s));
 }
 
-int64_t hybrid_memory::mla_index(int64_t layer) const {
+int64_t hybrid_memory::paged_index(int64_t layer) const {
   MOXI_ASSERT(layer >= 0 && size_t(layer) < spec_.layers.size() &&
-                  spec_.layers[size_t(layer)] == formats::attn_kind::MLA,
-              "latent access to a layer that is not MLA");
+                  cache_kind_of(spec_.layers[size_t(layer)]) == cache_kind::PAGED,
+              "latent access to a layer that does not cache rows (not MLA)");
   return kind_index_[size_t(layer)];
 }
 
-int64_t hybrid_memory::kda_index(int64_t layer) const {
+int64_t hybrid_memory::state_index(int64_t layer) const {
   MOXI_ASSERT(layer >= 0 && size_t(layer) < spec_.layers.size() &&
-                  spec_.layers[size_t(layer)] == formats::attn_kind::KDA,
-              "state access to a layer that is not KDA");
+                  cache_kind_of(spec_.layers[size_t(layer)]) == cache_kind::STATE,
+              "state access to a layer that does not keep a state (not KDA or sliding-window)");
   return kind_index_[size_t(layer)];
 }
 
@@ -88,7 +96,7 @@ seq_id hybrid_memory::new_sequence(slot_id slot) {
 prefix_hit hybrid_memory::find_prefix(std::span<const token_id> tokens) const {
   prefix_hit hit;
   if (!opts_.prefix_caching || tokens.empty()) return hit;
-  const bool need_snapshot = spec_.num_kda_layers() > 0;
+  const bool need_snapshot = spec_.num_state_layers() > 0;
   if (need_snapshot && snapshots_.num_slots() == 0) return hit;
   const int64_t B = opts_.block_size;
   const int64_t max_blocks = (int64_t(tokens.size()) - 1) / B;  // leave the last token to compute
@@ -134,7 +142,8 @@ seq_id hybrid_memory::admit(const prefix_hit& hit, int64_t n_new) {
     states_.copy_from(snapshots_, hit.snapshot, s.slot);
     snapshot_used_[size_t(hit.snapshot)] = ++tick_;
   } else {
-    MOXI_ASSERT(hit.num_tokens == 0 || spec_.num_kda_layers() == 0, "KDA prefix reuse without a snapshot");
+    MOXI_ASSERT(hit.num_tokens == 0 || spec_.num_state_layers() == 0,
+                "state prefix reuse without a snapshot");
   }
   const bool ok = reserve(id, n_new);
   MOXI_ASSERT(ok);
@@ -168,7 +177,7 @@ void hybrid_memory::commit(seq_id id, std::span<const token_id> tokens, int64_t 
     s.hashes.push_back(h);
     if (opts_.prefix_caching) pool_.insert_cached(s.blocks[size_t(j)], h, parent, block_tokens);
   }
-  // The KDA state exists only at step ends, so only a step that ends on a boundary can be snapshotted.
+  // The state exists only at step ends, so only a step that ends on a boundary can be snapshotted.
   if (n > 0 && s.length % B == 0 && wants_block_aligned_steps()) {
     const int64_t j = full - 1;
     const uint64_t parent = j ? s.hashes[size_t(j - 1)] : ROOT_HASH;
@@ -236,8 +245,14 @@ void hybrid_memory::free(seq_id id) {
   free_seq_ids_.push_back(id);
 }
 
+float* hybrid_memory::state(seq_id s, int64_t layer) {
+  return states_.layer(seq(s).slot, state_index(layer));
+}
+
 kda_state_view hybrid_memory::kda(seq_id s, int64_t layer) {
-  return states_.view(seq(s).slot, kda_index(layer));
+  MOXI_ASSERT(spec_.layers.at(size_t(layer)) == formats::attn_kind::KDA,
+              "KDA access to a layer that is not KDA");
+  return kda_view(state(s, layer), spec_.conv_floats());
 }
 
 void hybrid_memory::write_latents(seq_id id, int64_t layer, int64_t pos, int64_t n, const float* latent,
@@ -245,12 +260,12 @@ void hybrid_memory::write_latents(seq_id id, int64_t layer, int64_t pos, int64_t
   const sequence& s = seq(id);
   MOXI_ASSERT(pos >= s.length, "rows below length() are immutable (shared with the prefix cache)");
   MOXI_ASSERT(pos + n <= capacity(id), "write beyond the reserved positions");
-  latents_.scatter(mla_index(layer), s.blocks, pos, n, latent, index);
+  latents_.scatter(paged_index(layer), s.blocks, pos, n, latent, index);
 }
 
 void hybrid_memory::read_latents(seq_id id, int64_t layer, int64_t begin, int64_t end, float* latent,
                                  float* index) const {
-  latents_.gather(mla_index(layer), seq(id).blocks, begin, end, latent, index);
+  latents_.gather(paged_index(layer), seq(id).blocks, begin, end, latent, index);
 }
 
 memory_stats hybrid_memory::stats() const {

@@ -1,25 +1,29 @@
-// hybrid_memory: the per-sequence caches of a hybrid KDA + MLA/DSA model behind one interface (the
-// contract of ARCHITECTURE.md §2 "Memory"): MLA layers get paged latent blocks from one block pool, KDA
-// layers get one constant-size state slot per sequence, and the prefix cache reuses full blocks by a hash
-// chain together with KDA state snapshots taken at block boundaries. Composition per layer follows
-// llama.cpp's llama_memory_hybrid; the block/prefix bookkeeping follows vLLM v1's KVCacheManager.
+// hybrid_memory: the per-sequence caches of a hybrid model behind one handle the scheduler sees (the
+// contract of ARCHITECTURE.md §2 "Memory"), with one cache manager per cache kind (cache-spec.h): PAGED
+// layers (MLA / Gated DSA) get latent blocks from one block pool (paged_latent_cache), STATE layers (KDA,
+// sliding-window attention's ring) get one constant-size state slot per sequence (state_slots), and the
+// prefix cache reuses full blocks by a hash chain together with state snapshots taken at block boundaries.
+// Composition per layer follows llama.cpp's llama_memory_hybrid; the block/prefix bookkeeping follows vLLM
+// v1's KVCacheManager. A sliding-window ring is a state like KDA's: its prefix reuse restores the snapshot
+// of the ring at the block boundary (exactly the keys and values of the window before it), preemption
+// frees it with the sequence and recomputes, and fork copies it.
 //
 // The contract, in call order for one step (single-threaded: the engine loop owns this object):
 //   scheduler  find_prefix(tokens) -> hit; can_admit(hit, n) ; admit(hit, n) -> seq     (a new request)
 //              reserve(seq, n)                          (a running request; false = preempt someone)
 //   executor   for each scheduled (seq, n tokens at positions [length(seq), length(seq)+n)):
-//                KDA slot layers: read and update kda(seq, layer) in place (state after length tokens
-//                  on entry, after length+n on return);
+//                STATE slot layers: read and update state(seq, layer) (KDA: kda(seq, layer)) in place
+//                  (state after length tokens on entry, after length+n on return);
 //                MLA slot layers: write_latents(seq, layer, length, n, ...) for the new rows, then
 //                  read_latents(seq, layer, 0, length+n, ...) (or walk block_table) for attention.
 //              Positions below length(seq) are never written: their blocks may be shared with other
 //              sequences and the prefix cache (copy-on-write happens at fork, not lazily).
 //   scheduler  commit(seq, all tokens of the sequence, n): the n tokens are now computed; blocks that
-//              became full enter the prefix cache, and when the step ended on a block boundary the KDA
-//              state is snapshotted for that block.
+//              became full enter the prefix cache, and when the step ended on a block boundary the
+//              sequence's state slot is snapshotted for that block.
 //              free(seq) when the request finishes, is cancelled or is preempted (recompute).
-// A prefix hit is valid only up to the last block boundary that has a KDA snapshot (never reuse a KDA
-// prefix without its exact state: llama.cpp K3 --cache-reuse, SGLang extra_buffer garbage state), and at
+// A prefix hit is valid only up to the last block boundary that has a state snapshot (never reuse a KDA or
+// ring prefix without its exact state: llama.cpp K3 --cache-reuse, SGLang extra_buffer garbage state), and at
 // most tokens.size()-1 tokens, so that the last token is always computed and yields logits (vLLM).
 #pragma once
 
@@ -40,8 +44,8 @@ using seq_id = int32_t;
 struct memory_options {
   int32_t block_size = 16;         // tokens per block: the paging unit and the prefix-match granularity
   int32_t num_blocks = 0;          // latent cache capacity = num_blocks * block_size positions
-  int32_t num_state_slots = 0;     // sequences alive at once (one KDA state slot each)
-  int32_t num_snapshot_slots = 0;  // KDA states kept for prefix reuse; 0 = no prefix hits on hybrids
+  int32_t num_state_slots = 0;     // sequences alive at once (one state slot each)
+  int32_t num_snapshot_slots = 0;  // states kept for prefix reuse; 0 = no prefix hits with state layers
   bool prefix_caching = true;
 };
 
@@ -50,7 +54,7 @@ struct prefix_hit {
   int64_t num_tokens = 0;        // a multiple of block_size
   std::vector<block_id> blocks;  // cached full blocks covering them
   std::vector<uint64_t> hashes;  // their chain hashes
-  slot_id snapshot = -1;         // snapshot of the KDA state after num_tokens tokens; -1 without one
+  slot_id snapshot = -1;         // snapshot of the state slot after num_tokens tokens; -1 without one
 };
 
 struct memory_stats {
@@ -69,7 +73,7 @@ class hybrid_memory {
   const cache_spec& spec() const { return spec_; }
   const memory_options& options() const { return opts_; }
   int32_t block_size() const { return opts_.block_size; }
-  // True for a model with KDA layers and prefix caching on: a snapshot can only be taken when a step ends
+  // True for a model with state layers and prefix caching on: a snapshot can only be taken when a step ends
   // on a block boundary, so the scheduler ends prefill chunks there (vLLM's "align" mamba cache mode).
   bool wants_block_aligned_steps() const;
 
@@ -85,7 +89,7 @@ class hybrid_memory {
   bool reserve(seq_id s, int64_t n_new);
   // n more tokens are computed; tokens holds the sequence's tokens, at least length + n of them.
   void commit(seq_id s, std::span<const token_id> tokens, int64_t n);
-  // A copy sharing every full block and owning a copy of the partial last block and of the KDA state
+  // A copy sharing every full block and owning a copy of the partial last block and of the state slot
   // (parallel sampling, n > 1); nullopt when no slot or block is free.
   std::optional<seq_id> fork(seq_id s);
   // Returns the sequence's blocks (tail first, so a sequence's last blocks are evicted first, as in
@@ -97,6 +101,8 @@ class hybrid_memory {
   int64_t capacity(seq_id s) const { return int64_t(seq(s).blocks.size()) * opts_.block_size; }
   std::span<const block_id> block_table(seq_id s) const { return seq(s).blocks; }
   // `layer` is a cache slot index (decoder layer, or num_layers + k for MTP layer k).
+  // The state of a STATE layer (cache_spec::state_floats of its kind), and a KDA layer's split in parts.
+  float* state(seq_id s, int64_t layer);
   kda_state_view kda(seq_id s, int64_t layer);
   // Rows f32 [n, latent_width] and [n, index_width] (index may be nullptr without DSA) at positions
   // [pos, pos+n); pos >= length(s) and pos+n <= capacity(s).
@@ -104,8 +110,8 @@ class hybrid_memory {
                      const float* index);
   // Positions [begin, end) gathered into contiguous f32 [end-begin, width] buffers.
   void read_latents(seq_id s, int64_t layer, int64_t begin, int64_t end, float* latent, float* index) const;
-  // Slot holding the sequence's KDA state (for bit-exact comparisons in tests).
-  const kda_state_slots& state_slots() const { return states_; }
+  // Slot holding the sequence's states (for bit-exact comparisons in tests).
+  const memory::state_slots& state_slots() const { return states_; }
   slot_id state_slot(seq_id s) const { return seq(s).slot; }
 
   memory_stats stats() const;
@@ -131,18 +137,20 @@ class hybrid_memory {
   int64_t blocks_for(int64_t positions) const {
     return (positions + opts_.block_size - 1) / opts_.block_size;
   }
-  int64_t mla_index(int64_t layer) const;
-  int64_t kda_index(int64_t layer) const;
+  int64_t paged_index(int64_t layer) const;
+  int64_t state_index(int64_t layer) const;
   void take_snapshot(block_id b, slot_id from);
   void drop_snapshot(block_id b);
 
   cache_spec spec_;
   memory_options opts_;
-  std::vector<int64_t> kind_index_;  // cache slot -> index among the layers of its kind
+  std::vector<int64_t> kind_index_;  // cache slot -> index among the layers of its cache_kind
+  // PAGED manager: the block pool and the latent rows in it.
   block_pool pool_;
   paged_latent_cache latents_;
-  kda_state_slots states_;
-  kda_state_slots snapshots_;
+  // STATE manager: one slot per live sequence, and the prefix cache's snapshots of slots.
+  memory::state_slots states_;
+  memory::state_slots snapshots_;
   std::vector<slot_id> block_snapshot_;   // per block: its snapshot slot or -1
   std::vector<block_id> snapshot_block_;  // per snapshot slot: its block or -1
   std::vector<uint64_t> snapshot_used_;   // per snapshot slot: tick of last take/restore (LRU)

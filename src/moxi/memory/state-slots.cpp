@@ -1,4 +1,4 @@
-// kda_state_slots: slot bookkeeping and whole-slot copies.
+// state_slots: slot bookkeeping and whole-slot copies.
 #include "moxi/memory/state-slots.h"
 
 #include <algorithm>
@@ -8,19 +8,29 @@
 
 namespace moxi::memory {
 
-kda_state_slots::kda_state_slots(int32_t num_slots, int64_t num_kda_layers, int64_t conv_floats,
-                                 int64_t recurrent_floats)
-    : num_layers_(num_kda_layers),
-      conv_floats_(conv_floats),
-      recurrent_floats_(recurrent_floats),
-      slot_floats_(size_t(num_kda_layers * (3 * conv_floats + recurrent_floats))),
+namespace {
+
+std::vector<int64_t> offsets_of(const std::vector<int64_t>& floats) {
+  std::vector<int64_t> off{0};
+  for (int64_t f : floats) {
+    MOXI_ASSERT(f >= 0);
+    off.push_back(off.back() + f);
+  }
+  return off;
+}
+
+}  // namespace
+
+state_slots::state_slots(int32_t num_slots, std::vector<int64_t> layer_floats)
+    : offsets_(offsets_of(layer_floats)),
+      slot_floats_(size_t(offsets_.back())),
       data_(size_t(num_slots) * slot_floats_, 0.0f),
       in_use_(size_t(num_slots), false) {
   MOXI_ASSERT(num_slots >= 0);
   for (slot_id s = num_slots - 1; s >= 0; --s) free_.push_back(s);
 }
 
-std::optional<slot_id> kda_state_slots::acquire() {
+std::optional<slot_id> state_slots::acquire() {
   if (free_.empty()) return std::nullopt;
   const slot_id s = free_.back();
   free_.pop_back();
@@ -29,29 +39,27 @@ std::optional<slot_id> kda_state_slots::acquire() {
   return s;
 }
 
-void kda_state_slots::release(slot_id s) {
-  MOXI_ASSERT(in_use_.at(size_t(s)), "release of a free KDA state slot");
+void state_slots::release(slot_id s) {
+  MOXI_ASSERT(in_use_.at(size_t(s)), "release of a free state slot");
   in_use_[size_t(s)] = false;
   free_.push_back(s);
 }
 
-void kda_state_slots::copy(slot_id src, slot_id dst) {
+void state_slots::copy(slot_id src, slot_id dst) {
   MOXI_ASSERT(in_use_.at(size_t(src)) && in_use_.at(size_t(dst)));
   if (src == dst) return;
   std::memcpy(data_.data() + size_t(dst) * slot_floats_, data_.data() + size_t(src) * slot_floats_,
               slot_floats_ * sizeof(float));
 }
 
-void kda_state_slots::copy_from(const kda_state_slots& other, slot_id src, slot_id dst) {
-  MOXI_ASSERT(other.slot_floats_ == slot_floats_ && other.in_use(src) && in_use_.at(size_t(dst)));
+void state_slots::copy_from(const state_slots& other, slot_id src, slot_id dst) {
+  MOXI_ASSERT(other.offsets_ == offsets_ && other.in_use(src) && in_use_.at(size_t(dst)));
   std::memcpy(data_.data() + size_t(dst) * slot_floats_, other.data(src), slot_floats_ * sizeof(float));
 }
 
-kda_state_view kda_state_slots::view(slot_id s, int64_t kda_layer) {
-  MOXI_ASSERT(in_use_.at(size_t(s)) && kda_layer >= 0 && kda_layer < num_layers_);
-  float* p =
-      data_.data() + size_t(s) * slot_floats_ + size_t(kda_layer * (3 * conv_floats_ + recurrent_floats_));
-  return {p, p + conv_floats_, p + 2 * conv_floats_, p + 3 * conv_floats_};
+float* state_slots::layer(slot_id s, int64_t layer) {
+  MOXI_ASSERT(in_use_.at(size_t(s)) && layer >= 0 && size_t(layer) + 1 < offsets_.size());
+  return data_.data() + size_t(s) * slot_floats_ + size_t(offsets_[size_t(layer)]);
 }
 
 }  // namespace moxi::memory

@@ -1,7 +1,10 @@
-// Per-sequence caches (MODEL.md §3.1, §3.2): KDA layers keep a constant-size state (three conv states and
-// the fp32 recurrent state), MLA / Gated DSA layers keep a growing latent cache and the indexer keys.
-// One interface (sequence_cache) so a paged implementation (memory/, with serving) can replace the
-// contiguous one here without touching the layers.
+// Per-sequence caches (MODEL.md §3.1, §3.2), by the two ways an attention kind caches (vLLM v1's split of
+// KV-cache specs): a constant-size state per layer (KDA: three conv states and the fp32 recurrent state;
+// sliding-window attention: a ring buffer of its last `window` keys and values) and growing per-token rows
+// (MLA / Gated DSA: the latent and the indexer keys). What a state holds is the layer's business
+// (model/layers/attention.h); the cache only knows its size. One interface (sequence_cache) so a paged
+// implementation (serve/executor.cpp over memory/) can replace the contiguous one here without touching
+// the layers.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +21,13 @@ struct kda_state_ref {
   float* conv_k = nullptr;     // f32 [W-1, P]
   float* conv_v = nullptr;     // f32 [W-1, P]
   float* recurrent = nullptr;  // f32 [H, K, V], K-major
+};
+
+// The ring buffer of one sliding-window layer: the keys (after RoPE) and values of the last `window`
+// positions; position p lives in row p % window.
+struct swa_ring_ref {
+  float* k = nullptr;  // f32 [window, KVH*D]
+  float* v = nullptr;  // f32 [window, KVH*D]
 };
 
 // Rows just reserved at the end of an MLA layer's cache, to be filled by the layer.
@@ -55,17 +65,16 @@ class sequence_cache {
   virtual void advance_mtp(int64_t n) = 0;
 
   // Layer slots are decoder layer indices; MTP layer k is slot num_layers + k.
-  virtual kda_state_ref kda(int64_t layer) = 0;
-  // Reserves T rows; they are part of mla(layer) from now on.
+  // The constant-size state of a KDA or sliding-window slot (attention_state_floats() floats, zero for a
+  // fresh sequence), read and updated in place.
+  virtual float* state(int64_t layer) = 0;
+  // Reserves T rows of an MLA slot; they are part of mla(layer) from now on.
   virtual mla_append_ref mla_append(int64_t layer, int64_t T) = 0;
   // Contiguous view of the whole cache of the layer (a paged implementation gathers here).
   virtual mla_view mla(int64_t layer) = 0;
-
-  // Bytes held, for reporting.
-  virtual size_t bytes() const = 0;
 };
 
-// Contiguous, growing per-layer buffers: what the scalar engine and the tests use.
+// Contiguous, growing per-layer buffers: what the engine's single-sequence paths and the tests use.
 class contiguous_cache final : public sequence_cache {
  public:
   explicit contiguous_cache(const formats::model_config& config);
@@ -74,20 +83,22 @@ class contiguous_cache final : public sequence_cache {
   int64_t mtp_length() const override { return mtp_length_; }
   void advance(int64_t n) override { length_ += n; }
   void advance_mtp(int64_t n) override { mtp_length_ += n; }
-  kda_state_ref kda(int64_t layer) override;
+  float* state(int64_t layer) override;
   mla_append_ref mla_append(int64_t layer, int64_t T) override;
   mla_view mla(int64_t layer) override;
-  size_t bytes() const override;
+  // state(layer) of a KDA slot split into its parts.
+  kda_state_ref kda(int64_t layer);
 
  private:
   struct slot {
     formats::attn_kind kind = formats::attn_kind::KDA;
-    std::vector<float> conv_q, conv_k, conv_v, recurrent;  // KDA
-    std::vector<float> latent, index_keys;                 // MLA, grown by mla_append
+    std::vector<float> state;               // KDA, SWA
+    std::vector<float> latent, index_keys;  // MLA, grown by mla_append
     int64_t rows = 0;
   };
-  slot& at(int64_t layer, formats::attn_kind kind);
+  slot& at(int64_t layer);
 
+  int64_t kda_conv_floats_ = 0;  // (W-1) * P of the KDA layers
   int64_t latent_width_ = 0, index_width_ = 0;
   std::vector<slot> slots_;
   int64_t length_ = 0, mtp_length_ = 0;

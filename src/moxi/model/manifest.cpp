@@ -11,8 +11,8 @@ namespace moxi::model {
 
 const char* param_group_name(param_group g) {
   static constexpr std::array<const char*, size_t(param_group::COUNT)> kNames = {
-      "embedding",   "lm_head",        "final_norm", "kda",         "mla_dsa", "router", "routed_experts",
-      "latent_proj", "shared_experts", "dense_mlp",  "layer_norms", "mtp",     "vision"};
+      "embedding",      "lm_head",     "final_norm",     "kda",       "mla_dsa",     "swa", "router",
+      "routed_experts", "latent_proj", "shared_experts", "dense_mlp", "layer_norms", "mtp", "vision"};
   return kNames.at(size_t(g));
 }
 

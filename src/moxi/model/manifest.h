@@ -20,6 +20,7 @@ enum class param_group : uint8_t {
   NORM,            // RMSNorms outside attention/FFN blocks (final norm)
   KDA,             // everything in a KDA attention block
   MLA,             // MLA / Gated DSA attention block incl. the lightning indexer
+  SWA,             // sliding-window attention block
   ROUTER,          // MoE gate weight and correction bias
   ROUTED_EXPERTS,  // routed expert weights (MXFP4 when quantized)
   LATENT_PROJ,     // latent-MoE down/up projections and norm

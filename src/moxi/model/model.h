@@ -1,4 +1,5 @@
-// The whole model on the reference kernels (MODEL.md §3): load a checkpoint once (weights converted to f32,
+// The whole model on the CPU kernels (MODEL.md §3; the AVX-512 ones, or the scalar references under
+// MOXI_KERNELS=ref): load a checkpoint once (weights converted to f32, or kept BF16 for the fast kernels;
 // MXFP4 experts kept packed), then run forward(tokens, cache) -> logits for T new tokens after the cached
 // ones, and mtp_forward for the MTP head. The same code serves every config from tiny to full.
 #pragma once
@@ -22,6 +23,7 @@ namespace moxi::model {
 struct forward_options {
   // Named intermediates: "embed", "layers.{i}.{attn_norm,attn_out,ffn_norm,ffn_out,out}",
   // "layers.{i}.kda.{q,k,v,g,beta,core,gated}", "layers.{i}.mla.{q,latent,topk,o,gated}",
+  // "layers.{i}.swa.{q,o}",
   // "layers.{i}.moe.{experts,weights,routed,shared}", "final_norm", "logits"; MTP ones under "mtp.{k}".
   const dump_sink* dump = nullptr;
   // Receives the hidden state after the final norm, f32 [T, hidden] (what the MTP head reads).

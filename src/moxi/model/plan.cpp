@@ -1,8 +1,9 @@
 // Planner arithmetic (see plan.h). Conventions, documented in docs/plan.md: tensor parallelism splits every
 // matrix of a stage tp ways; norms and routers are replicated; routed experts are spread over ep devices;
 // pipeline stages own contiguous layer ranges (embedding and vision on the first, final norm, lm_head and MTP
-// on the last); the MLA latent cache is replicated across tp ranks (it has no head dimension) and the KDA
-// state is split by heads.
+// on the last); each attention kind's cache figures come from its entry in model/layers/attention.h (the
+// MLA latent cache is replicated across tp ranks, it has no head dimension; the KDA state and the
+// sliding-window ring are split by heads).
 #include "moxi/model/plan.h"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "moxi/base/error.h"
 #include "moxi/formats/shard-plan.h"
+#include "moxi/model/layers/attention.h"
 
 namespace moxi::model {
 namespace {
@@ -125,27 +127,20 @@ plan_result make_plan(const formats::model_config& c, const plan_options& o) {
     r.shard_bytes_max = *std::max_element(shard_bytes.begin(), shard_bytes.end());
   }
 
-  // Caches per sequence.
+  // Caches per sequence, from each attention kind's figures (layers/attention.h).
   r.context = o.context > 0 ? o.context : c.max_position_embeddings;
-  if (c.kda) {
-    const auto& k = *c.kda;
-    r.kda_state_bytes_per_layer = uint64_t(k.num_heads * k.head_dim * k.head_dim) * 4 +
-                                  uint64_t(3 * (k.conv_kernel - 1) * k.proj_dim()) * 2;
-  }
-  if (c.mla) {
-    const auto& m = *c.mla;
-    if (o.cache == cache_format::BF16) {
-      r.latent_bytes_per_token_layer = uint64_t(m.kv_lora_rank + m.qk_rope_head_dim) * 2;
-      if (c.dsa) r.latent_bytes_per_token_layer += uint64_t(c.dsa->index_head_dim) * 2;
-    } else {
-      r.latent_bytes_per_token_layer = uint64_t(m.kv_lora_rank) + 4 * uint64_t((m.kv_lora_rank + 127) / 128) +
-                                       uint64_t(m.qk_rope_head_dim) * 2;
-      if (c.dsa) r.latent_bytes_per_token_layer += uint64_t(c.dsa->index_head_dim) + 4;
-    }
-  }
   const uint64_t ctx = uint64_t(r.context);
-  r.cache_bytes_per_sequence = uint64_t(c.num_kda_layers()) * r.kda_state_bytes_per_layer +
-                               uint64_t(c.num_mla_layers()) * ctx * r.latent_bytes_per_token_layer;
+  constexpr attn_kind kKinds[] = {attn_kind::KDA, attn_kind::MLA, attn_kind::SWA};
+  std::array<attention_plan_figures, std::size(kKinds)> fig{};
+  for (attn_kind k : kKinds)
+    if (c.num_layers_of(k) > 0)
+      fig[size_t(k)] = attention_kind(k).plan(c, o.cache == cache_format::FP8, r.context, o.tp);
+  r.kda_state_bytes_per_layer = fig[size_t(attn_kind::KDA)].state_bytes;
+  r.latent_bytes_per_token_layer = fig[size_t(attn_kind::MLA)].token_bytes;
+  r.swa_bytes_per_layer = fig[size_t(attn_kind::SWA)].state_bytes;
+  for (attn_kind k : kKinds)
+    r.cache_bytes_per_sequence +=
+        uint64_t(c.num_layers_of(k)) * (fig[size_t(k)].state_bytes + ctx * fig[size_t(k)].token_bytes);
 
   // Parallel layout.
   r.world_size = o.nodes * o.gpus_per_node;
@@ -164,6 +159,8 @@ plan_result make_plan(const formats::model_config& c, const plan_options& o) {
     r.warnings.push_back("ep does not divide the routed experts: some devices hold one expert more");
   if (c.kda && c.kda->num_heads % o.tp) r.warnings.push_back("tp does not divide the KDA heads");
   if (c.mla && c.mla->num_heads % o.tp) r.warnings.push_back("tp does not divide the MLA heads");
+  if (c.swa && c.swa->num_kv_heads % o.tp)
+    r.warnings.push_back("tp does not divide the sliding-window KV heads: their ring is replicated");
 
   const double expert_share =
       c.moe.num_experts > 0 ? double((c.moe.num_experts + o.ep - 1) / o.ep) / double(c.moe.num_experts) : 0.0;
@@ -195,9 +192,10 @@ plan_result make_plan(const formats::model_config& c, const plan_options& o) {
     auto& st = r.stages[size_t(s)];
     st.weight_bytes = uint64_t(std::ceil(stage_weights[size_t(s)]));
     double cache = 0;
-    for (int64_t l = st.first_layer; l <= st.last_layer; ++l)
-      cache += c.is_kda(l) ? double(r.kda_state_bytes_per_layer) / o.tp
-                           : double(ctx) * double(r.latent_bytes_per_token_layer);
+    for (int64_t l = st.first_layer; l <= st.last_layer; ++l) {
+      const auto& f = fig[size_t(c.layer_attn[size_t(l)])];
+      cache += f.token_bytes ? double(ctx) * double(f.token_bytes) : double(f.state_bytes) / f.tp_split;
+    }
     st.cache_bytes = uint64_t(std::ceil(cache * double(o.batch)));
     r.device_bytes_max = std::max(r.device_bytes_max, st.weight_bytes + st.cache_bytes);
   }
@@ -224,19 +222,8 @@ plan_result make_plan(const formats::model_config& c, const plan_options& o) {
       shared_weights += b;
     }
   }
-  double cache_read = 2.0 * double(c.num_kda_layers()) * double(r.kda_state_bytes_per_layer);
-  if (c.mla) {
-    double per_layer;
-    if (c.dsa) {
-      const double key =
-          double(o.cache == cache_format::BF16 ? c.dsa->index_head_dim * 2 : c.dsa->index_head_dim + 4);
-      const double latent = double(r.latent_bytes_per_token_layer) - key;
-      per_layer = double(ctx) * key + double(std::min<int64_t>(r.context, c.dsa->index_topk)) * latent;
-    } else {
-      per_layer = double(ctx) * double(r.latent_bytes_per_token_layer);
-    }
-    cache_read += double(c.num_mla_layers()) * per_layer;
-  }
+  double cache_read = 0;
+  for (attn_kind k : kKinds) cache_read += double(c.num_layers_of(k)) * fig[size_t(k)].decode_read_bytes;
   r.bytes_per_token_batch1 = weights_b1 + cache_read;
   r.weight_bytes_per_token_batch = (shared_weights + expert_weights_batch) / double(o.batch);
   return r;
@@ -268,6 +255,7 @@ nlohmann::json plan_to_json(const plan_result& r, const plan_options& o) {
                 {"kda_state_bytes_per_layer", r.kda_state_bytes_per_layer},
                 {"latent_bytes_per_token_layer", r.latent_bytes_per_token_layer},
                 {"bytes_per_sequence", r.cache_bytes_per_sequence}};
+  if (r.swa_bytes_per_layer) j["cache"]["swa_bytes_per_layer"] = r.swa_bytes_per_layer;
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : r.stages)
     stages.push_back({{"first_layer", s.first_layer},
@@ -298,6 +286,7 @@ std::string plan_to_text(const formats::model_config& c, const plan_result& r, c
   out << "model   " << c.source << " (" << c.model_type << "): " << c.num_layers
       << " layers = " << c.num_kda_layers() << " KDA + " << c.num_mla_layers()
       << (c.dsa ? " Gated DSA" : " MLA");
+  if (c.swa) out << " + " << c.num_swa_layers() << " SWA (window " << c.swa->window << ")";
   if (c.moe.num_experts)
     out << ", " << c.moe.num_experts << " experts (" << c.moe.experts_per_token << " active + "
         << c.moe.num_shared_experts << " shared)";
@@ -330,6 +319,9 @@ std::string plan_to_text(const formats::model_config& c, const plan_result& r, c
   if (c.mla)
     out << "        " << (c.dsa ? "DSA latent + index key " : "MLA latent ") << r.latent_bytes_per_token_layer
         << " B per token per layer x " << c.num_mla_layers() << " layers, linear in context\n";
+  if (c.swa)
+    out << "        SWA ring " << human_bytes(double(r.swa_bytes_per_layer)) << " per layer x "
+        << c.num_swa_layers() << " layers, constant past the " << c.swa->window << "-token window\n";
   out << "\nlayout  tp " << o.tp << " x pp " << o.pp << " x dp " << r.dp << " = " << r.world_size
       << " devices (" << o.nodes << " nodes x " << o.gpus_per_node << "), ep " << o.ep << ", batch "
       << o.batch << "\n";

@@ -61,6 +61,7 @@ struct plan_result {
   int64_t context = 0;
   uint64_t kda_state_bytes_per_layer = 0;     // constant in context (fp32 state + BF16 conv state)
   uint64_t latent_bytes_per_token_layer = 0;  // DSA/MLA latent + indexer key
+  uint64_t swa_bytes_per_layer = 0;           // sliding-window ring: min(window, context) keys + values
   uint64_t cache_bytes_per_sequence = 0;      // all layers at `context`
   // Parallel layout.
   int world_size = 0, dp = 0;

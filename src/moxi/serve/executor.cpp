@@ -1,7 +1,7 @@
 // executor: model::model over the hybrid memory. The adapter below is the one docs/serving.md describes:
-// KDA state is the sequence's slot, used in place; an MLA layer sees its old rows gathered from the paged
-// cache followed by a scratch area for the rows of this step, which is scattered back into the sequence's
-// blocks after the forward (rows below length() are shared and never written).
+// the state of a KDA or sliding-window layer is the sequence's slot, used in place; an MLA layer sees its old
+// rows gathered from the paged cache followed by a scratch area for the rows of this step, which is scattered
+// back into the sequence's blocks after the forward (rows below length() are shared and never written).
 #include "moxi/serve/executor.h"
 
 #include <algorithm>
@@ -27,10 +27,7 @@ class paged_cache final : public model::sequence_cache {
   // The serving path does not run the MTP head (no speculative decoding yet).
   void advance_mtp(int64_t) override { throw error("serve: the paged cache does not hold MTP positions"); }
 
-  model::kda_state_ref kda(int64_t layer) override {
-    const auto v = mem_.kda(seq_, layer);
-    return {v.conv_q, v.conv_k, v.conv_v, v.recurrent};
-  }
+  float* state(int64_t layer) override { return mem_.state(seq_, layer); }
   model::mla_append_ref mla_append(int64_t layer, int64_t T) override {
     auto& b = gathered(layer);
     const auto& sp = mem_.spec();
@@ -45,8 +42,6 @@ class paged_cache final : public model::sequence_cache {
     auto& b = gathered(layer);
     return {b.latent.data(), mem_.spec().index_width ? b.index.data() : nullptr, start_ + b.appended};
   }
-  size_t bytes() const override { return 0; }
-
   // Writes this step's new rows into the sequence's blocks.
   void flush() {
     const auto& sp = mem_.spec();

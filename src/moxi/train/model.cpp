@@ -43,8 +43,7 @@ ref::YarnConfig yarn_of(const formats::rope_config& r) {
 }
 
 // The engine's RoPE tables for positions 0..T-1 (constants: no gradient flows into them), f32 [T, R/2].
-std::pair<torch::Tensor, torch::Tensor> rope_tables(const formats::model_config& c, int64_t T) {
-  const int64_t R = c.mla->qk_rope_head_dim;
+std::pair<torch::Tensor, torch::Tensor> rope_tables(const formats::model_config& c, int64_t T, int64_t R) {
   const auto yarn = yarn_of(c.rope);
   std::vector<float> inv(static_cast<size_t>(R / 2));
   ref::rope_inv_freq(yarn, R, inv.data());
@@ -231,6 +230,30 @@ torch::Tensor train_model::kda(const torch::Tensor& x, const std::string& pre, c
   return lin(o.reshape({B, T, P}), pre + ".o_proj");
 }
 
+// Sliding-window attention (the engine's layers/swa.cpp): GQA, half-split RoPE over the whole head, a
+// causal mask limited to the last `window` keys.
+torch::Tensor train_model::swa(const torch::Tensor& x, const std::string& pre, const std::string& name,
+                               dump_map* dump) const {
+  const auto& s = *config_.swa;
+  const int64_t B = x.size(0), T = x.size(1), H = s.num_heads, KVH = s.num_kv_heads, D = s.head_dim;
+  auto q = lin(x, pre + ".q_proj").view({B, T, H, D});
+  auto k = lin(x, pre + ".k_proj").view({B, T, KVH, D});
+  const auto v = lin(x, pre + ".v_proj").view({B, T, KVH, D}).repeat_interleave(H / KVH, 2);
+  const auto [cos_t, sin_t] = rope_tables(config_, T, D);
+  q = rope(q, cos_t, sin_t, false);
+  k = rope(k, cos_t, sin_t, false).repeat_interleave(H / KVH, 2);
+  put(dump, name + ".q", q);
+  const double mscale = ref::yarn_softmax_mscale(yarn_of(config_.rope));
+  const double scale = 1.0 / std::sqrt(double(D)) * mscale * mscale;
+  auto scores = torch::einsum("bthd,bshd->bhts", {q, k}) * scale;  // [B, H, T, S=T]
+  const auto t = torch::arange(T).unsqueeze(1), j = torch::arange(T).unsqueeze(0);
+  const auto visible = (j <= t).logical_and(j > t - s.window);  // [T, T]
+  scores = scores.masked_fill(visible.logical_not(), -std::numeric_limits<float>::infinity());
+  const auto o = torch::einsum("bhts,bshd->bthd", {torch::softmax(scores, -1), v});  // [B, T, H, D]
+  put(dump, name + ".o", o);
+  return lin(o.reshape({B, T, H * D}), pre + ".o_proj");
+}
+
 torch::Tensor train_model::mla(const torch::Tensor& x, const std::string& pre, const std::string& name,
                                dump_map* dump, forward_stats* stats) const {
   const auto& m = *config_.mla;
@@ -250,7 +273,7 @@ torch::Tensor train_model::mla(const torch::Tensor& x, const std::string& pre, c
   torch::Tensor cos_t, sin_t;
   double mscale = 1.0;
   if (!m.use_nope) {
-    std::tie(cos_t, sin_t) = rope_tables(config_, T);
+    std::tie(cos_t, sin_t) = rope_tables(config_, T, Dr);
     q = torch::cat({q.slice(-1, 0, Dn), rope(q.slice(-1, Dn), cos_t, sin_t, true)}, -1);
     kpe = rope(kpe, cos_t, sin_t, true);
     mscale = ref::yarn_softmax_mscale(yarn_of(config_.rope));
@@ -405,9 +428,18 @@ torch::Tensor train_model::block(const torch::Tensor& h0, const model::arch::lay
                                  const std::string& name, dump_map* dump, forward_stats* stats) const {
   auto xn = rms(h0, lay.prefix + ".input_layernorm.weight");
   put(dump, name + ".attn_norm", xn);
-  const auto a = lay.attn == formats::attn_kind::KDA
-                     ? kda(xn, lay.prefix + ".self_attn", name + ".kda", dump)
-                     : mla(xn, lay.prefix + ".self_attn", name + ".mla", dump, stats);
+  torch::Tensor a;
+  switch (lay.attn) {
+    case formats::attn_kind::KDA:
+      a = kda(xn, lay.prefix + ".self_attn", name + ".kda", dump);
+      break;
+    case formats::attn_kind::MLA:
+      a = mla(xn, lay.prefix + ".self_attn", name + ".mla", dump, stats);
+      break;
+    case formats::attn_kind::SWA:
+      a = swa(xn, lay.prefix + ".self_attn", name + ".swa", dump);
+      break;
+  }
   put(dump, name + ".attn_out", a);
   auto h = h0 + a;
   xn = rms(h, lay.prefix + ".post_attention_layernorm.weight");

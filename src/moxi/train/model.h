@@ -106,6 +106,8 @@ class train_model {
                     dump_map* dump) const;
   torch::Tensor mla(const torch::Tensor& x, const std::string& prefix, const std::string& name,
                     dump_map* dump, forward_stats* stats) const;
+  torch::Tensor swa(const torch::Tensor& x, const std::string& prefix, const std::string& name,
+                    dump_map* dump) const;
   torch::Tensor moe(const torch::Tensor& x, const std::string& prefix, const std::string& name,
                     dump_map* dump, forward_stats* stats) const;
   torch::Tensor mlp(const torch::Tensor& x, const std::string& prefix) const;

@@ -4,6 +4,7 @@
 #include "moxi/model/arch/blocks.h"
 
 #include "moxi/base/error.h"
+#include "moxi/model/layers/attention.h"
 
 namespace moxi::model::arch {
 
@@ -85,6 +86,16 @@ void manifest_builder::mla_block(const std::string& p, int64_t layer, param_grou
   }
 }
 
+// Sliding-window attention (HF Mistral / Gemma names): q_proj, k_proj, v_proj (GQA), o_proj; no biases.
+void manifest_builder::swa_block(const std::string& p, int64_t layer, param_group group) {
+  const auto& s = *c_.swa;
+  const int64_t h = c_.hidden_size;
+  linear(p + ".q_proj", s.q_dim(), h, group, layer);
+  linear(p + ".k_proj", s.kv_dim(), h, group, layer);
+  linear(p + ".v_proj", s.kv_dim(), h, group, layer);
+  linear(p + ".o_proj", h, s.q_dim(), group, layer, /*writes_residual=*/true);
+}
+
 void manifest_builder::ffn_block(const std::string& p, int64_t layer, bool moe_layer, const ffn_names& n,
                                  const param_group* override_group) {
   const int64_t h = c_.hidden_size;
@@ -128,13 +139,11 @@ void manifest_builder::decoder(const model_layout& l) {
   const int64_t h = c_.hidden_size;
   add(l.embed, {c_.vocab_size, h}, param_group::EMBEDDING, init_kind::NORMAL);
   auto block = [&](const layer_layout& layer, int64_t i, const param_group* mtp) {
-    const auto attn_group = mtp ? *mtp : layer.attn == formats::attn_kind::KDA ? param_group::KDA : param_group::MLA;
+    const auto& kind = attention_kind(layer.attn);
+    const auto attn_group = mtp ? *mtp : kind.group;
     const auto norm_group = mtp ? *mtp : param_group::LAYER_NORM;
     norm(layer.prefix + ".input_layernorm", h, norm_group, i);
-    if (layer.attn == formats::attn_kind::KDA)
-      kda_block(layer.prefix + ".self_attn", i, attn_group);
-    else
-      mla_block(layer.prefix + ".self_attn", i, attn_group);
+    kind.declare(*this, layer.prefix + ".self_attn", i, attn_group);
     norm(layer.prefix + ".post_attention_layernorm", h, norm_group, i);
     ffn_block(layer.prefix, i, layer.moe, l.ffn, mtp);
   };

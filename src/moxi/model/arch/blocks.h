@@ -20,7 +20,7 @@ struct ffn_names {
 // Where the forward pass finds one decoder layer (main or MTP) in the checkpoint and what it computes.
 struct layer_layout {
   std::string prefix;       // "model.layers.3"; attention under prefix + ".self_attn"
-  formats::attn_kind attn;  // KDA or MLA (Gated DSA when config.dsa is set)
+  formats::attn_kind attn;  // KDA, MLA (Gated DSA when config.dsa is set) or SWA
   bool moe = false;         // MoE FFN under prefix + "." + ffn.moe_prefix, else the dense prefix + ".mlp"
 };
 
@@ -48,6 +48,7 @@ class manifest_builder {
 
   void kda_block(const std::string& p, int64_t layer, param_group group);
   void mla_block(const std::string& p, int64_t layer, param_group group);
+  void swa_block(const std::string& p, int64_t layer, param_group group);
   // MoE FFN when moe_layer, else the dense MLP; `override_group` (MTP) replaces every group when set.
   void ffn_block(const std::string& p, int64_t layer, bool moe_layer, const ffn_names& names,
                  const param_group* override_group = nullptr);

@@ -1,4 +1,5 @@
-// The seed family (Kimi-Linear-style hybrid): KDA layers and (Gated DSA | MLA) layers, MoE with shared
+// The seed family (Kimi-Linear-style hybrid): KDA layers, (Gated DSA | MLA) layers and optionally
+// sliding-window attention layers (config layer_types), MoE with shared
 // experts and optional latent MoE, MTP layers and an optional MoonViT tower. Tensor names follow
 // Kimi-Linear's HF checkpoint (model.layers.{i}.self_attn.*, block_sparse_moe.experts.{e}.w1/w2/w3).
 #include "moxi/model/arch/blocks.h"
@@ -13,8 +14,9 @@ std::vector<tensor_decl> kimi_linear_manifest(const formats::model_config& c) {
   return b.take();
 }
 
-// Which layers are KDA and which MoE, and the MoE names; the manifest and the loader both read it. MTP
-// layers use full attention (MLA/DSA) when the model has any, and the model's FFN.
+// Each layer's attention kind and whether it is MoE, and the MoE names; the manifest and the loader both
+// read it. MTP layers use full attention (MLA/DSA) when the model has any, else KDA, and the model's FFN
+// (memory/cache-spec.cpp repeats this rule).
 model_layout kimi_linear_layout(const formats::model_config& c) {
   model_layout l;
   l.ffn = {"block_sparse_moe", "w1", "w3", "w2"};

@@ -15,7 +15,8 @@ struct entry {
 
 const std::array<entry, 3> kRegistry = {{
     {"kimi_linear",
-     {"kimi_linear", "KDA + (Gated DSA | MLA) hybrid MoE with MTP: the seed family and Kimi-Linear",
+     {"kimi_linear",
+      "KDA + (Gated DSA | MLA) [+ sliding-window] hybrid MoE with MTP: the seed family and Kimi-Linear",
       &kimi_linear_manifest, &kimi_linear_layout}},
     {"deepseek_v32",
      {"deepseek_v3", "DeepSeek-V3.2: DSA over MLA with YaRN, grouped routing, MTP", &deepseek_v3_manifest,

@@ -11,10 +11,8 @@ decoder_layer load_decoder_layer(weight_loader& ld, const arch::layer_layout& la
   decoder_layer l;
   l.slot = slot;
   l.input_norm = ld.f32(lay.prefix + ".input_layernorm.weight", {c.hidden_size});
-  if (lay.attn == formats::attn_kind::KDA)
-    l.kda = load_kda(ld, lay.prefix + ".self_attn");
-  else
-    l.mla = load_mla(ld, lay.prefix + ".self_attn");
+  l.kind = lay.attn;
+  l.attn = attention_kind(lay.attn).load(ld, lay.prefix + ".self_attn");
   l.post_norm = ld.f32(lay.prefix + ".post_attention_layernorm.weight", {c.hidden_size});
   if (lay.moe)
     l.moe = load_moe(ld, lay.prefix + "." + ffn.moe_prefix, ffn);
@@ -38,14 +36,8 @@ void decoder_layer_forward_batch(const decoder_layer& l, const formats::model_co
   std::vector<float> xn(size_t(T * d)), y(size_t(T * d));  // f32 [T, hidden], T rows of all sequences
   ref::rms_norm(h, l.input_norm.data(), xn.data(), T, d, eps);
   dump(dump_to, name + ".attn_norm", {T, d}, xn.data());
-  if (l.kda) {
-    std::vector<kda_state_ref> states;
-    states.reserve(segs.size());
-    for (const auto& s : segs) states.push_back(s.cache->kda(l.slot));
-    kda_forward_batch(*l.kda, c, xn.data(), T, segs, states, y.data(), dump_to, name + ".kda");
-  } else {
-    mla_forward_batch(*l.mla, c, xn.data(), T, segs, l.slot, y.data(), dump_to, name + ".mla");
-  }
+  l.attn->forward_batch(c, xn.data(), T, segs, l.slot, y.data(), dump_to,
+                        name + "." + attention_kind(l.kind).dump_name);
   dump(dump_to, name + ".attn_out", {T, d}, y.data());
   for (int64_t i = 0; i < T * d; ++i) h[i] += y[size_t(i)];
 

@@ -1,7 +1,9 @@
-// One pre-norm decoder layer (MODEL.md §3: h = x + Attn(RMSNorm(x)); out = h + FFN(RMSNorm(h))) with KDA
-// or MLA/DSA attention and a dense or MoE FFN, and the MTP head around such a layer (MODEL.md §3.4).
+// One pre-norm decoder layer (MODEL.md §3: h = x + Attn(RMSNorm(x)); out = h + FFN(RMSNorm(h))) with the
+// attention of its kind (layers/attention.h: KDA, MLA/DSA or sliding-window) and a dense or MoE FFN, and
+// the MTP head around such a layer (MODEL.md §3.4).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -9,9 +11,8 @@
 
 #include "moxi/model/arch/registry.h"
 #include "moxi/model/cache.h"
+#include "moxi/model/layers/attention.h"
 #include "moxi/model/layers/ffn.h"
-#include "moxi/model/layers/kda.h"
-#include "moxi/model/layers/mla.h"
 
 namespace moxi::model {
 
@@ -19,8 +20,8 @@ struct decoder_layer {
   int64_t slot = 0;                // cache slot (layer index; MTP layers follow the main ones)
   std::vector<float> input_norm;   // f32 [hidden]
   std::vector<float> post_norm;    // f32 [hidden]
-  std::optional<kda_weights> kda;  // exactly one of kda / mla
-  std::optional<mla_weights> mla;
+  formats::attn_kind kind = formats::attn_kind::KDA;
+  std::shared_ptr<const attention_layer> attn;
   std::optional<swiglu_mlp> mlp;  // exactly one of mlp / moe
   std::optional<moe_weights> moe;
 };

@@ -1,0 +1,182 @@
+// The attention kinds' table: KDA, MLA / Gated DSA and sliding-window attention behind one interface.
+#include "moxi/model/layers/attention.h"
+
+#include <algorithm>
+
+#include "moxi/base/error.h"
+#include "moxi/model/arch/blocks.h"
+#include "moxi/model/layers/kda.h"
+#include "moxi/model/layers/mla.h"
+#include "moxi/model/layers/swa.h"
+
+namespace moxi::model {
+namespace {
+
+using formats::attn_kind;
+using formats::model_config;
+
+// ---- KDA: constant-size state [conv_q | conv_k | conv_v | recurrent] (cache.h kda_state_ref) ----
+
+int64_t kda_conv_floats(const model_config& c) {
+  return (c.kda->conv_kernel - 1) * c.kda->proj_dim();
+}
+
+class kda_layer final : public attention_layer {
+ public:
+  explicit kda_layer(kda_weights w) : w_(std::move(w)) {}
+  void forward_batch(const model_config& c, const float* x, int64_t R, std::span<const seq_rows> segs,
+                     int64_t slot, float* out, const dump_sink* dump,
+                     const std::string& name) const override {
+    const int64_t n = kda_conv_floats(c);
+    std::vector<kda_state_ref> states;
+    states.reserve(segs.size());
+    for (const auto& s : segs) {
+      float* p = s.cache->state(slot);
+      states.push_back({p, p + n, p + 2 * n, p + 3 * n});
+    }
+    kda_forward_batch(w_, c, x, R, segs, states, out, dump, name);
+  }
+
+ private:
+  kda_weights w_;
+};
+
+attention_plan_figures kda_plan(const model_config& c, bool, int64_t, int tp) {
+  const auto& k = *c.kda;
+  attention_plan_figures f;
+  // fp32 recurrent state + BF16 conv state; a decode step reads and writes all of it.
+  f.state_bytes = uint64_t(k.num_heads * k.head_dim * k.head_dim) * 4 +
+                  uint64_t(3 * (k.conv_kernel - 1) * k.proj_dim()) * 2;
+  f.decode_read_bytes = 2.0 * double(f.state_bytes);
+  f.tp_split = tp;  // split by heads
+  return f;
+}
+
+const attention_kind_info kKda = {
+    attn_kind::KDA,
+    "kda",
+    param_group::KDA,
+    [](const model_config&) { return "KDA"; },
+    [](arch::manifest_builder& b, const std::string& p, int64_t layer, param_group g) {
+      b.kda_block(p, layer, g);
+    },
+    [](weight_loader& ld, const std::string& p) -> std::unique_ptr<attention_layer> {
+      return std::make_unique<kda_layer>(load_kda(ld, p));
+    },
+    [](const model_config& c) {
+      return 3 * kda_conv_floats(c) + c.kda->num_heads * c.kda->head_dim * c.kda->head_dim;
+    },
+    &kda_plan,
+};
+
+// ---- MLA / Gated DSA: per-token latent rows (and indexer keys) ----
+
+class mla_layer final : public attention_layer {
+ public:
+  explicit mla_layer(mla_weights w) : w_(std::move(w)) {}
+  void forward_batch(const model_config& c, const float* x, int64_t R, std::span<const seq_rows> segs,
+                     int64_t slot, float* out, const dump_sink* dump,
+                     const std::string& name) const override {
+    mla_forward_batch(w_, c, x, R, segs, slot, out, dump, name);
+  }
+
+ private:
+  mla_weights w_;
+};
+
+attention_plan_figures mla_plan(const model_config& c, bool fp8, int64_t context, int) {
+  const auto& m = *c.mla;
+  attention_plan_figures f;
+  uint64_t key = 0;  // the DSA index key's bytes per token
+  if (!fp8) {
+    f.token_bytes = uint64_t(m.kv_lora_rank + m.qk_rope_head_dim) * 2;
+    if (c.dsa) key = uint64_t(c.dsa->index_head_dim) * 2;
+  } else {
+    // FlashMLA-style FP8 latent (512 B + 4 fp32 scales + 64 BF16 rope = 656 B) and 132 B indexer keys.
+    f.token_bytes = uint64_t(m.kv_lora_rank) + 4 * uint64_t((m.kv_lora_rank + 127) / 128) +
+                    uint64_t(m.qk_rope_head_dim) * 2;
+    if (c.dsa) key = uint64_t(c.dsa->index_head_dim) + 4;
+  }
+  f.token_bytes += key;
+  // DSA scans every index key, then reads the top-k latents; dense MLA reads every latent.
+  const double ctx = double(context);
+  if (c.dsa)
+    f.decode_read_bytes = ctx * double(key) +
+                          double(std::min<int64_t>(context, c.dsa->index_topk)) * double(f.token_bytes - key);
+  else
+    f.decode_read_bytes = ctx * double(f.token_bytes);
+  f.tp_split = 1;  // the latent has no head dimension: replicated across tp ranks
+  return f;
+}
+
+const attention_kind_info kMla = {
+    attn_kind::MLA,
+    "mla",
+    param_group::MLA,
+    [](const model_config& c) { return c.dsa ? "Gated DSA" : "MLA"; },
+    [](arch::manifest_builder& b, const std::string& p, int64_t layer, param_group g) {
+      b.mla_block(p, layer, g);
+    },
+    [](weight_loader& ld, const std::string& p) -> std::unique_ptr<attention_layer> {
+      return std::make_unique<mla_layer>(load_mla(ld, p));
+    },
+    [](const model_config&) { return int64_t(0); },
+    &mla_plan,
+};
+
+// ---- sliding-window attention: a ring of the last `window` keys and values ----
+
+class swa_layer final : public attention_layer {
+ public:
+  explicit swa_layer(swa_weights w) : w_(std::move(w)) {}
+  void forward_batch(const model_config& c, const float* x, int64_t R, std::span<const seq_rows> segs,
+                     int64_t slot, float* out, const dump_sink* dump,
+                     const std::string& name) const override {
+    swa_forward_batch(w_, c, x, R, segs, slot, out, dump, name);
+  }
+
+ private:
+  swa_weights w_;
+};
+
+attention_plan_figures swa_plan(const model_config& c, bool, int64_t context, int tp) {
+  const auto& s = *c.swa;
+  attention_plan_figures f;
+  // BF16 keys and values of min(window, context) positions (the ring never grows past the window); the
+  // FP8 cache format is FlashMLA's latent layout and does not apply here. Decode reads the whole ring.
+  f.state_bytes = uint64_t(std::min(s.window, context)) * uint64_t(2 * s.kv_dim()) * 2;
+  f.decode_read_bytes = double(f.state_bytes);
+  f.tp_split = s.num_kv_heads % tp == 0 ? tp : 1;  // KV heads split across ranks, else replicated
+  return f;
+}
+
+const attention_kind_info kSwa = {
+    attn_kind::SWA,
+    "swa",
+    param_group::SWA,
+    [](const model_config&) { return "SWA"; },
+    [](arch::manifest_builder& b, const std::string& p, int64_t layer, param_group g) {
+      b.swa_block(p, layer, g);
+    },
+    [](weight_loader& ld, const std::string& p) -> std::unique_ptr<attention_layer> {
+      return std::make_unique<swa_layer>(load_swa(ld, p));
+    },
+    [](const model_config& c) { return swa_state_floats(*c.swa); },
+    &swa_plan,
+};
+
+}  // namespace
+
+const attention_kind_info& attention_kind(formats::attn_kind kind) {
+  switch (kind) {
+    case attn_kind::KDA:
+      return kKda;
+    case attn_kind::MLA:
+      return kMla;
+    case attn_kind::SWA:
+      return kSwa;
+  }
+  throw error("unknown attention kind " + std::to_string(int(kind)));
+}
+
+}  // namespace moxi::model
