@@ -20,7 +20,7 @@
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/convert.h"
 #include "moxi/formats/model-config.h"
-#include "moxi/kernels/matmul-dispatch.h"
+#include "moxi/kernels/backend.h"
 #include "moxi/model/init.h"
 #include "moxi/model/manifest.h"
 #include "moxi/model/model.h"
@@ -194,7 +194,7 @@ TEST(SwaLayer, ChunkedPrefillAndDecodeThroughTheRingMatchFp64) {
   auto doc = config_doc();
   doc["sliding_window"] = 5;  // small: the ring wraps many times over the sequence
   const std::string ck_dir = make_checkpoint(dir, doc, 21);
-  kernels::ref_kernels_scope ref;
+  kernels::backend_scope ref(kernels::reference());
   const auto m = model::model::load(ck_dir);
   const auto& c = m.config();
   const int64_t h = c.hidden_size;
@@ -255,7 +255,7 @@ TEST(SwaModel, PrefillAndDecodeEqualFullRecompute) {
   const std::string ck_dir = make_checkpoint(dir, config_doc(), 4);  // the shipped config, window 16
   for (bool reference : {true, false}) {
     SCOPED_TRACE(reference ? "reference kernels" : "fast kernels where the CPU has them");
-    std::optional<kernels::ref_kernels_scope> ref;
+    std::optional<kernels::backend_scope> ref;
     if (reference) ref.emplace();
     const auto m = model::model::load(ck_dir);
     const auto toks = random_tokens(48, m.config().vocab_size, 9);
@@ -278,7 +278,7 @@ TEST(SwaModel, PrefillAndDecodeEqualFullRecompute) {
 TEST(SwaModel, ForwardBatchEqualsPerSequenceForwardBitForBit) {
   testing::temp_dir dir("moxi-swa");
   const std::string ck_dir = make_checkpoint(dir, config_doc(), 6);
-  kernels::ref_kernels_scope ref;
+  kernels::backend_scope ref(kernels::reference());
   const auto m = model::model::load(ck_dir);
   const auto vocab = m.config().vocab_size;
   std::vector<std::vector<token_id>> toks;

@@ -12,7 +12,7 @@
 #include <random>
 
 #include "common/temp-dir.h"
-#include "moxi/kernels/matmul-dispatch.h"
+#include "moxi/kernels/backend.h"
 #include "moxi/memory/hybrid-memory.h"
 #include "moxi/model/init.h"
 #include "moxi/model/model.h"
@@ -32,7 +32,7 @@ TEST(SwaServing, GreedyTokensMatchFullRecomputeWithPrefixReuseAndPreemption) {
   io.seed = 12;
   io.show_progress = false;
   model::init_checkpoint(formats::parse_model_config(doc, "tiny-hybrid-swa.json"), dir / "ckpt", io);
-  kernels::ref_kernels_scope ref;
+  kernels::backend_scope ref(kernels::reference());
   const auto m = model::model::load(dir / "ckpt");
 
   memory::memory_options mo;

@@ -13,6 +13,7 @@
 #include "moxi/kernels/ref/basic.h"
 #include "moxi/kernels/ref/dsa.h"
 #include "moxi/kernels/ref/kda.h"
+#include "moxi/kernels/ref/swa.h"
 #include "moxi/kernels/scratch.h"
 #include "moxi/kernels/x86/backend.h"
 
@@ -109,6 +110,8 @@ const char* to_string(op o) {
       return "indexer_scores";
     case op::indexer_topk:
       return "indexer_topk";
+    case op::swa_attention:
+      return "swa_attention";
     case op::moe_route:
       return "moe_route";
     case op::moe_experts:
@@ -258,6 +261,12 @@ void backend::mla_attention_absorbed_sparse(const float* q_lat, const float* lat
 void backend::indexer_scores(const float* q, const float* k, const float* w, float* scores, int64_t T,
                              int64_t S, int64_t HI, int64_t D) const {
   ref::indexer_scores(q, k, w, scores, T, S, HI, D);
+}
+
+void backend::sliding_window_attention(const float* q, const float* k, const float* v, float* o, int64_t T,
+                                       int64_t S, int64_t H, int64_t KVH, int64_t D, int64_t window,
+                                       float scale) const {
+  ref::sliding_window_attention(q, k, v, o, T, S, H, KVH, D, window, scale);
 }
 
 void backend::indexer_topk(const float* scores, int32_t* indices, int64_t T, int64_t S, int64_t k) const {

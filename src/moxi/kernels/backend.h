@@ -42,6 +42,7 @@ enum class op : uint8_t {
   mla_sparse,      // DSA sparse absorbed attention
   indexer_scores,  // DSA lightning indexer scores
   indexer_topk,    // DSA top-k selection
+  swa_attention,   // sliding-window (GQA) attention
   moe_route,       // router
   moe_experts,     // routed expert execution
 };
@@ -184,6 +185,11 @@ class backend {
   virtual void indexer_scores(const float* q, const float* k, const float* w, float* scores, int64_t T,
                               int64_t S, int64_t HI, int64_t D) const;
   virtual void indexer_topk(const float* scores, int32_t* indices, int64_t T, int64_t S, int64_t k) const;
+
+  // ---- sliding-window attention (ref::sliding_window_attention) ----
+  virtual void sliding_window_attention(const float* q, const float* k, const float* v, float* o, int64_t T,
+                                        int64_t S, int64_t H, int64_t KVH, int64_t D, int64_t window,
+                                        float scale) const;
 
   // ---- MoE ----
   virtual void moe_route(const float* logits, const float* bias, const ref::RouterConfig& cfg,

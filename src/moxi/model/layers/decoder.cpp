@@ -1,7 +1,7 @@
 // Decoder layer composition and loading; the attention and FFN variants come from the architecture layout.
 #include "moxi/model/layers/decoder.h"
 
-#include "moxi/kernels/ref/basic.h"
+#include "moxi/kernels/backend.h"
 
 namespace moxi::model {
 
@@ -30,18 +30,18 @@ void decoder_layer_forward(const decoder_layer& l, const formats::model_config& 
 void decoder_layer_forward_batch(const decoder_layer& l, const formats::model_config& c, float* h, int64_t T,
                                  std::span<const seq_rows> segs, const dump_sink* dump_to,
                                  const std::string& name) {
-  namespace ref = kernels::ref;
+  const kernels::backend& be = kernels::active();
   const int64_t d = c.hidden_size;
   const float eps = float(c.rms_norm_eps);
   std::vector<float> xn(size_t(T * d)), y(size_t(T * d));  // f32 [T, hidden], T rows of all sequences
-  ref::rms_norm(h, l.input_norm.data(), xn.data(), T, d, eps);
+  be.rms_norm(h, l.input_norm.data(), xn.data(), T, d, eps);
   dump(dump_to, name + ".attn_norm", {T, d}, xn.data());
   l.attn->forward_batch(c, xn.data(), T, segs, l.slot, y.data(), dump_to,
                         name + "." + attention_kind(l.kind).dump_name);
   dump(dump_to, name + ".attn_out", {T, d}, y.data());
   for (int64_t i = 0; i < T * d; ++i) h[i] += y[size_t(i)];
 
-  ref::rms_norm(h, l.post_norm.data(), xn.data(), T, d, eps);
+  be.rms_norm(h, l.post_norm.data(), xn.data(), T, d, eps);
   dump(dump_to, name + ".ffn_norm", {T, d}, xn.data());
   if (l.moe)
     moe_forward(*l.moe, c, xn.data(), T, y.data(), dump_to, name + ".moe");

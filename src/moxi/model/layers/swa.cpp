@@ -1,4 +1,4 @@
-// Sliding-window attention forward over the scalar reference kernel (kernels/ref/swa.h) and the ring
+// Sliding-window attention forward over the kernel backend (kernels/backend.h, swa_attention) and the ring
 // buffer cache: per sequence, the ring's still-visible rows and the chunk's new keys are laid out in
 // position order and attended with the window mask; then the newest rows go back into the ring.
 #include "moxi/model/layers/swa.h"
@@ -8,8 +8,8 @@
 #include <cstring>
 
 #include "moxi/base/error.h"
+#include "moxi/kernels/backend.h"
 #include "moxi/kernels/ref/mla.h"
-#include "moxi/kernels/ref/swa.h"
 
 namespace moxi::model {
 
@@ -74,6 +74,7 @@ void swa_forward_batch(const swa_weights& w, const formats::model_config& c, con
   w.qkv.extract(xin.data(), R, SWA_K, k.data());
   w.qkv.extract(xin.data(), R, SWA_V, v.data());
 
+  const kernels::backend& be = kernels::active();
   std::vector<float> o(size_t(R * Q));  // f32 [R, H*D]
   std::vector<float> keys, values, cos, sin;
   std::vector<int64_t> pos;
@@ -84,10 +85,9 @@ void swa_forward_batch(const swa_weights& w, const formats::model_config& c, con
     for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = S0 + t;
     cos.resize(size_t(T * D / 2));
     sin.resize(size_t(T * D / 2));
-    ref::rope_cos_sin(pos.data(), w.inv_freq.data(), w.rope_attention_factor, cos.data(), sin.data(), T, D);
-    ref::rope_apply(q.data() + r0 * Q, cos.data(), sin.data(), T, H, Q, D, D, ref::RopeLayout::kHalfSplit);
-    ref::rope_apply(k.data() + r0 * KV, cos.data(), sin.data(), T, KVH, KV, D, D,
-                    ref::RopeLayout::kHalfSplit);
+    be.rope_cos_sin(pos.data(), w.inv_freq.data(), w.rope_attention_factor, cos.data(), sin.data(), T, D);
+    be.rope_apply(q.data() + r0 * Q, cos.data(), sin.data(), T, H, Q, D, D, ref::RopeLayout::kHalfSplit);
+    be.rope_apply(k.data() + r0 * KV, cos.data(), sin.data(), T, KVH, KV, D, D, ref::RopeLayout::kHalfSplit);
 
     // Keys and values in position order: the P cached positions the first query still sees (the last
     // window-1), then the chunk's T.
@@ -102,8 +102,8 @@ void swa_forward_batch(const swa_weights& w, const formats::model_config& c, con
     }
     std::memcpy(keys.data() + P * KV, k.data() + r0 * KV, size_t(T * KV) * sizeof(float));
     std::memcpy(values.data() + P * KV, v.data() + r0 * KV, size_t(T * KV) * sizeof(float));
-    ref::sliding_window_attention(q.data() + r0 * Q, keys.data(), values.data(), o.data() + r0 * Q, T, S, H,
-                                  KVH, D, W, w.softmax_scale);
+    be.sliding_window_attention(q.data() + r0 * Q, keys.data(), values.data(), o.data() + r0 * Q, T, S, H, KVH,
+                                D, W, w.softmax_scale);
     // The chunk's last (at most W) positions into the ring.
     for (int64_t t = std::max<int64_t>(0, T - W); t < T; ++t) {
       const int64_t row = (S0 + t) % W;
