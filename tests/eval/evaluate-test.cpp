@@ -2,7 +2,7 @@
 // each prompt) gives exactly the pass counts the checkers' verdicts imply, through the real chat template,
 // tokenizer, greedy loop and sandboxed checkers; on a random tiny checkpoint the replies equal an
 // independent greedy decoder (full recompute, no cache reuse) with one worker and with several; the net
-// improvement arithmetic is checked on constructed reports against shared/reference/rl_sandbox_eval.md
+// improvement arithmetic is checked on constructed reports against docs/eval.md
 // §4.3's formulas worked by hand.
 #include "moxi/eval/evaluate.h"
 

@@ -1,4 +1,4 @@
-// The SFT pieces (issue 4): the warmup + cosine schedule against its closed form, grad-norm clipping,
+// The SFT pieces: the warmup + cosine schedule against its closed form, grad-norm clipping,
 // AdamW's decay groups, the reply-only loss mask on a conversation rendered with moxi-tiny's template,
 // right-padding invariance of every loss term and of the router bias update, recipe parsing, and the export
 // round trip (the engine serves the exported directory with the trainer's QAT logits).

@@ -114,7 +114,7 @@ struct paired_stats {
   int64_t both_passed = 0, both_failed = 0;      // ties
   double baseline_rate = 0, candidate_rate = 0;  // pass rates over the paired tasks
   // Net improvement rate, (wins - losses) / (wins + losses + ties) with win = fixed, loss = broken,
-  // tie = unchanged: the paired definition of shared/reference/rl_sandbox_eval.md §4.3. On pass/fail data
+  // tie = unchanged: the paired definition of docs/eval.md "Comparing two reports". On pass/fail data
   // it equals candidate_rate - baseline_rate over the paired tasks; fixed and broken say how it arose.
   double net_improvement_rate() const { return n > 0 ? double(fixed - broken) / double(n) : 0.0; }
   // Half width of its 95% interval, 1.96 * sqrt((p_win + p_loss - NIR^2) / n) (§4.3); 0 when n = 0.

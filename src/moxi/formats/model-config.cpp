@@ -308,7 +308,7 @@ void parse_kimi_linear(field_reader& r, model_config& c) {
   c.dense_intermediate_size = r.get_int("intermediate_size");
   c.max_position_embeddings = r.has("max_position_embeddings") ? r.get_int("max_position_embeddings")
                                                                : r.int_or("model_max_length", 0);
-  r.ignore({"model_max_length", "head_dim"});  // head_dim is hidden/heads, unused by MLA (kda.md §3.1)
+  r.ignore({"model_max_length", "head_dim"});  // hidden/heads, unused by MLA (docs/kimi-linear.md §3.1)
 
   c.layer_attn.assign(size_t(c.num_layers), attn_kind::MLA);
   if (auto la = r.sub("linear_attn_config")) {
@@ -389,7 +389,7 @@ void parse_kimi_linear(field_reader& r, model_config& c) {
   c.vision = parse_vision(r);
 }
 
-// DeepSeek-V3 and V3.2 (HF names, reference/dsa_mla_moe_mtp.md §A.1, §B.1, §D.1).
+// DeepSeek-V3 and V3.2 (HF names, docs/deepseek.md §A.1, §B.1, §D.1).
 void parse_deepseek(field_reader& r, model_config& c) {
   c.dense_intermediate_size = r.get_int("intermediate_size");
   c.max_position_embeddings = r.get_int("max_position_embeddings");

@@ -1,5 +1,5 @@
 // hybrid_memory: the per-sequence caches of a hybrid KDA + MLA/DSA model behind one interface (the
-// contract of ARCHITECTURE.md §2 "Memory"): MLA layers get paged latent blocks from one block pool, KDA
+// contract of docs/design.md §2 "Memory"): MLA layers get paged latent blocks from one block pool, KDA
 // layers get one constant-size state slot per sequence, and the prefix cache reuses full blocks by a hash
 // chain together with KDA state snapshots taken at block boundaries. Composition per layer follows
 // llama.cpp's llama_memory_hybrid; the block/prefix bookkeeping follows vLLM v1's KVCacheManager.

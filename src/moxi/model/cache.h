@@ -1,4 +1,4 @@
-// Per-sequence caches (MODEL.md §3.1, §3.2): KDA layers keep a constant-size state (three conv states and
+// Per-sequence caches (docs/model-spec.md §3.1-3.2): KDA layers keep a fixed state (three conv states and
 // the fp32 recurrent state), MLA / Gated DSA layers keep a growing latent cache and the indexer keys.
 // One interface (sequence_cache) so a paged implementation (memory/, with serving) can replace the
 // contiguous one here without touching the layers.
@@ -48,7 +48,7 @@ class sequence_cache {
 
   // Tokens the main model has processed: the position of the next token.
   virtual int64_t length() const = 0;
-  // Tokens the MTP layers have processed (their own positions; MODEL.md §3.4).
+  // Tokens the MTP layers have processed (their own positions; docs/model-spec.md §3.4).
   virtual int64_t mtp_length() const = 0;
   // Called by the model once all layers have consumed n new tokens.
   virtual void advance(int64_t n) = 0;

@@ -1,4 +1,4 @@
-// The whole model on the reference kernels (MODEL.md §3): load a checkpoint once (weights converted to f32,
+// The whole model on the reference kernels (docs/model-spec.md §3): load a checkpoint once (weights to f32,
 // MXFP4 experts kept packed), then run forward(tokens, cache) -> logits for T new tokens after the cached
 // ones, and mtp_forward for the MTP head. The same code serves every config from tiny to full.
 #pragma once

@@ -1,4 +1,4 @@
-// The architecture registry: the only place that switches on model_type (ARCHITECTURE.md §1).
+// The architecture registry: the only place that switches on model_type (docs/design.md §1).
 #pragma once
 
 #include <string>

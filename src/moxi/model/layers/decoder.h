@@ -1,5 +1,5 @@
-// One pre-norm decoder layer (MODEL.md §3: h = x + Attn(RMSNorm(x)); out = h + FFN(RMSNorm(h))) with KDA
-// or MLA/DSA attention and a dense or MoE FFN, and the MTP head around such a layer (MODEL.md §3.4).
+// A pre-norm decoder layer (docs/model-spec.md §3: h = x + Attn(RMSNorm(x)), out = h + FFN(RMSNorm(h))), KDA
+// or MLA/DSA attention and a dense or MoE FFN, and the MTP head around it (docs/model-spec.md §3.4).
 #pragma once
 
 #include <optional>
