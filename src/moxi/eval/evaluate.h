@@ -19,7 +19,7 @@
 #include "moxi/formats/tokenizer.h"
 #include "moxi/runtime/generate.h"
 
-namespace moxi {
+namespace moxi::runtime {
 struct local_model;
 }
 
@@ -30,8 +30,8 @@ struct eval_model {
   std::string name;  // reported as the report's "model"
   // A new empty sequence. Called from the worker threads, one sequence per task; each sequence is used by
   // one thread only. A model that cannot run sequences concurrently needs evaluate_options::workers = 1.
-  std::function<std::unique_ptr<causal_lm>()> new_sequence;
-  const tokenizer* tok = nullptr;
+  std::function<std::unique_ptr<runtime::causal_lm>()> new_sequence;
+  const formats::tokenizer* tok = nullptr;
   const formats::chat_template* chat = nullptr;
   std::vector<token_id> stop_tokens;  // end of the reply (e.g. <|end|>, eos)
 };
@@ -86,7 +86,7 @@ struct eval_report {
 eval_report evaluate(const eval_model& model, const std::vector<task>& tasks,
                      const evaluate_options& options = {});
 // A model loaded with the engine (runtime/local-model.h); it must have a chat template.
-eval_report evaluate(const local_model& model, const std::vector<task>& tasks,
+eval_report evaluate(const runtime::local_model& model, const std::vector<task>& tasks,
                      const evaluate_options& options = {});
 // Loads DIR with the engine, then as above.
 eval_report evaluate(const std::string& model_dir, const std::vector<task>& tasks,

@@ -32,6 +32,7 @@
 #include <memory>
 #include <mutex>
 
+#include "moxi/base/clock.h"
 #include "moxi/base/error.h"
 #include "moxi/sandbox/audit-log.h"
 #include "moxi/sandbox/cgroup.h"
@@ -361,10 +362,6 @@ std::vector<std::string> bwrap_arguments(const run_spec& spec, const std::string
   a.insert(a.end(), {"--seccomp", "3", "--"});
   a.insert(a.end(), spec.argv.begin(), spec.argv.end());
   return a;
-}
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ struct live_request {
 // prompt), each with its own sampling seed.
 struct pending_add {
   std::vector<std::shared_ptr<live_request>> choices;
-  std::vector<sampling_params> sampling;  // per choice
+  std::vector<runtime::sampling_params> sampling;  // per choice
   request_params params;
   int top_logprobs = -1;
 };
@@ -71,7 +71,7 @@ struct pending_add {
 struct server::impl {
   server_config cfg;
   model::model mdl;
-  tokenizer tok;
+  formats::tokenizer tok;
   memory::hybrid_memory memory;
   scheduler sched;
   executor exec;
@@ -105,7 +105,7 @@ struct server::impl {
   std::atomic<int64_t> active{0};
   std::atomic<bool> shutting_down{false};
 
-  impl(server_config c, model::model m, tokenizer t, const memory::memory_options& mo,
+  impl(server_config c, model::model m, formats::tokenizer t, const memory::memory_options& mo,
        const scheduler_config& sc)
       : cfg(std::move(c)),
         mdl(std::move(m)),
@@ -282,8 +282,8 @@ struct generation {
   server::impl& s;
   completion_request req;
   std::shared_ptr<live_request> lr;
-  stream_decoder dec;
-  stop_checker stop;
+  formats::stream_decoder dec;
+  runtime::stop_checker stop;
   clock_type::time_point arrival;
   clock_type::time_point last_token;
   int64_t completion_tokens = 0, prompt_tokens = 0, cached_tokens = 0;
@@ -462,7 +462,7 @@ void server::impl::handle_completion(const httplib::Request& req, httplib::Respo
                           std::to_string(max_tokens) + " in the completion).",
                       "max_tokens");
   try {
-    validate(r.sampling);
+    runtime::validate(r.sampling);
   } catch (const std::exception& e) {
     return send_error(res, 400, e.what());
   }
@@ -760,7 +760,7 @@ std::unique_ptr<server::impl> make_impl(server_config cfg) {
     if (cfg.served_name.empty()) cfg.served_name = "moxi";
   }
   auto m = model::model::load(cfg.model_dir);
-  auto t = tokenizer::from_hf_json_file(cfg.model_dir + "/tokenizer.json");
+  auto t = formats::tokenizer::from_hf_json_file(cfg.model_dir + "/tokenizer.json");
   const auto& c = m.config();
   int64_t len = cfg.max_model_len > 0 ? cfg.max_model_len : c.max_position_embeddings;
   if (len <= 1) len = 4096;
