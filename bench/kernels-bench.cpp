@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "moxi/base/clock.h"
 #include "moxi/base/error.h"
 #include "moxi/base/thread-pool.h"
 #include "moxi/kernels/backend.h"
@@ -30,10 +31,6 @@ namespace {
 
 namespace k = moxi::kernels;
 using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
 
 // The L3 this VM sees (sysfs, what lscpu prints); glibc's sysconf can report the host's larger figure.
 size_t llc_bytes() {

@@ -1,5 +1,5 @@
 // `moxi bench membw | gemv | gemm | pool`: kernel benchmarks whose figures are ratios measured in the same
-// run (ARCHITECTURE.md §5): read bandwidth of the machine, MXFP4 GEMV weight GB/s as a share of it, MXFP4
+// run (docs/design.md §5): read bandwidth of the machine, MXFP4 GEMV weight GB/s as a share of it, MXFP4
 // GEMM GFLOP/s as a share of a register-resident compute peak, each also against the scalar reference.
 #pragma once
 

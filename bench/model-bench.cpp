@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench/kernels-bench.h"
+#include "moxi/base/clock.h"
 #include "moxi/base/error.h"
 #include "moxi/base/thread-pool.h"
 #include "moxi/formats/model-config.h"
@@ -30,10 +31,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
 
 std::vector<token_id> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
   std::mt19937_64 gen(seed);

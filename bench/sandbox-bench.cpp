@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "moxi/base/clock.h"
 #include "moxi/base/error.h"
 #include "moxi/sandbox/pool.h"
 #include "moxi/sandbox/sandbox.h"
@@ -19,10 +20,6 @@ extern char** environ;
 
 namespace moxi::bench {
 namespace {
-
-double seconds(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 double plain_rate(int n) {
   char arg0[] = "/bin/true";
@@ -35,7 +32,7 @@ double plain_rate(int n) {
     int status;
     waitpid(pid, &status, 0);
   }
-  return n / seconds(t0);
+  return n / seconds_since(t0);
 }
 
 }  // namespace
@@ -72,14 +69,14 @@ sandbox_bench_result run_sandbox_bench(int n) {
   r.plain_per_s = plain_rate(n);
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < n; ++i) sandbox::run(spec_for(0));
-  r.c1_per_s = n / seconds(t0);
+  r.c1_per_s = n / seconds_since(t0);
   {
     sandbox::pool p(2, 4);
     std::vector<sandbox::run_spec> specs;
     for (int i = 0; i < n; ++i) specs.push_back(spec_for(i));
     t0 = std::chrono::steady_clock::now();
     auto results = p.run_all(std::move(specs));
-    r.c2_per_s = n / seconds(t0);
+    r.c2_per_s = n / seconds_since(t0);
     for (const auto& res : results)
       if (!res.ok()) throw error("bench sandbox: a concurrent run failed: " + res.error + res.err.data);
   }

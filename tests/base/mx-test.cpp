@@ -20,7 +20,7 @@ using moxi::mx::elem_format;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// OCP MX v1.0 E2M1 code points, in code order (mx_formats.md §1.2).
+// OCP MX v1.0 E2M1 code points, in code order (docs/mx-formats.md "Formats").
 constexpr double kFp4Spec[16] = {0.0,  0.5,  1.0,  1.5,  2.0,  3.0,  4.0,  6.0,
                                  -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0};
 
@@ -322,7 +322,7 @@ struct scale_case {
 TEST(MxScale, FloorRuleWorkedExamples) {
   const float below4 = std::nextafter(4.0f, 0.0f);
   const scale_case cases[] = {
-      // mx_formats.md §1.7 FLOOR column: 3.0001 -> X = 0.5, 6.0002 clamps to 6 -> 3.0; 7.0 -> X = 1,
+      // docs/mx-formats.md "Encoding a block": 3.0001 -> X = 0.5, 6.0002 clamps to 6 -> 3.0; 7.0 -> X = 1,
       // clamps to 6; 1.6 -> X = 0.25, 6.4 clamps to 6 -> 1.5.
       {elem_format::FP4_E2M1, 3.0001f, 126, 3.0f},
       {elem_format::FP4_E2M1, 7.0f, 127, 6.0f},

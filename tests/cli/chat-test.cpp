@@ -78,7 +78,7 @@ TEST_F(Chat, EachTurnSeesTheWholeHistoryAndCacheReuseChangesNoReply) {
   EXPECT_EQ(t[2].at("reused_tokens").get<int>(), 0);
 
   // Turn 2 reuses at least the first turn's history (what the template renders before the generation prompt).
-  const auto tok = moxi::tokenizer::from_hf_json_file(path("m") + "/tokenizer.json");
+  const auto tok = moxi::formats::tokenizer::from_hf_json_file(path("m") + "/tokenizer.json");
   const auto first_history =
       tok.encode(render(nlohmann::ordered_json::array({msg("user", "count the lines in notes.txt")}), false));
   EXPECT_GE(t[1].at("reused_tokens").get<size_t>(), first_history.size());

@@ -1,5 +1,5 @@
 // The `moxi` binary end to end: the commands the README runs, their JSON contracts, exit codes and error
-// messages for bad input. Figures are checked against shared/MODEL.md §1, not against moxi's own output.
+// messages for bad input. Figures are checked against docs/model-spec.md §1, not against moxi's own output.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 

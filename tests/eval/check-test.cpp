@@ -10,7 +10,7 @@
 #include <map>
 #include <set>
 
-#include "moxi/eval/generate.h"
+#include "moxi/eval/task-generator.h"
 
 namespace {
 
@@ -109,7 +109,7 @@ cases terminal_cases(const task& t) {
 TEST(Check, TerminalReferencesPassWrongCommandsFailEquivalentOnesPass) {
   std::vector<task> tasks;
   for (auto s : {split::train, split::test}) {
-    auto v = generate(domain::terminal, s, 45, 11);
+    auto v = generate_tasks(domain::terminal, s, 45, 11);
     tasks.insert(tasks.end(), v.begin(), v.end());
   }
   std::set<std::string> covered;
@@ -148,7 +148,7 @@ TEST(Check, TerminalReferencesPassWrongCommandsFailEquivalentOnesPass) {
 TEST(Check, CodeReferencesPassUnfixedProgramsFail) {
   std::vector<task> tasks;
   for (auto s : {split::train, split::test}) {
-    auto v = generate(domain::code, s, 30, 12);
+    auto v = generate_tasks(domain::code, s, 30, 12);
     tasks.insert(tasks.end(), v.begin(), v.end());
   }
   std::vector<std::pair<const task*, std::string>> items;
@@ -182,7 +182,7 @@ TEST(Check, CodeReferencesPassUnfixedProgramsFail) {
 
 TEST(Check, MathComparesTheLastNumber) {
   for (auto s : {split::train, split::test}) {
-    for (const auto& t : generate(domain::math, s, 200, 13)) {
+    for (const auto& t : generate_tasks(domain::math, s, 200, 13)) {
       EXPECT_TRUE(check(t, t.reference).pass) << t.id;
       EXPECT_TRUE(check(t, "Let me think. The answer is " + t.answer + ".").pass) << t.id;
       EXPECT_FALSE(check(t, std::to_string(std::stoll(t.answer) + 1)).pass) << t.id;
@@ -212,7 +212,7 @@ TEST(Check, LimitsAndIsolation) {
   o.work_dir = tmpl;
   o.limits.timeout_s = 0.5;
   checker fast(o);
-  const auto tasks = generate(domain::terminal, split::train, 1, 1);
+  const auto tasks = generate_tasks(domain::terminal, split::train, 1, 1);
   const task& t = tasks[0];
   auto r = fast.check(t, "sleep 10; " + t.reference);
   EXPECT_FALSE(r.pass);

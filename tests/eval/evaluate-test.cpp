@@ -2,7 +2,7 @@
 // each prompt) gives exactly the pass counts the checkers' verdicts imply, through the real chat template,
 // tokenizer, greedy loop and sandboxed checkers; on a random tiny checkpoint the replies equal an
 // independent greedy decoder (full recompute, no cache reuse) with one worker and with several; the net
-// improvement arithmetic is checked on constructed reports against shared/reference/rl_sandbox_eval.md
+// improvement arithmetic is checked on constructed reports against docs/eval.md
 // §4.3's formulas worked by hand.
 #include "moxi/eval/evaluate.h"
 
@@ -17,7 +17,7 @@
 
 #include "common/temp-dir.h"
 #include "moxi/base/error.h"
-#include "moxi/eval/generate.h"
+#include "moxi/eval/task-generator.h"
 #include "moxi/formats/byte-tokenizer.h"
 #include "moxi/formats/model-config.h"
 #include "moxi/model/init.h"
@@ -28,6 +28,7 @@ namespace {
 
 using namespace moxi;
 using namespace moxi::eval;
+using moxi::formats::tokenizer;
 
 // moxi init's vocabulary layout for a 512-id config: pad/bos/eos at 0..2, bytes, chat specials on top.
 tokenizer chat_tokenizer() {
@@ -45,7 +46,7 @@ formats::chat_template tiny_template() {
 
 // Replies with a scripted text for each prompt, then <|end|>: returns one-hot logits for the next scripted
 // token and checks that the loop feeds back exactly the token it was steered to.
-class scripted_lm final : public causal_lm {
+class scripted_lm final : public runtime::causal_lm {
  public:
   using script_fn = std::function<std::string(const std::string& prompt_text)>;
   scripted_lm(const tokenizer& tok, script_fn script) : tok_(tok), script_(std::move(script)) {}
@@ -95,10 +96,10 @@ TEST(Evaluate, ScriptedRepliesGiveExactlyTheCheckersPassCounts) {
   std::vector<task> tasks;
   for (auto d : {domain::math, domain::terminal, domain::code}) {
     const size_t n = d == domain::code ? 4 : 6;
-    for (auto& t : generate(d, split::test, n, 11)) tasks.push_back(t);
+    for (auto& t : generate_tasks(d, split::test, n, 11)) tasks.push_back(t);
   }
   // A task whose reference command fails cannot judge anything: an error, not a fail.
-  task broken = generate(domain::terminal, split::test, 7, 11).back();
+  task broken = generate_tasks(domain::terminal, split::test, 7, 11).back();
   broken.id = "terminal-broken-reference";
   broken.reference = "exit 3";
   tasks.push_back(broken);
@@ -224,7 +225,7 @@ std::string reference_greedy(const model::model& m, const tokenizer& tok, std::v
     out.push_back(best);
     seq.push_back(best);
   }
-  return to_valid_utf8(tok.decode(out, /*skip_special=*/true));
+  return runtime::to_valid_utf8(tok.decode(out, /*skip_special=*/true));
 }
 
 TEST(Evaluate, RandomCheckpointRepliesEqualAnIndependentGreedyDecoderWithAnyWorkerCount) {
@@ -235,14 +236,14 @@ TEST(Evaluate, RandomCheckpointRepliesEqualAnIndependentGreedyDecoderWithAnyWork
   io.show_progress = false;
   model::init_checkpoint(config, dir / "m", io);
 
-  std::vector<task> tasks = generate(domain::math, split::test, 3, 2);
-  for (auto& t : generate(domain::terminal, split::test, 2, 2)) tasks.push_back(t);
+  std::vector<task> tasks = generate_tasks(domain::math, split::test, 3, 2);
+  for (auto& t : generate_tasks(domain::terminal, split::test, 2, 2)) tasks.push_back(t);
   evaluate_options o;
   o.max_tokens = 6;
   o.progress = false;
   o.workers = 1;
   const eval_report one = evaluate(dir / "m", tasks, o);
-  const local_model lm = local_model::load(dir / "m");
+  const runtime::local_model lm = runtime::local_model::load(dir / "m");
   o.workers = 3;
   const eval_report three = evaluate(lm, tasks, o);
 
@@ -366,7 +367,7 @@ TEST(Report, BadReportsNameTheField) {
 
 TEST(Evaluate, TaskFileErrorsNameLineAndField) {
   moxi::testing::temp_dir dir("moxi-eval");
-  const auto tasks = generate(domain::math, split::test, 2, 3);
+  const auto tasks = generate_tasks(domain::math, split::test, 2, 3);
   auto write = [&](const std::string& text) {
     std::ofstream(dir / "t.jsonl") << text;
     return dir / "t.jsonl";

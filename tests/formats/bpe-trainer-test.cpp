@@ -1,7 +1,7 @@
 // BPE trainer tests against a straightforward reference written here: recount every pair after every
 // merge (O(n^2)), take the most frequent with the same documented tie rule, and encode by repeatedly
 // merging the lowest-ranked pair (GPT-2's algorithm). The written tokenizer.json must load with
-// moxi::tokenizer and encode the corpus into the ids the reference predicts.
+// moxi::formats::tokenizer and encode the corpus into the ids the reference predicts.
 #include "moxi/formats/bpe-trainer.h"
 
 #include <gtest/gtest.h>
@@ -27,7 +27,7 @@ using moxi::formats::bpe_trainer;
 // Pieces of `text` in order: specials (as {id, ""}) and pre-tokenized chunks (as {-1, bytes}).
 std::vector<std::pair<int, std::string>> pieces(const std::string& text,
                                                 const std::vector<std::string>& specials, bpe_split split) {
-  moxi::tok::regex re(moxi::formats::bpe_split_pattern(split), "test");
+  moxi::formats::regex re(moxi::formats::bpe_split_pattern(split), "test");
   std::vector<std::pair<int, std::string>> out;
   auto chunk = [&](const std::string& c) {
     size_t pos = 0;
@@ -281,7 +281,7 @@ TEST(BpeTrainer, WrittenJsonLoadsAndEncodesLikeTheReference) {
     const std::string text = corpus();
     auto t = train_both(text, o);
     const std::string json = moxi::formats::bpe_to_hf_json(t.model);
-    const auto tok = moxi::tokenizer::from_hf_json(json, "trained.json");
+    const auto tok = moxi::formats::tokenizer::from_hf_json(json, "trained.json");
     EXPECT_EQ(tok.vocab_size(), token_id(t.model.token_bytes.size()));
     const auto ids = tok.encode(text);
     EXPECT_EQ(ids, encode_reference(t.ref, text, o.special_tokens, split));

@@ -1,5 +1,5 @@
-// model_config: every shipped config parses, fields land where MODEL.md §2 and the public configs
-// (reference/kda.md §3.1, reference/dsa_mla_moe_mtp.md §A.1, §D.1) put them, and every invalid config
+// model_config: every shipped config parses, fields land where docs/model-spec.md §2 and the public configs
+// (docs/kimi-linear.md §3.1, docs/deepseek.md §A.1, §D.1) put them, and every invalid config
 // (built by editing a shipped one) fails with a moxi::error that names the offending field or file.
 #include "moxi/formats/model-config.h"
 
@@ -179,7 +179,7 @@ TEST(ModelConfigTest, KimiLinearFieldsLandRight) {
   EXPECT_EQ(c.num_layers, 27);
   EXPECT_EQ(c.num_kda_layers(), 20);
   EXPECT_EQ(c.num_mla_layers(), 7);
-  // reference/kda.md §3.2: 0-based MLA layers 3,7,11,15,19,23,26.
+  // docs/kimi-linear.md §3.2: 0-based MLA layers 3,7,11,15,19,23,26.
   for (int64_t i : {3, 7, 11, 15, 19, 23, 26}) EXPECT_FALSE(c.is_kda(i)) << i;
   for (int64_t i : {0, 1, 2, 4, 24, 25}) EXPECT_TRUE(c.is_kda(i)) << i;
   EXPECT_EQ(c.max_position_embeddings, 1048576);  // from model_max_length
@@ -222,7 +222,7 @@ TEST(ModelConfigTest, DeepSeekV32FieldsLandRight) {
   EXPECT_EQ(c.dsa->index_n_heads, 64);
   EXPECT_EQ(c.dsa->index_head_dim, 128);
   EXPECT_EQ(c.dsa->index_topk, 2048);
-  // Routing (reference/dsa_mla_moe_mtp.md §D.1).
+  // Routing (docs/deepseek.md §D.1).
   EXPECT_EQ(c.moe.num_experts, 256);
   EXPECT_EQ(c.moe.experts_per_token, 8);
   EXPECT_EQ(c.moe.num_shared_experts, 1);

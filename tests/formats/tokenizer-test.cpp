@@ -20,7 +20,7 @@
 namespace {
 
 using moxi::token_id;
-using moxi::tokenizer;
+using moxi::formats::tokenizer;
 using json = nlohmann::json;
 using ids = std::vector<token_id>;
 
@@ -346,7 +346,7 @@ TEST(tokenizer, EncodeAndDecodeErrors) {
   expect_error([&] { tok.encode("\xED\xA0\x80"); }, {"UTF-8"});  // surrogate
   expect_error([&] { tok.decode(ids{1, 999999}); }, {"999999"});
   expect_error([&] { tok.decode(ids{-1}); }, {"-1"});
-  moxi::stream_decoder sd(tok);
+  moxi::formats::stream_decoder sd(tok);
   expect_error([&] { sd.push(12345678); }, {"12345678"});
 }
 
@@ -422,7 +422,7 @@ std::string tiny_tiktoken(const std::vector<std::string>& extra) {
 }
 
 TEST(tokenizerTiktoken, MergesByRankOfTheConcatenation) {
-  moxi::tiktoken_options opt;
+  moxi::formats::tiktoken_options opt;
   opt.pattern = "\\S+|\\s+";
   opt.special_tokens = {{"<|end|>", 1000}};
   // "bc" (256) outranks "ab" (257). "abc" is no token, so a + bc stays; "abd" is one, reached whole or
@@ -439,7 +439,7 @@ TEST(tokenizerTiktoken, MergesByRankOfTheConcatenation) {
 }
 
 TEST(tokenizerTiktoken, ErrorsNameFileAndLine) {
-  moxi::tiktoken_options opt;
+  moxi::formats::tiktoken_options opt;
   expect_error([&] { tokenizer::from_tiktoken("YQ== 0\nYg 1\n", "t.model", opt); },
                {"t.model", "line 2", "base64"});
   expect_error([&] { tokenizer::from_tiktoken("YQ== 0\nYg== x\n", "t.model", opt); }, {"line 2", "rank"});
@@ -457,7 +457,7 @@ TEST(tokenizerTiktoken, ErrorsNameFileAndLine) {
 }
 
 TEST(tokenizerTiktoken, KimiPatternCompilesAndKeepsHanApart) {
-  moxi::tiktoken_options opt;  // default pattern: Kimi's
+  moxi::formats::tiktoken_options opt;  // default pattern: Kimi's
   auto tok = tokenizer::from_tiktoken(tiny_tiktoken({}), "bytes.tiktoken", opt);
   // Every byte is a token and there are no merges, so ids are the bytes: checks the split is lossless.
   const std::string text = "中文English混合 it's 123456 ...\n\n";
@@ -470,22 +470,22 @@ TEST(tokenizerTiktoken, KimiPatternCompilesAndKeepsHanApart) {
 // Regex translation
 
 std::vector<std::string> pieces(const std::string& pattern, const std::string& text) {
-  moxi::tok::regex re(moxi::tok::translate_class_intersections(pattern, "test"), "test");
+  moxi::formats::regex re(moxi::formats::translate_class_intersections(pattern, "test"), "test");
   std::vector<std::string> out;
   for (auto [b, e] : re.find_all(text)) out.push_back(text.substr(b, e - b));
   return out;
 }
 
 TEST(tokenizerRegex, ClassIntersection) {
-  EXPECT_EQ(moxi::tok::translate_class_intersections("[\\p{L}&&[^\\p{Han}]]+", "t"),
+  EXPECT_EQ(moxi::formats::translate_class_intersections("[\\p{L}&&[^\\p{Han}]]+", "t"),
             "(?:(?![\\p{Han}])[\\p{L}])+");
   EXPECT_EQ(pieces("[\\p{L}&&[^\\p{Han}]]+|[\\p{Han}]+", "abc中文def"),
             (std::vector<std::string>{"abc", "中文", "def"}));
   EXPECT_EQ(pieces("[a-z&&[aeiou]]+", "xaeb"), (std::vector<std::string>{"ae"}));
   // An escaped bracket is not a nested class: "[\\[&&]" has an empty right operand.
-  EXPECT_THROW(moxi::tok::translate_class_intersections("[\\[&&]", "t"), moxi::error);
-  EXPECT_THROW(moxi::tok::translate_class_intersections("[^a&&[b]]", "t"), moxi::error);
-  EXPECT_THROW(moxi::tok::translate_class_intersections("[a&&b]", "t"), moxi::error);
+  EXPECT_THROW(moxi::formats::translate_class_intersections("[\\[&&]", "t"), moxi::error);
+  EXPECT_THROW(moxi::formats::translate_class_intersections("[^a&&[b]]", "t"), moxi::error);
+  EXPECT_THROW(moxi::formats::translate_class_intersections("[a&&b]", "t"), moxi::error);
 }
 
 TEST(tokenizerRegex, BareScriptNamesMeanScriptNotExtensions) {
@@ -494,12 +494,12 @@ TEST(tokenizerRegex, BareScriptNamesMeanScriptNotExtensions) {
   EXPECT_EQ(pieces("\\p{Han}+", "中、文"), (std::vector<std::string>{"中", "文"}));
   EXPECT_EQ(pieces("[\\p{Han}]+", "中、文"), (std::vector<std::string>{"中", "文"}));
   EXPECT_EQ(pieces("\\P{Han}+", "中、文"), (std::vector<std::string>{"、"}));
-  EXPECT_EQ(moxi::tok::pin_script_properties("\\p{L}\\p{Lu}\\p{Han}\\p{^Latin}\\\\p{x}"),
+  EXPECT_EQ(moxi::formats::pin_script_properties("\\p{L}\\p{Lu}\\p{Han}\\p{^Latin}\\\\p{x}"),
             "\\p{L}\\p{Lu}\\p{sc:Han}\\p{^sc:Latin}\\\\p{x}");
 }
 
 TEST(tokenizerRegex, LongRunsDoNotExhaustTheMatcher) {
-  moxi::tok::regex re("\\s+(?!\\S)|\\s+|\\p{L}+", "test");
+  moxi::formats::regex re("\\s+(?!\\S)|\\s+|\\p{L}+", "test");
   const std::string text = std::string(1 << 20, ' ') + "x" + std::string(1 << 20, 'y');
   auto m = re.find_all(text);
   ASSERT_FALSE(m.empty());
@@ -510,7 +510,7 @@ TEST(tokenizerRegex, LongRunsDoNotExhaustTheMatcher) {
 // UTF-8 and streaming
 
 TEST(tokenizerUtf8, CompletePrefixHoldsBackOnlyPossibleSequences) {
-  using moxi::utf8_complete_prefix;
+  using moxi::formats::utf8_complete_prefix;
   EXPECT_EQ(utf8_complete_prefix(""), 0u);
   EXPECT_EQ(utf8_complete_prefix("abc"), 3u);
   EXPECT_EQ(utf8_complete_prefix("a\xE4"), 1u);             // 1 of 3
@@ -525,22 +525,22 @@ TEST(tokenizerUtf8, CompletePrefixHoldsBackOnlyPossibleSequences) {
   EXPECT_EQ(utf8_complete_prefix("a\xED\xA0"), 3u);         // surrogate
   EXPECT_EQ(utf8_complete_prefix("a\xF4\x90"), 3u);         // above U+10FFFF
   EXPECT_EQ(utf8_complete_prefix("\xE4\xB8\xAD\xE4"), 3u);
-  EXPECT_TRUE(moxi::utf8_valid("中文😀"));
-  EXPECT_FALSE(moxi::utf8_valid("\xC0\x80"));
-  EXPECT_FALSE(moxi::utf8_valid("\xF8\x88\x80\x80\x80"));
+  EXPECT_TRUE(moxi::formats::utf8_valid("中文😀"));
+  EXPECT_FALSE(moxi::formats::utf8_valid("\xC0\x80"));
+  EXPECT_FALSE(moxi::formats::utf8_valid("\xF8\x88\x80\x80\x80"));
 }
 
 TEST(tokenizerStream, SplitsCharactersAcrossTokens) {
   // Byte tokens only: each byte of "中😀" arrives alone.
   auto tok = load(tiny_json({}, json::array(), byte_level_only()));
   const std::string text = "a中😀b";
-  moxi::stream_decoder sd(tok);
+  moxi::formats::stream_decoder sd(tok);
   std::vector<std::string> chunks;
   for (unsigned char c : text) chunks.push_back(sd.push(c));
   chunks.push_back(sd.flush());
   EXPECT_EQ(chunks, (std::vector<std::string>{"a", "", "", "中", "", "", "", "😀", "b", ""}));
   // A truncated character at the end comes out on flush, unchanged.
-  moxi::stream_decoder sd2(tok);
+  moxi::formats::stream_decoder sd2(tok);
   EXPECT_EQ(sd2.push(0xE4), "");
   EXPECT_EQ(sd2.pending(), 1u);
   EXPECT_EQ(sd2.flush(), "\xE4");
@@ -575,11 +575,12 @@ void check_cases(const tokenizer& tok, const std::vector<ref_case>& cases, bool 
     const ids got = tok.encode(c.text, allow_special);
     EXPECT_EQ(got, c.expected) << "text: " << c.text.substr(0, 200);
     EXPECT_EQ(tok.decode(got), c.text);
-    moxi::stream_decoder sd(tok);
+    moxi::formats::stream_decoder sd(tok);
     std::string streamed;
     for (token_id id : got) {
       std::string chunk = sd.push(id);
-      EXPECT_TRUE(moxi::utf8_valid(chunk)) << "half a character emitted for: " << c.text.substr(0, 80);
+      EXPECT_TRUE(moxi::formats::utf8_valid(chunk))
+          << "half a character emitted for: " << c.text.substr(0, 80);
       streamed += chunk;
     }
     streamed += sd.flush();
@@ -607,7 +608,7 @@ TEST(tokenizerReference, O200kMatchesJsTiktoken) {
   json whole;
   auto cases = load_cases("o200k_base.expected.json", &whole);
   if (cases.empty()) return;
-  moxi::tiktoken_options opt;
+  moxi::formats::tiktoken_options opt;
   // o200k_base's pat_str as published in tiktoken (openai_public.py), in its original syntax.
   opt.pattern =
       R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
@@ -621,7 +622,7 @@ TEST(tokenizerReference, O200kMatchesJsTiktoken) {
 TEST(tokenizerReference, KimiPatternMatchesV8SetOperations) {
   auto cases = load_cases("kimi_pattern.expected.json");
   if (cases.empty()) return;
-  moxi::tiktoken_options opt;  // Kimi's pat_str, translated for PCRE2 by the library
+  moxi::formats::tiktoken_options opt;  // Kimi's pat_str, translated for PCRE2 by the library
   auto tok = tokenizer::from_tiktoken_file((kRefDir / "o200k_base.tiktoken").string(), opt);
   check_cases(tok, cases, false);
 }

@@ -1,5 +1,5 @@
 // KDA reference kernels against independent references written here: an fp64 token-by-token recurrence
-// (kda.md §1.1), a plain conv loop, and the gate formulas in fp64; plus the serving invariants of kda.md §6
+// (docs/kimi-linear.md §1.1), a plain conv loop and the gates in fp64; plus the serving invariants (§6)
 // (chunked == recurrent, prefill(T)+decode(n) == prefill(T+n), split prefill == one shot).
 //
 // Tolerances. The metric is FLA's assert_close (fla/utils/_testing.py): pass if max|ref-got| <= 1e-6,
@@ -67,7 +67,7 @@ struct KdaInputs {
 
 enum class GateForm { kLogSigmoid, kSoftplus, kLowerBound };
 
-// FLA-style inputs (kda.md §6): q, k, v ~ U(0,1), q and k L2-normalized; beta = sigmoid(randn); h0 ~ N(0,1).
+// FLA's inputs (docs/kimi-linear.md §6): q, k, v ~ U(0,1), q, k L2-normed, beta = sigmoid(randn), h0 ~ N(0,1)
 // The gate is FLA's logsigmoid(randn) or one of the two model gate forms over stress raw gates: graw in
 // U(-8, 8) or constant +-8, dt_bias +-8 or U(-8, 8) (FlashKDA's stress cases), A_log in [-1, 2.7].
 KdaInputs make_inputs(int64_t T, int64_t H, int64_t K, int64_t V, GateForm form, int stress, uint64_t seed) {
@@ -101,7 +101,7 @@ KdaInputs make_inputs(int64_t T, int64_t H, int64_t K, int64_t V, GateForm form,
   return in;
 }
 
-// The recurrence of kda.md §1.1 in fp64, written from the formula: S <- diag(exp g) S; S += beta k (v - k^T
+// The recurrence (docs/kimi-linear.md §1.1) in fp64, as written: S <- diag(exp g) S; S += beta k (v - k^T
 // S)^T; o = S^T (scale q). Returns o [T, H, V] and leaves the final state in `S` [H, K, V].
 std::vector<double> fp64_recurrence(const KdaInputs& in, double scale, std::vector<double>& S) {
   const int64_t T = in.T, H = in.H, K = in.K, V = in.V;

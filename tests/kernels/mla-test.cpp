@@ -59,7 +59,7 @@ ref::YarnConfig deepseek_v3_yarn() {
 
 TEST(Yarn, DeepSeekV3Numbers) {
   const ref::YarnConfig c = deepseek_v3_yarn();
-  // dsa_mla_moe_mtp.md §B.5-B.6: m = 1.36889, scale = 192^-0.5 * m^2 = 0.1352338, cos/sin factor 1.
+  // docs/deepseek.md §B.5-B.6: m = 1.36889, scale = 192^-0.5 * m^2 = 0.1352338, cos/sin factor 1.
   EXPECT_NEAR(ref::yarn_softmax_mscale(c), 1.36889, 1e-5);
   EXPECT_NEAR(std::pow(192.0, -0.5) * std::pow(ref::yarn_softmax_mscale(c), 2), 0.1352338, 1e-6);
   EXPECT_DOUBLE_EQ(ref::yarn_attention_factor(c), 1.0);

@@ -164,7 +164,7 @@ TEST(Init, WritesAByteLevelTokenizerThatRoundTripsText) {
   moxi::testing::temp_dir t;
   const auto c = formats::load_model_config(config_path("tiny-seed.json"));  // pad 0, bos 1, eos 2
   model::init_checkpoint(c, t / "ck", quiet(1, 1));
-  const auto tok = moxi::tokenizer::from_hf_json_file(t / "ck/tokenizer.json");
+  const auto tok = moxi::formats::tokenizer::from_hf_json_file(t / "ck/tokenizer.json");
   // Specials keep their config ids; byte b takes the b-th free id, i.e. b + 3 here.
   EXPECT_EQ(tok.find("<|eos|>"), std::optional<moxi::token_id>(2));
   const std::string text = "Hi, w\xc3\xb6rld \xe4\xb8\x96\xe7\x95\x8c\n";
@@ -182,7 +182,7 @@ TEST(Init, GivesTheCheckpointMoxiTinysChatTemplate) {
   moxi::testing::temp_dir t;
   const auto c = formats::load_model_config(config_path("tiny-seed.json"));  // vocab 512, pad 0, bos 1, eos 2
   model::init_checkpoint(c, t / "ck", quiet(1, 1));
-  const auto tok = moxi::tokenizer::from_hf_json_file(t / "ck/tokenizer.json");
+  const auto tok = moxi::formats::tokenizer::from_hf_json_file(t / "ck/tokenizer.json");
   EXPECT_EQ(tok.find("<|system|>"), std::optional<moxi::token_id>(508));
   EXPECT_EQ(tok.find("<|user|>"), std::optional<moxi::token_id>(509));
   EXPECT_EQ(tok.find("<|assistant|>"), std::optional<moxi::token_id>(510));

@@ -1,6 +1,6 @@
 // The tensor manifest and its storage layout, checked against HF names and shapes written out here from
-// the public modeling code (Kimi-Linear modeling_kimi.py via reference/kda.md §1.2/§3, DeepSeek-V3.2 via
-// reference/dsa_mla_moe_mtp.md §A.2/§B.2/§E.1, MoonViT via reference/kda.md §5) and MODEL.md §4-5, never
+// the public modeling code (Kimi-Linear modeling_kimi.py via docs/kimi-linear.md §1.2/§3, DeepSeek-V3.2 via
+// docs/deepseek.md §A.2/§B.2/§E.1, MoonViT via docs/kimi-linear.md §5) and docs/model-spec.md §4-5, not
 // against the manifest's own output.
 #include "moxi/model/manifest.h"
 
@@ -216,7 +216,7 @@ TEST(ManifestTest, SeedExpertOrientationAndCounts) {
                         {"model.layers.93.eh_proj.weight", {7168, 14336}},
                         {"model.layers.0.mlp.down_proj.weight", {7168, 33792}},
                     });
-  // MoonViT tower (without the projector) is ~401 M parameters (MODEL.md §1).
+  // MoonViT tower (without the projector) is ~401 M parameters (docs/model-spec.md §1).
   int64_t tower = 0;
   for (const auto& d : m)
     if (d.name.rfind("vision_tower.", 0) == 0) tower += d.numel();
@@ -273,7 +273,7 @@ TEST(ManifestTest, DeepSeekTinyUsesMlpExpertNames) {
                     "model.layers.4.enorm.weight"});
 }
 
-// MXFP4 (MODEL.md §4): U8 <weight>_blocks [out, in/32, 16] and <weight>_scales [out, in/32] for routed
+// MXFP4 (docs/model-spec.md §4): U8 <weight>_blocks [out, in/32, 16], <weight>_scales [out, in/32] for routed
 // experts only; everything else BF16, the F32-kept tensors F32.
 TEST(ManifestTest, Mxfp4StorageForRoutedExpertsOnly) {
   const auto c = load_model_config(config_path("seed-2.8t.json"));

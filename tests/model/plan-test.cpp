@@ -1,7 +1,7 @@
-// The planner (`moxi plan`) against independent references: MODEL.md §1's published seed figures, the public
+// The planner (`moxi plan`) against independent references: seed figures (docs/model-spec.md §1), the public
 // parameter counts of DeepSeek-V3.2 and Kimi-Linear-48B-A3B, a per-group count of tiny-seed written out
 // from the layer formulas in this file, cache sizes from FlashMLA's and DeepSeek's formats
-// (reference/dsa_mla_moe_mtp.md §A.7, §B.7), and the layout rules of plan.h.
+// (docs/deepseek.md §A.7, §B.7), and the layout rules of plan.h.
 #include "moxi/model/plan.h"
 
 #include <gtest/gtest.h>
@@ -50,7 +50,7 @@ void expect_within(double measured, double reference, double rel, const char* wh
               100.0 * (measured - reference) / reference);
 }
 
-// ---- the seed model: MODEL.md §1 ----
+// ---- the seed model: docs/model-spec.md §1 ----
 
 TEST(PlanTest, SeedMatchesModelMdSection1) {
   const auto& r = seed_plan();
@@ -116,7 +116,7 @@ TEST(PlanTest, KimiLinearMatchesPublishedCounts) {
   // lm_head included, no MTP or vision here): 49.1 B; without the 0.38 B embedding table it would be 48.7 B.
   // Either reading is within the stated 5 %, so the comparison does not depend on that convention.
   expect_within(double(r.total_params), 48e9, 0.05, "kimi-linear total params");
-  // moxi's active count (plan.cpp active_fraction) excludes the embedding table (a lookup, MODEL.md §1) but
+  // moxi's active count (plan.cpp active_fraction) omits the embedding (a lookup, docs/model-spec.md §1) but
   // includes lm_head, attention, router, shared experts and 8/256 of the routed experts: 3.11 B. Moonshot do
   // not say which convention their "3B" uses; counting the 0.38 B embedding too would give 3.49 B, 16 % off.
   // So we compare moxi's own definition with the rounded "3B" (15 % slack), and record that this
@@ -222,11 +222,11 @@ TEST(PlanTest, KdaStateIsConstantAndDsaCacheLinearInContext) {
   const auto a = make_plan(c, o);
   o.context = 2 * 65536;
   const auto b = make_plan(c, o);
-  // KDA: H x K x V fp32 state + 3 past conv inputs of q, k, v (BF16), per layer (MODEL.md §3.1).
+  // KDA: H x K x V fp32 state + 3 past conv inputs of q, k, v (BF16), per layer (docs/model-spec.md §3.1).
   const uint64_t kda_state = 96ull * 128 * 128 * 4 + 3ull * 3 * 96 * 128 * 2;
   EXPECT_EQ(a.kda_state_bytes_per_layer, kda_state);
   EXPECT_EQ(b.kda_state_bytes_per_layer, kda_state);
-  // DSA: 512 latent + 64 rope + 128 indexer key, BF16 (MODEL.md §3.2).
+  // DSA: 512 latent + 64 rope + 128 indexer key, BF16 (docs/model-spec.md §3.2).
   const uint64_t latent = (512 + 64) * 2 + 128 * 2;
   EXPECT_EQ(a.latent_bytes_per_token_layer, latent);
   EXPECT_EQ(b.cache_bytes_per_sequence - a.cache_bytes_per_sequence, 65536ull * latent * 24);

@@ -9,6 +9,9 @@
 #include "moxi/formats/byte-tokenizer.h"
 
 using namespace moxi;
+using namespace moxi::runtime;
+using moxi::formats::tokenizer;
+using moxi::formats::utf8_valid;
 
 namespace {
 

@@ -16,9 +16,9 @@
 
 namespace {
 
-using moxi::sampler;
-using moxi::sampling_params;
 using moxi::token_id;
+using moxi::runtime::sampler;
+using moxi::runtime::sampling_params;
 
 std::vector<float> log_probs(const std::vector<double>& p) {
   std::vector<float> out;
@@ -86,8 +86,8 @@ TEST(sampler, GreedyIsArgmax) {
     EXPECT_EQ(s.sample(logits), token_id(best));
   }
   // Ties go to the lowest id; NaN is never chosen.
-  EXPECT_EQ(moxi::argmax(std::vector<float>{1, 3, 3, 2}), 1);
-  EXPECT_EQ(moxi::argmax(std::vector<float>{NAN, -INFINITY, NAN}), 1);
+  EXPECT_EQ(moxi::runtime::argmax(std::vector<float>{1, 3, 3, 2}), 1);
+  EXPECT_EQ(moxi::runtime::argmax(std::vector<float>{NAN, -INFINITY, NAN}), 1);
   // Greedy ignores top-k/top-p/min-p (they never remove the argmax).
   p.top_k = 1;
   p.top_p = 0.1f;
@@ -102,7 +102,7 @@ TEST(sampler, TemperatureDistributionMatchesSoftmax) {
     p.temperature = t;
     p.seed = 42;
     const auto expected = softmax(logits, t);
-    expect_near_vec(moxi::sampling_distribution(logits, p), expected);
+    expect_near_vec(moxi::runtime::sampling_distribution(logits, p), expected);
     expect_distribution(logits, p, expected);
   }
 }
@@ -114,12 +114,12 @@ TEST(sampler, TopKKeepsTheKLargest) {
   p.seed = 7;
   // Kept: ids 1, 3, 4 (0.30, 0.25, 0.20), renormalized over 0.75.
   const std::vector<double> expected = {0, 0.30 / 0.75, 0, 0.25 / 0.75, 0.20 / 0.75, 0};
-  expect_near_vec(moxi::sampling_distribution(log_probs(probs), p), expected, 1e-6);
+  expect_near_vec(moxi::runtime::sampling_distribution(log_probs(probs), p), expected, 1e-6);
   expect_distribution(log_probs(probs), p, expected);
   // Ties at the k-th value stay (vLLM masks values below the k-th largest only).
   p.top_k = 2;
   const std::vector<double> tied = {0.1, 0.3, 0.3, 0.3};
-  auto d = moxi::sampling_distribution(log_probs(tied), p);
+  auto d = moxi::runtime::sampling_distribution(log_probs(tied), p);
   EXPECT_EQ(d[0], 0);
   EXPECT_GT(d[3], 0);
 }
@@ -130,7 +130,7 @@ TEST(sampler, TopPKeepsTheSmallestSetReachingP) {
     sampling_params p;
     p.top_p = top_p;
     std::set<int> out;
-    auto d = moxi::sampling_distribution(log_probs(probs), p);
+    auto d = moxi::runtime::sampling_distribution(log_probs(probs), p);
     for (size_t i = 0; i < d.size(); ++i) {
       if (d[i] > 0) out.insert(int(i));
     }
@@ -153,7 +153,8 @@ TEST(sampler, MinPDropsTokensBelowAFractionOfTheMax) {
   p.seed = 5;
   expect_distribution(log_probs(probs), p, {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0});
   p.min_p = 0.5f;  // threshold 0.25
-  expect_near_vec(moxi::sampling_distribution(log_probs(probs), p), {0.5 / 0.8, 0.3 / 0.8, 0, 0}, 1e-6);
+  expect_near_vec(moxi::runtime::sampling_distribution(log_probs(probs), p), {0.5 / 0.8, 0.3 / 0.8, 0, 0},
+                  1e-6);
 }
 
 TEST(sampler, FiltersComposeInVllmOrder) {
@@ -175,7 +176,7 @@ TEST(sampler, FiltersComposeInVllmOrder) {
   const double w0 = 1, w1 = std::exp(-0.5), w2 = std::exp(-1.0);
   const double z = w0 + w1 + w2;
   const std::vector<double> expected = {w0 / z, w1 / z, w2 / z, 0, 0, 0};
-  expect_near_vec(moxi::sampling_distribution(logits, p), expected, 1e-6);
+  expect_near_vec(moxi::runtime::sampling_distribution(logits, p), expected, 1e-6);
   expect_distribution(logits, p, expected);
 }
 
@@ -188,7 +189,7 @@ TEST(sampler, PenaltiesFollowTheFormulas) {
   p.presence_penalty = 0.25f;
   p.frequency_penalty = 0.1f;
   std::vector<float> got = base;
-  moxi::apply_penalties(got, p, prompt, output);
+  moxi::runtime::apply_penalties(got, p, prompt, output);
   // Token by token: seen = prompt or output; count = output count.
   const int counts[6] = {0, 2, 3, 1, 0, 0};
   const bool seen[6] = {true, true, true, true, false, false};
@@ -249,7 +250,7 @@ TEST(sampler, SeedIsDeterministicPerRequest) {
 TEST(sampler, InvalidParametersAreNamed) {
   auto expect_bad = [](sampling_params p, const std::string& name) {
     try {
-      moxi::validate(p);
+      moxi::runtime::validate(p);
       ADD_FAILURE() << "accepted bad " << name;
     } catch (const moxi::error& e) {
       EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
@@ -282,9 +283,9 @@ TEST(sampler, InvalidParametersAreNamed) {
   p = {};
   p.frequency_penalty = -2.5f;
   expect_bad(p, "frequency_penalty");
-  EXPECT_THROW(moxi::sampling_distribution(std::vector<float>{-INFINITY, NAN}, sampling_params{}),
+  EXPECT_THROW(moxi::runtime::sampling_distribution(std::vector<float>{-INFINITY, NAN}, sampling_params{}),
                moxi::error);
-  EXPECT_THROW(moxi::argmax(std::vector<float>{}), moxi::error);
+  EXPECT_THROW(moxi::runtime::argmax(std::vector<float>{}), moxi::error);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -293,7 +294,7 @@ TEST(sampler, InvalidParametersAreNamed) {
 // Runs text split into chunks at the given cut points through a stop_checker.
 std::pair<std::string, bool> run_stops(const std::string& text, const std::vector<size_t>& cuts,
                                        const std::vector<std::string>& stops) {
-  moxi::stop_checker sc(stops, {});
+  moxi::runtime::stop_checker sc(stops, {});
   std::string out;
   size_t prev = 0;
   std::vector<size_t> all = cuts;
@@ -320,7 +321,7 @@ TEST(samplerStop, StopStringAcrossEverySplit) {
 }
 
 TEST(samplerStop, HeldBackTextIsReleasedWhenItDiverges) {
-  moxi::stop_checker sc({"<end>"}, {});
+  moxi::runtime::stop_checker sc({"<end>"}, {});
   EXPECT_EQ(sc.push(1, "a <e").text, "a ");
   EXPECT_EQ(sc.push(1, "n").text, "");
   auto st = sc.push(1, "x!");
@@ -343,14 +344,14 @@ TEST(samplerStop, EarliestStopWinsAndMultibyteStops) {
 }
 
 TEST(samplerStop, StopTokensEndWithoutTheirText) {
-  moxi::stop_checker sc({"xyz"}, {99});
+  moxi::runtime::stop_checker sc({"xyz"}, {99});
   EXPECT_EQ(sc.push(1, "ab x").text, "ab ");
   auto st = sc.push(99, "<eos>");
   EXPECT_TRUE(st.stopped);
   EXPECT_EQ(st.text, "x");  // held-back text that is not a stop string is still output
   EXPECT_TRUE(sc.push(1, "more").stopped);
-  EXPECT_THROW(moxi::stop_checker({""}, {}), moxi::error);
-  EXPECT_THROW(moxi::stop_checker({"\xFF"}, {}), moxi::error);
+  EXPECT_THROW(moxi::runtime::stop_checker({""}, {}), moxi::error);
+  EXPECT_THROW(moxi::runtime::stop_checker({"\xFF"}, {}), moxi::error);
 }
 
 // End to end with the streaming detokenizer: byte tokens, so characters arrive split across tokens.
@@ -360,17 +361,17 @@ TEST(samplerStop, WithStreamDecoder) {
   for (unsigned b = 0; b < 256; ++b) {
     file += std::string{k[b >> 2], k[(b & 3) << 4], '=', '='} + " " + std::to_string(b) + "\n";
   }
-  auto tok = moxi::tokenizer::from_tiktoken(file, "bytes.tiktoken", {});
+  auto tok = moxi::formats::tokenizer::from_tiktoken(file, "bytes.tiktoken", {});
   const std::string text = "答案是：四十二。然后";
-  moxi::stream_decoder sd(tok);
-  moxi::stop_checker sc({"。然"}, {});
+  moxi::formats::stream_decoder sd(tok);
+  moxi::runtime::stop_checker sc({"。然"}, {});
   std::string out;
   bool stopped = false;
   for (unsigned char c : text) {
     auto chunk = sd.push(c);
-    EXPECT_TRUE(moxi::utf8_valid(chunk));
+    EXPECT_TRUE(moxi::formats::utf8_valid(chunk));
     auto st = sc.push(c, chunk);
-    EXPECT_TRUE(moxi::utf8_valid(st.text));
+    EXPECT_TRUE(moxi::formats::utf8_valid(st.text));
     out += st.text;
     if (st.stopped) {
       stopped = true;

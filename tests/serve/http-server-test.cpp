@@ -76,9 +76,9 @@ reference_result reference_greedy(const std::vector<token_id>& prompt, int64_t m
   static const auto m = model::model::load(tiny_model_dir());
   if (!stops) stops = std::vector<token_id>{token_id(*m.config().eos_token_id)};
   auto cache = m.new_cache();
-  sampling_params p;
+  runtime::sampling_params p;
   p.temperature = 0;
-  sampler smp(p, prompt);
+  runtime::sampler smp(p, prompt);
   model::forward_options o;
   o.last_only = true;
   auto logits = m.forward(prompt, *cache, o);
@@ -361,7 +361,7 @@ TEST_F(http_server, NonStreamClientThatClosesEarlyIsCancelled) {
 // and tokenized; the expected texts are @huggingface/jinja's renderings of configs/chat-templates/
 // moxi-tiny.jinja (an independent Jinja implementation), encoded by the checkpoint's tokenizer.
 TEST_F(http_server, ChatPromptIsTheModelTemplateRendering) {
-  const auto tok = tokenizer::from_hf_json_file(tiny_model_dir() + "/tokenizer.json");
+  const auto tok = formats::tokenizer::from_hf_json_file(tiny_model_dir() + "/tokenizer.json");
   const nlohmann::ordered_json conversation = {{{"role", "system"}, {"content", "Be brief."}},
                                                {{"role", "user"}, {"content", "Hi"}}};
   const std::string rendered = "<|bos|><|system|>Be brief.<|end|>\n<|user|>Hi<|end|>\n<|assistant|>\n";

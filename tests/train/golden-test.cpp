@@ -1,4 +1,4 @@
-// Golden cross-check of the trainer against the engine (issue 4): on random tiny checkpoints of several
+// Golden cross-check of the trainer against the engine: on random tiny checkpoints of several
 // configs (both KDA gate forms, DSA on and off, latent MoE on and off, MXFP4 on and off, MTP on), the
 // trainer's libtorch logits equal the engine's reference forward within 1e-4 max abs in fp32, MXFP4 experts
 // decode bit-identically, and a checkpoint the trainer saves is served by the engine unchanged. A mismatch

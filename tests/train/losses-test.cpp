@@ -1,4 +1,4 @@
-// The training objectives (issue 4): CE + 0.3 MTP, the sequence-wise balance loss, the aux-loss-free bias
+// The training objectives: CE + 0.3 MTP, the sequence-wise balance loss, the aux-loss-free bias
 // update and the indexer KL, on a random tiny-seed checkpoint: values on constructed inputs, which
 // parameters each term trains, and that a few Adam steps (QAT on) fit a short sequence.
 #include "moxi/train/losses.h"

@@ -1,4 +1,4 @@
-// Whole SFT runs of `moxi train sft` on a tiny config (issue 4): a run killed with SIGKILL in the middle and
+// Whole SFT runs of `moxi train sft` on a tiny config: a run killed with SIGKILL in the middle and
 // resumed reaches exactly the parameters of an uninterrupted run (1 thread, same seed), a short run's
 // held-out loss drops, and `moxi train` runs moxi-train from its own directory or says why it cannot.
 #include <fcntl.h>

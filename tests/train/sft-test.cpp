@@ -1,4 +1,4 @@
-// The SFT pieces (issue 4): the warmup + cosine schedule against its closed form, grad-norm clipping,
+// The SFT pieces: the warmup + cosine schedule against its closed form, grad-norm clipping,
 // AdamW's decay groups, the reply-only loss mask on a conversation rendered with moxi-tiny's template,
 // right-padding invariance of every loss term and of the router bias update, recipe parsing, and the export
 // round trip (the engine serves the exported directory with the trainer's QAT logits).
@@ -14,7 +14,7 @@
 
 #include "common/temp-dir.h"
 #include "moxi/base/error.h"
-#include "moxi/eval/generate.h"
+#include "moxi/eval/task-generator.h"
 #include "moxi/formats/bpe-trainer.h"
 #include "moxi/formats/byte-tokenizer.h"
 #include "moxi/formats/checkpoint.h"
@@ -54,7 +54,7 @@ formats::chat_template moxi_tiny_template() {
 }
 
 // A BPE tokenizer (default specials: pad bos eos system user assistant end) trained on a few conversations.
-tokenizer small_tokenizer(const std::vector<eval::task>& tasks, const formats::chat_template& tpl) {
+formats::tokenizer small_tokenizer(const std::vector<eval::task>& tasks, const formats::chat_template& tpl) {
   formats::bpe_train_options o;
   o.vocab_size = 400;
   formats::bpe_trainer t(o);
@@ -62,7 +62,7 @@ tokenizer small_tokenizer(const std::vector<eval::task>& tasks, const formats::c
     const auto p = train::render_chat(task, tpl, "<|end|>");
     t.add_text(p.prompt + p.reply);
   }
-  return tokenizer::from_hf_json(formats::bpe_to_hf_json(t.train()), "test");
+  return formats::tokenizer::from_hf_json(formats::bpe_to_hf_json(t.train()), "test");
 }
 
 TEST(Schedule, LinearWarmupThenCosineMatchesTheClosedForm) {
@@ -143,7 +143,7 @@ TEST(AdamW, WeightDecayReachesMatricesButNotNormsBiasesOrEmbeddings) {
 
 TEST(SftData, LossMaskCoversTheReplyAndItsEndTokenOnly) {
   const auto tpl = moxi_tiny_template();
-  const auto tasks = eval::generate(eval::domain::terminal, eval::split::train, 8, 5);
+  const auto tasks = eval::generate_tasks(eval::domain::terminal, eval::split::train, 8, 5);
   const auto tok = small_tokenizer(tasks, tpl);
   for (const auto& t : tasks) {
     const auto s = train::make_sample(t, tpl, tok, "<|end|>");

@@ -1,4 +1,4 @@
-// Errors in three tiers (ARCHITECTURE.md §3): MOXI_ASSERT for internal invariants (on in release builds,
+// Errors in three tiers (docs/design.md §3): MOXI_ASSERT for internal invariants (on in release builds,
 // aborts with file:line); moxi::error for user, config and file problems (the message names the file,
 // tensor, field or request and what was expected), caught once at each boundary; io_error adds errno.
 #pragma once

@@ -1,5 +1,5 @@
 // OCP Microscaling (MX v1.0) codecs: MXFP4 (E2M1) and MXFP8 (E4M3, E5M2) elements in blocks of 32 that
-// share one E8M0 power-of-two scale, with the OCP FLOOR scale rule of MODEL.md §4 (see docs/mx-formats.md).
+// share one E8M0 power-of-two scale, with OCP's FLOOR scale rule (docs/model-spec.md §4, docs/mx-formats.md).
 //
 // Encoding, per block of 32 values x[i]:
 //   - amax = max |x[i]|.

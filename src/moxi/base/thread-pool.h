@@ -1,4 +1,4 @@
-// A small static thread pool for the kernels (ARCHITECTURE.md §1, issue 5): a fixed set of workers that
+// A small static thread pool for the kernels (docs/design.md §1): a fixed set of workers that
 // all run the same job with their thread index, so kernels partition work statically (no task queue, no
 // allocation per job, no work stealing) and results do not depend on scheduling.
 #pragma once

@@ -26,7 +26,7 @@ bool is_prefix(std::span<const token_id> prefix, std::span<const token_id> of) {
 
 // The chat's one sequence. generate() hands the whole prompt to the first append() of a turn; this appends
 // only the part the sequence does not already hold (see the file comment) and counts what it reused.
-class chat_sequence final : public causal_lm {
+class chat_sequence final : public runtime::causal_lm {
  public:
   chat_sequence(const model::model& m, bool reuse) : lm_(m), reuse_(reuse) {}
 
@@ -75,9 +75,9 @@ class chat_sequence final : public causal_lm {
     return lm_.append(prompt.subspan(lm_.tokens().size()));
   }
 
-  model_lm lm_;
+  runtime::model_lm lm_;
   bool reuse_;
-  std::optional<model_lm::snapshot> snapshot_;
+  std::optional<runtime::model_lm::snapshot> snapshot_;
   size_t history_ = 0;
   bool turn_start_ = false;
   size_t reused_ = 0;
@@ -88,7 +88,7 @@ void setup_chat(CLI::App& root) {
       root.add_subcommand("chat", "Chat with a model in the terminal (reads lines until EOF; /reset, /exit)");
   struct args {
     std::string model, system;
-    generate_options opt;
+    runtime::generate_options opt;
     uint64_t seed = 0;
     bool show_prompt = false, no_reuse = false, verbose = false, raw = false;
   };
@@ -113,8 +113,8 @@ void setup_chat(CLI::App& root) {
   cmd->add_flag("--raw", a->raw, "write the reply bytes as they are (default: made terminal-safe)");
   cmd->callback([a, seed] {
     if (seed->count() > 0) a->opt.sampling.seed = a->seed;
-    validate(a->opt.sampling);
-    const local_model lm = local_model::load(resolve_model_dir(a->model));
+    runtime::validate(a->opt.sampling);
+    const runtime::local_model lm = runtime::local_model::load(resolve_model_dir(a->model));
     const auto& tpl = lm.require_chat();
     a->opt.stop_tokens = lm.stop_tokens;
     const bool tty = ::isatty(STDIN_FILENO) != 0;
@@ -125,7 +125,8 @@ void setup_chat(CLI::App& root) {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     auto start = [&] {
       messages = nlohmann::ordered_json::array();
-      if (!a->system.empty()) messages.push_back({{"role", "system"}, {"content", to_valid_utf8(a->system)}});
+      if (!a->system.empty())
+        messages.push_back({{"role", "system"}, {"content", runtime::to_valid_utf8(a->system)}});
     };
     start();
     chat_sequence seq(lm.model, !a->no_reuse);
@@ -151,7 +152,7 @@ void setup_chat(CLI::App& root) {
         std::fprintf(stderr, "unknown command %s (commands: /reset, /exit)\n", terminal_safe(line).c_str());
         continue;
       }
-      messages.push_back({{"role", "user"}, {"content", to_valid_utf8(line)}});
+      messages.push_back({{"role", "user"}, {"content", runtime::to_valid_utf8(line)}});
       formats::render_options ro;
       const auto history = lm.tok.encode(tpl.render(messages, ro));
       ro.add_generation_prompt = true;
@@ -159,7 +160,7 @@ void setup_chat(CLI::App& root) {
       const auto prompt = lm.tok.encode(prompt_text);
       if (prompt.empty()) throw error("chat: the template rendered an empty prompt");
       // The reply must fit the model's context (max_position_embeddings) after the whole conversation.
-      generate_options opt = a->opt;
+      runtime::generate_options opt = a->opt;
       if (context > 0 && int64_t(prompt.size()) >= context) {
         std::fprintf(stderr,
                      "the conversation has %zu tokens, the model's context is %lld: /reset to start again\n",
@@ -171,7 +172,7 @@ void setup_chat(CLI::App& root) {
       seq.begin_turn(is_prefix(history, prompt) ? history.size() : 0);
 
       std::string reply;
-      const auto r = generate(seq, lm.tok, prompt, opt, [&](std::string_view text) {
+      const auto r = runtime::generate(seq, lm.tok, prompt, opt, [&](std::string_view text) {
         reply += text;
         const std::string out = a->raw ? std::string(text) : terminal_safe(text);
         std::fwrite(out.data(), 1, out.size(), stdout);
@@ -180,7 +181,7 @@ void setup_chat(CLI::App& root) {
       std::fputc('\n', stdout);
       std::fflush(stdout);
       ++turn;
-      reply = to_valid_utf8(reply);
+      reply = runtime::to_valid_utf8(reply);
       if (a->show_prompt) {
         const nlohmann::ordered_json j = {{"turn", turn},
                                           {"prompt", prompt_text},

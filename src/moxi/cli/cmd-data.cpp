@@ -1,14 +1,15 @@
 // `moxi data --domain D --split S --n N --seed S --out FILE.jsonl`: writes generated verifiable tasks
-// (eval/generate.h), atomically; --verify runs every reference solution through its checker.
+// (eval/task-generator.h), atomically; --verify runs every reference solution through its checker.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
 
+#include "moxi/base/clock.h"
 #include "moxi/base/error.h"
 #include "moxi/cli/command.h"
 #include "moxi/eval/check.h"
-#include "moxi/eval/generate.h"
+#include "moxi/eval/task-generator.h"
 
 namespace moxi::cli {
 namespace {
@@ -35,10 +36,10 @@ void setup_data(CLI::App& root) {
   cmd->callback([a] {
     const auto t0 = std::chrono::steady_clock::now();
     const auto tasks =
-        eval::generate(eval::parse_domain(a->domain), eval::parse_split(a->split), a->n, a->seed);
+        eval::generate_tasks(eval::parse_domain(a->domain), eval::parse_split(a->split), a->n, a->seed);
     const std::string text = eval::to_jsonl(tasks);
     eval::write_file_atomic(a->out, text);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs = seconds_since(t0);
     std::map<std::string, int> per_template;
     for (const auto& t : tasks) ++per_template[t.template_name];
     std::string summary;

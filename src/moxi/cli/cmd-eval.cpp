@@ -12,7 +12,7 @@
 #include "moxi/cli/command.h"
 #include "moxi/cli/terminal-text.h"
 #include "moxi/eval/evaluate.h"
-#include "moxi/eval/generate.h"
+#include "moxi/eval/task-generator.h"
 
 namespace moxi::cli {
 namespace {

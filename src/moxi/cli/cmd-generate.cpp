@@ -18,7 +18,7 @@ void setup_generate(CLI::App& root) {
   auto* cmd = root.add_subcommand("generate", "Generate text from a prompt with the reference forward pass");
   struct args {
     std::string model, prompt;
-    generate_options opt;
+    runtime::generate_options opt;
     uint64_t seed = 0;
     bool no_special = false;
     bool raw = false;
@@ -41,15 +41,15 @@ void setup_generate(CLI::App& root) {
                 "characters are made visible)");
   cmd->callback([a, seed] {
     if (seed->count() > 0) a->opt.sampling.seed = a->seed;
-    const local_model lm = local_model::load(resolve_model_dir(a->model));
+    const runtime::local_model lm = runtime::local_model::load(resolve_model_dir(a->model));
     const auto& tok = lm.tok;
     const auto& c = lm.model.config();
     a->opt.stop_tokens = lm.stop_tokens;
     auto prompt = tok.encode(a->prompt, !a->no_special);
     // A model needs at least one token to condition on; an empty prompt starts from BOS.
     if (prompt.empty() && c.bos_token_id) prompt.push_back(token_id(*c.bos_token_id));
-    model_lm seq(lm.model);
-    const auto r = generate(seq, tok, prompt, a->opt, [raw = a->raw](std::string_view text) {
+    runtime::model_lm seq(lm.model);
+    const auto r = runtime::generate(seq, tok, prompt, a->opt, [raw = a->raw](std::string_view text) {
       const std::string safe = raw ? std::string(text) : terminal_safe(text);
       std::fwrite(safe.data(), 1, safe.size(), stdout);
       std::fflush(stdout);

@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "moxi/base/clock.h"
 #include "moxi/base/error.h"
 #include "moxi/cli/command.h"
 #include "moxi/formats/checkpoint.h"
@@ -104,7 +105,7 @@ void setup_logits(CLI::App& root) {
       const auto part = m.forward(std::span(tokens).subspan(size_t(i), size_t(n)), *cache, fo);
       logits.insert(logits.end(), part.begin(), part.end());
     }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs = seconds_since(t0);
 
     std::vector<std::pair<formats::tensor_spec, const void*>> out;
     out.push_back({{"logits", dtype::F32, {T, V}}, logits.data()});

@@ -79,7 +79,7 @@ void setup_tokenizer(CLI::App& root) {
   encode->add_option("--text", e->text, "text to encode");
   encode->add_option("--input", e->input, "file to encode instead of --text");
   encode->callback([e] {
-    const auto tok = tokenizer::from_hf_json_file(e->tokenizer);
+    const auto tok = formats::tokenizer::from_hf_json_file(e->tokenizer);
     const std::string text = e->input.empty() ? e->text : read_all(e->input);
     const auto ids = tok.encode(text);
     for (auto id : ids) {

@@ -13,6 +13,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "moxi/base/clock.h"
 #include "moxi/base/error.h"
 #include "moxi/base/progress.h"
 #include "moxi/base/thread-pool.h"
@@ -32,15 +33,15 @@ void generate_reply(const eval_model& m, const task& t, int64_t max_tokens, task
   const auto ids = m.tok->encode(prompt, /*allow_special=*/true);
   if (ids.empty()) throw error("eval: task " + t.id + " renders to an empty prompt");
 
-  generate_options go;
+  runtime::generate_options go;
   go.sampling.temperature = 0;  // greedy
   go.sampling.seed = 0;         // unused by greedy decoding; avoids seeding from std::random_device
   go.max_tokens = max_tokens;
   go.stop_tokens = m.stop_tokens;
   auto lm = m.new_sequence();
   std::string reply;
-  const auto g = generate(*lm, *m.tok, ids, go, [&](std::string_view text) { reply += text; });
-  rec.reply = to_valid_utf8(reply);
+  const auto g = runtime::generate(*lm, *m.tok, ids, go, [&](std::string_view text) { reply += text; });
+  rec.reply = runtime::to_valid_utf8(reply);
   rec.finish_reason = g.finish_reason;
   rec.prompt_tokens = int64_t(ids.size());
   rec.reply_tokens = int64_t(g.tokens.size());
@@ -138,7 +139,7 @@ eval_report evaluate(const eval_model& m, const std::vector<task>& tasks, const 
           auto& rec = r.records[batch[k]];
           rec.pass = results[k].pass && !results[k].error;
           rec.error = results[k].error;
-          rec.detail = to_valid_utf8(results[k].detail);
+          rec.detail = runtime::to_valid_utf8(results[k].detail);
           judged += !rec.error;
           passed += rec.pass;
         }
@@ -189,14 +190,15 @@ eval_report evaluate(const eval_model& m, const std::vector<task>& tasks, const 
   if (failure) std::rethrow_exception(failure);
 
   summarize(r);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.seconds = seconds_since(t0);
   return r;
 }
 
-eval_report evaluate(const local_model& lm, const std::vector<task>& tasks, const evaluate_options& o) {
+eval_report evaluate(const runtime::local_model& lm, const std::vector<task>& tasks,
+                     const evaluate_options& o) {
   eval_model m;
   m.name = lm.dir;
-  m.new_sequence = [&lm] { return std::make_unique<model_lm>(lm.model); };
+  m.new_sequence = [&lm] { return std::make_unique<runtime::model_lm>(lm.model); };
   m.tok = &lm.tok;
   m.chat = &lm.require_chat();
   m.stop_tokens = lm.stop_tokens;
@@ -205,7 +207,7 @@ eval_report evaluate(const local_model& lm, const std::vector<task>& tasks, cons
 
 eval_report evaluate(const std::string& model_dir, const std::vector<task>& tasks,
                      const evaluate_options& o) {
-  return evaluate(local_model::load(model_dir), tasks, o);
+  return evaluate(runtime::local_model::load(model_dir), tasks, o);
 }
 
 // ---- JSON ----

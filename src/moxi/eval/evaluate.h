@@ -19,7 +19,7 @@
 #include "moxi/formats/tokenizer.h"
 #include "moxi/runtime/generate.h"
 
-namespace moxi {
+namespace moxi::runtime {
 struct local_model;
 }
 
@@ -30,8 +30,8 @@ struct eval_model {
   std::string name;  // reported as the report's "model"
   // A new empty sequence. Called from the worker threads, one sequence per task; each sequence is used by
   // one thread only. A model that cannot run sequences concurrently needs evaluate_options::workers = 1.
-  std::function<std::unique_ptr<causal_lm>()> new_sequence;
-  const tokenizer* tok = nullptr;
+  std::function<std::unique_ptr<runtime::causal_lm>()> new_sequence;
+  const formats::tokenizer* tok = nullptr;
   const formats::chat_template* chat = nullptr;
   std::vector<token_id> stop_tokens;  // end of the reply (e.g. <|end|>, eos)
 };
@@ -86,7 +86,7 @@ struct eval_report {
 eval_report evaluate(const eval_model& model, const std::vector<task>& tasks,
                      const evaluate_options& options = {});
 // A model loaded with the engine (runtime/local-model.h); it must have a chat template.
-eval_report evaluate(const local_model& model, const std::vector<task>& tasks,
+eval_report evaluate(const runtime::local_model& model, const std::vector<task>& tasks,
                      const evaluate_options& options = {});
 // Loads DIR with the engine, then as above.
 eval_report evaluate(const std::string& model_dir, const std::vector<task>& tasks,
@@ -114,7 +114,7 @@ struct paired_stats {
   int64_t both_passed = 0, both_failed = 0;      // ties
   double baseline_rate = 0, candidate_rate = 0;  // pass rates over the paired tasks
   // Net improvement rate, (wins - losses) / (wins + losses + ties) with win = fixed, loss = broken,
-  // tie = unchanged: the paired definition of shared/reference/rl_sandbox_eval.md §4.3. On pass/fail data
+  // tie = unchanged: the paired definition of docs/eval.md "Comparing two reports". On pass/fail data
   // it equals candidate_rate - baseline_rate over the paired tasks; fixed and broken say how it arose.
   double net_improvement_rate() const { return n > 0 ? double(fixed - broken) / double(n) : 0.0; }
   // Half width of its 95% interval, 1.96 * sqrt((p_win + p_loss - NIR^2) / n) (§4.3); 0 when n = 0.

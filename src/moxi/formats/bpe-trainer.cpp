@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 
+#include "moxi/base/clock.h"
 #include "moxi/base/error.h"
 #include "moxi/formats/tokenizer-regex.h"
 #include "moxi/formats/tokenizer.h"
@@ -20,10 +21,6 @@ const char* const kLlama3Pattern =
 // The pattern HF's ByteLevel pre-tokenizer applies with use_regex=true (and tokenizer.cpp with it).
 const char* const kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 uint64_t pair_key(int32_t a, int32_t b) {
   return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
@@ -70,7 +67,7 @@ void bpe_trainer::add_text(std::string_view text, const std::string& what) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!utf8_valid(text)) throw error(what + ": not valid UTF-8");
   // Compiled per call: cheap next to a document, and it keeps the trainer free of PCRE2 state.
-  tok::regex re(bpe_split_pattern(options_.split), what + ": pre-tokenizer regex");
+  regex re(bpe_split_pattern(options_.split), what + ": pre-tokenizer regex");
   stats_.input_bytes += text.size();
   auto add_chunk = [&](std::string_view chunk) {
     // Isolated split: matches and the gaps between them are pieces (the loader's apply_split).

@@ -1,5 +1,5 @@
 // Byte-level BPE training: learns merges from a text corpus up to a vocabulary size and writes a Hugging
-// Face tokenizer.json that moxi::tokenizer loads (the tiny model's tokenizer; `moxi tokenizer train`).
+// Face tokenizer.json that formats::tokenizer loads (the tiny model's tokenizer; `moxi tokenizer train`).
 #pragma once
 
 #include <cstdint>

@@ -450,7 +450,7 @@ void parse_kimi_linear(field_reader& r, model_config& c) {
   c.vision = parse_vision(r);
 }
 
-// DeepSeek-V3 and V3.2 (HF names, reference/dsa_mla_moe_mtp.md §A.1, §B.1, §D.1).
+// DeepSeek-V3 and V3.2 (HF names, docs/deepseek.md §A.1, §B.1, §D.1).
 void parse_deepseek(field_reader& r, model_config& c) {
   c.dense_intermediate_size = r.get_int("intermediate_size");
   c.max_position_embeddings = r.get_int("max_position_embeddings");

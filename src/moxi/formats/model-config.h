@@ -1,7 +1,7 @@
 // ModelConfig: an HF-style config.json (Kimi-Linear field names, DeepSeek-V3.2 names for the DSA indexer
 // and DeepSeek configs) parsed into one typed, validated structure that every other layer reads.
 // Layer lists are 1-based in the file and 0-based here. Unknown or contradictory fields are errors that
-// name the field (shared/MODEL.md §2); fields that only describe the file (transformers_version, ...)
+// name the field (docs/model-spec.md §2); fields that only describe the file (transformers_version, ...)
 // are accepted and ignored.
 #pragma once
 
@@ -112,7 +112,7 @@ struct quant_config {
   std::vector<int64_t> weight_block_size;     // FP8_BLOCK only: [rows, cols]
 };
 
-// MoonViT-style vision tower + 2x2 patch merger + MLP projector (reference/kda.md §5).
+// MoonViT-style vision tower + 2x2 patch merger + MLP projector (docs/kimi-linear.md §5).
 struct vision_config {
   int64_t patch_size = 14;
   int64_t hidden_size = 0;

@@ -1,5 +1,5 @@
 // safetensors files: an mmap'ed, fully validated reader and the header encoder the writers share.
-// Format and validation rules: docs/checkpoints.md (from shared/reference/mx_formats.md §5).
+// Format and validation rules: docs/checkpoints.md §1.
 #pragma once
 
 #include <cstdint>

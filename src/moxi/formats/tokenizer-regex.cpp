@@ -6,7 +6,7 @@
 
 #include "moxi/base/error.h"
 
-namespace moxi::tok {
+namespace moxi::formats {
 namespace {
 
 std::string pcre2_message(int code) {
@@ -215,4 +215,4 @@ std::string translate_class_intersections(const std::string& p, const std::strin
   return out;
 }
 
-}  // namespace moxi::tok
+}  // namespace moxi::formats

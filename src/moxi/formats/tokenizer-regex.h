@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-namespace moxi::tok {
+namespace moxi::formats {
 
 class regex {
  public:
@@ -38,4 +38,4 @@ std::string translate_class_intersections(const std::string& pattern, const std:
 // names to \p{sc:Name}. General categories (\p{L}, \p{Lu}, ...) are left alone. Applied by regex.
 std::string pin_script_properties(const std::string& pattern);
 
-}  // namespace moxi::tok
+}  // namespace moxi::formats

@@ -2,7 +2,7 @@
 // become a valid character, pass everything else through, so streamed text == decode() byte for byte.
 #include "moxi/formats/tokenizer.h"
 
-namespace moxi {
+namespace moxi::formats {
 namespace {
 
 // Expected sequence length for a lead byte, 0 when the byte cannot start a sequence.
@@ -89,4 +89,4 @@ std::string stream_decoder::flush() {
   return out;
 }
 
-}  // namespace moxi
+}  // namespace moxi::formats

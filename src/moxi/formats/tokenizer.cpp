@@ -16,7 +16,7 @@
 #include "moxi/base/error.h"
 #include "moxi/formats/tokenizer-regex.h"
 
-namespace moxi {
+namespace moxi::formats {
 
 const char* const kKimiPattern =
     R"([\p{Han}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
@@ -111,7 +111,7 @@ enum class split_behavior {
 
 struct pre_step {
   enum class kind { split, byte_level } type = kind::split;
-  std::unique_ptr<tok::regex> re;  // split pattern, or GPT-2's pattern for ByteLevel with use_regex
+  std::unique_ptr<regex> re;  // split pattern, or GPT-2's pattern for ByteLevel with use_regex
   split_behavior behavior = split_behavior::isolated;
   bool invert = false;
   bool add_prefix_space = false;  // ByteLevel only
@@ -542,14 +542,14 @@ struct hf_loader {
         fail(field + ".pattern", "expected {\"Regex\": string} or {\"String\": string}");
       }
       if (text.size() > kMaxPatternBytes) fail(field + ".pattern", "longer than the limit");
-      step.re = std::make_unique<tok::regex>(text, t.source + ": " + field + ".pattern", literal);
+      step.re = std::make_unique<regex>(text, t.source + ": " + field + ".pattern", literal);
       step.behavior = behavior(member(p, field, "behavior"), field + ".behavior");
       step.invert = flag(p, field, "invert", false);
     } else if (type == "ByteLevel") {
       step.type = pre_step::kind::byte_level;
       step.add_prefix_space = flag(p, field, "add_prefix_space", true);
       if (flag(p, field, "use_regex", true)) {
-        step.re = std::make_unique<tok::regex>(kGpt2Pattern, t.source + ": " + field + " (GPT-2 regex)");
+        step.re = std::make_unique<regex>(kGpt2Pattern, t.source + ": " + field + " (GPT-2 regex)");
       }
     } else {
       fail(field + ".type", "pre-tokenizer '" + type + "' is not supported (Split, ByteLevel, Sequence)");
@@ -790,8 +790,8 @@ tokenizer tokenizer::from_tiktoken(std::string_view text, const std::string& sou
   const std::string pattern = options.pattern.empty() ? std::string(kKimiPattern) : options.pattern;
   if (pattern.size() > kMaxPatternBytes) throw error(source_name + ": pattern: longer than the limit");
   pre_step step;
-  step.re = std::make_unique<tok::regex>(
-      tok::translate_class_intersections(pattern, source_name + ": pattern"), source_name + ": pattern");
+  step.re = std::make_unique<regex>(
+      translate_class_intersections(pattern, source_name + ": pattern"), source_name + ": pattern");
   step.behavior = split_behavior::matches_only;  // tiktoken encodes regex matches only
   p->steps.push_back(std::move(step));
 
@@ -887,4 +887,4 @@ std::string byte_level_spelling(std::string_view bytes) {
   return s;
 }
 
-}  // namespace moxi
+}  // namespace moxi::formats

@@ -13,7 +13,13 @@
 
 namespace moxi {
 
+// A vocabulary index. Every layer passes token ids around (model inputs, caches, the scheduler), so the
+// type lives in moxi itself; the tokenizers below are moxi::formats.
 using token_id = int32_t;
+
+}  // namespace moxi
+
+namespace moxi::formats {
 
 // An added token: matched in the raw text before pre-tokenization, never split by BPE. `special` tokens
 // (BOS, EOS, chat markers) can be disabled per call and skipped when decoding.
@@ -107,4 +113,4 @@ uint32_t byte_level_codepoint(uint8_t b);
 // Raw bytes spelled in that alphabet (UTF-8), as byte-level vocabularies store them.
 std::string byte_level_spelling(std::string_view bytes);
 
-}  // namespace moxi
+}  // namespace moxi::formats

@@ -1,5 +1,5 @@
 // hybrid_memory: the per-sequence caches of a hybrid model behind one handle the scheduler sees (the
-// contract of ARCHITECTURE.md §2 "Memory"), with one cache manager per cache kind (cache-spec.h): PAGED
+// contract of docs/design.md §2 "Memory"), with one cache manager per cache kind (cache-spec.h): PAGED
 // layers (MLA / Gated DSA) get latent blocks from one block pool (paged_latent_cache), STATE layers (KDA,
 // sliding-window attention's ring) get one constant-size state slot per sequence (state_slots), and the
 // prefix cache reuses full blocks by a hash chain together with state snapshots taken at block boundaries.

@@ -1,4 +1,4 @@
-// Per-sequence caches (MODEL.md §3.1, §3.2), by the two ways an attention kind caches (vLLM v1's split of
+// Per-sequence caches (docs/model-spec.md §3.1, §3.2), by the two ways an attention kind caches (vLLM v1's split of
 // KV-cache specs): a constant-size state per layer (KDA: three conv states and the fp32 recurrent state;
 // sliding-window attention: a ring buffer of its last `window` keys and values) and growing per-token rows
 // (MLA / Gated DSA: the latent and the indexer keys). What a state holds is the layer's business
@@ -58,7 +58,7 @@ class sequence_cache {
 
   // Tokens the main model has processed: the position of the next token.
   virtual int64_t length() const = 0;
-  // Tokens the MTP layers have processed (their own positions; MODEL.md §3.4).
+  // Tokens the MTP layers have processed (their own positions; docs/model-spec.md §3.4).
   virtual int64_t mtp_length() const = 0;
   // Called by the model once all layers have consumed n new tokens.
   virtual void advance(int64_t n) = 0;

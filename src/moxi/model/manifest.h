@@ -33,7 +33,7 @@ enum class param_group : uint8_t {
 };
 const char* param_group_name(param_group g);
 
-// How `moxi init` fills a tensor (shared/MODEL.md and the public reference inits cited in init.cpp).
+// How `moxi init` fills a tensor (docs/model-spec.md and the public reference inits cited in init.cpp).
 enum class init_kind : uint8_t {
   NORMAL,       // N(0, std) with std = initializer_range, scaled down for output projections
   NORMAL_OUT,   // N(0, std / sqrt(2 * num_layers)) for projections that write into the residual

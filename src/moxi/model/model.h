@@ -1,4 +1,4 @@
-// The whole model on the CPU kernels (MODEL.md §3; the AVX-512 ones, or the scalar references under
+// The whole model on the CPU kernels (docs/model-spec.md §3; the AVX-512 ones, or the scalar references under
 // MOXI_KERNELS=ref): load a checkpoint once (weights converted to f32, or kept BF16 for the fast kernels;
 // MXFP4 experts kept packed), then run forward(tokens, cache) -> logits for T new tokens after the cached
 // ones, and mtp_forward for the MTP head. The same code serves every config from tiny to full.

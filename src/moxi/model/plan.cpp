@@ -29,7 +29,7 @@ double active_fraction(const formats::model_config& c, const tensor_decl& d) {
   switch (d.group) {
     case param_group::ROUTED_EXPERTS:
       return double(c.moe.experts_per_token) / double(c.moe.num_experts);
-    case param_group::EMBEDDING:  // a lookup, not a matmul: not counted as active (MODEL.md §1)
+    case param_group::EMBEDDING:  // a lookup, not a matmul: not counted as active (docs/model-spec.md §1)
     case param_group::MTP:
     case param_group::VISION:
       return 0.0;

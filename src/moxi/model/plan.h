@@ -47,7 +47,7 @@ struct stage_memory {
 
 struct plan_result {
   std::array<group_stats, size_t(param_group::COUNT)> groups{};
-  // The text model without MTP and vision (how DeepSeek counts "671B" and MODEL.md counts "2.78T").
+  // The text model without MTP and vision (how DeepSeek counts "671B" and docs/model-spec.md counts "2.78T").
   int64_t total_params = 0;
   double active_params = 0;
   uint64_t disk_bytes = 0;

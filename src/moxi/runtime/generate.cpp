@@ -4,11 +4,12 @@
 #include <chrono>
 #include <limits>
 
+#include "moxi/base/clock.h"
 #include "moxi/base/error.h"
 
-namespace moxi {
+namespace moxi::runtime {
 
-generate_result generate(causal_lm& lm, const tokenizer& tok, std::span<const token_id> prompt,
+generate_result generate(causal_lm& lm, const formats::tokenizer& tok, std::span<const token_id> prompt,
                          const generate_options& opts, const std::function<void(std::string_view)>& on_text) {
   if (prompt.empty()) throw error("generate: the prompt has no tokens");
   if (opts.max_tokens < 0) throw error("generate: max_tokens must be >= 0");
@@ -20,7 +21,7 @@ generate_result generate(causal_lm& lm, const tokenizer& tok, std::span<const to
   if (opts.max_tokens == 0) return r;
 
   sampler s(opts.sampling, prompt);
-  stream_decoder dec(tok, opts.skip_special);
+  formats::stream_decoder dec(tok, opts.skip_special);
   stop_checker stops(opts.stop_strings, opts.stop_tokens);
   auto emit = [&](const std::string& text) {
     if (!text.empty()) on_text(text);
@@ -39,7 +40,7 @@ generate_result generate(causal_lm& lm, const tokenizer& tok, std::span<const to
 
   auto t0 = clock::now();
   std::vector<float> logits = lm.append(prompt);
-  r.prompt_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  r.prompt_seconds = seconds_since(t0);
   const auto t1 = clock::now();
   for (int64_t i = 0; i < opts.max_tokens; ++i) {
     mask(logits);
@@ -56,7 +57,7 @@ generate_result generate(causal_lm& lm, const tokenizer& tok, std::span<const to
     const token_id next[] = {id};
     logits = lm.append(next);
   }
-  r.generate_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  r.generate_seconds = seconds_since(t1);
   if (r.finish_reason != "stop") {
     // Bytes of an incomplete character go through the stop checker too, then whatever it still holds.
     const auto tail = stops.push(-1, dec.flush());
@@ -66,4 +67,4 @@ generate_result generate(causal_lm& lm, const tokenizer& tok, std::span<const to
   return r;
 }
 
-}  // namespace moxi
+}  // namespace moxi::runtime

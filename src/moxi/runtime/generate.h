@@ -13,7 +13,7 @@
 #include "moxi/formats/tokenizer.h"
 #include "moxi/runtime/sampler.h"
 
-namespace moxi {
+namespace moxi::runtime {
 
 // A causal language model holding one sequence.
 class causal_lm {
@@ -49,7 +49,7 @@ struct generate_result {
 
 // Runs the loop; on_text receives the detokenized text as it becomes safe to emit (whole UTF-8 characters,
 // never part of a possible stop string). An empty prompt is an error (the model needs a first token).
-generate_result generate(causal_lm& lm, const tokenizer& tok, std::span<const token_id> prompt,
+generate_result generate(causal_lm& lm, const formats::tokenizer& tok, std::span<const token_id> prompt,
                          const generate_options& opts, const std::function<void(std::string_view)>& on_text);
 
-}  // namespace moxi
+}  // namespace moxi::runtime

@@ -9,7 +9,7 @@
 #include "moxi/base/error.h"
 #include "moxi/formats/json-file.h"
 
-namespace moxi {
+namespace moxi::runtime {
 namespace fs = std::filesystem;
 
 model_lm::model_lm(const model::model& m)
@@ -70,7 +70,7 @@ std::vector<int64_t> generation_config_stops(const std::string& dir) {
 
 local_model local_model::load(const std::string& dir) {
   auto m = model::model::load(dir);
-  auto tok = tokenizer::from_hf_json_file((fs::path(dir) / "tokenizer.json").string());
+  auto tok = formats::tokenizer::from_hf_json_file((fs::path(dir) / "tokenizer.json").string());
   auto chat = formats::load_chat_template(dir);
   const int64_t V = m.config().vocab_size;
 
@@ -106,7 +106,7 @@ std::string to_valid_utf8(std::string_view bytes) {
                        : (c & 0xF0) == 0xE0 ? 3
                        : (c & 0xF8) == 0xF0 ? 4
                                             : 0;
-    if (len > 0 && i + len <= bytes.size() && utf8_valid(bytes.substr(i, len))) {
+    if (len > 0 && i + len <= bytes.size() && formats::utf8_valid(bytes.substr(i, len))) {
       out.append(bytes.substr(i, len));
       i += len;
     } else {
@@ -117,4 +117,4 @@ std::string to_valid_utf8(std::string_view bytes) {
   return out;
 }
 
-}  // namespace moxi
+}  // namespace moxi::runtime

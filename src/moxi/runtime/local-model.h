@@ -17,7 +17,7 @@
 #include "moxi/model/model.h"
 #include "moxi/runtime/generate.h"
 
-namespace moxi {
+namespace moxi::runtime {
 
 // One sequence of a model::model. model::model::forward is const and keeps all per-sequence state in the
 // cache (its kernels' scratch is thread_local), so several model_lm over one model may run on different
@@ -55,7 +55,7 @@ class model_lm final : public causal_lm {
 struct local_model {
   std::string dir;
   model::model model;
-  tokenizer tok;
+  formats::tokenizer tok;
   std::optional<formats::chat_template> chat;  // nullopt for a base model without a template
   // Tokens that end a reply: eos_token_id of config.json and generation_config.json (an id or a list),
   // the template's eos token and moxi-tiny's end-of-turn token <|end|> when the tokenizer has them.
@@ -71,4 +71,4 @@ struct local_model {
 // UTF-8 becomes U+FFFD (a random or truncated reply may end inside a character).
 std::string to_valid_utf8(std::string_view bytes);
 
-}  // namespace moxi
+}  // namespace moxi::runtime

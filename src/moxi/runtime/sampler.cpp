@@ -9,7 +9,7 @@
 
 #include "moxi/base/error.h"
 
-namespace moxi {
+namespace moxi::runtime {
 namespace {
 
 // Below this temperature sampling is greedy (vLLM's _SAMPLING_EPS).
@@ -160,7 +160,7 @@ stop_checker::stop_checker(std::vector<std::string> stop_strings, std::vector<to
     : stop_strings_(std::move(stop_strings)), stop_ids_(std::move(stop_token_ids)) {
   for (size_t i = 0; i < stop_strings_.size(); ++i) {
     if (stop_strings_[i].empty()) throw error("sampling: stop[" + std::to_string(i) + "] is empty");
-    if (!utf8_valid(stop_strings_[i]))
+    if (!formats::utf8_valid(stop_strings_[i]))
       throw error("sampling: stop[" + std::to_string(i) + "] is not valid UTF-8");
     longest_ = std::max(longest_, stop_strings_[i].size());
   }
@@ -208,4 +208,4 @@ std::string stop_checker::flush() {
   return out;
 }
 
-}  // namespace moxi
+}  // namespace moxi::runtime

@@ -14,7 +14,7 @@
 
 #include "moxi/formats/tokenizer.h"
 
-namespace moxi {
+namespace moxi::runtime {
 
 struct sampling_params {
   float temperature = 1.0f;         // 0 (or below 1e-5, as vLLM) means greedy
@@ -95,4 +95,4 @@ class stop_checker {
   bool stopped_ = false;
 };
 
-}  // namespace moxi
+}  // namespace moxi::runtime

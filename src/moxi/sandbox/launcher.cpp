@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 
+#include "moxi/base/clock.h"
 #include "moxi/base/error.h"
 #include "moxi/sandbox/audit-log.h"
 #include "moxi/sandbox/cgroup.h"
@@ -421,10 +422,6 @@ std::vector<std::string> bwrap_arguments(const run_spec& spec) {
   a.insert(a.end(), {"--json-status-fd", "4", "--seccomp", "3", "--"});
   a.insert(a.end(), spec.argv.begin(), spec.argv.end());
   return a;
-}
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
 }  // namespace

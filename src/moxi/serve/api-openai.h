@@ -47,7 +47,7 @@ struct completion_request {
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   bool add_generation_prompt = true;
   std::optional<int64_t> max_tokens;  // max_tokens or max_completion_tokens
-  sampling_params sampling;
+  runtime::sampling_params sampling;
   std::vector<std::string> stop;
   int n = 1;  // choices (independent samples of one prompt)
   bool stream = false, include_usage = false;

@@ -112,9 +112,9 @@ token_logprobs logprobs_of(std::span<const float> logits, token_id chosen, int t
 executor::executor(const model::model& m, memory::hybrid_memory& memory, executor_mode mode)
     : model_(m), memory_(memory), mode_(mode) {}
 
-void executor::add(request_id id, const sampling_params& params, std::span<const token_id> prompt,
+void executor::add(request_id id, const runtime::sampling_params& params, std::span<const token_id> prompt,
                    int top_logprobs) {
-  auto st = std::unique_ptr<request_state>(new request_state{sampler(params, prompt), top_logprobs});
+  auto st = std::unique_ptr<request_state>(new request_state{runtime::sampler(params, prompt), top_logprobs});
   requests_[id] = std::move(st);
 }
 

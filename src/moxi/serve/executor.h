@@ -42,7 +42,8 @@ class executor final : public model_runner {
 
   // A request's sampler; must be added before its first step and removed after it finishes. top_logprobs
   // < 0: no logprobs; >= 0: the sampled token's logprob plus that many alternatives.
-  void add(request_id id, const sampling_params& params, std::span<const token_id> prompt, int top_logprobs);
+  void add(request_id id, const runtime::sampling_params& params, std::span<const token_id> prompt,
+           int top_logprobs);
   void remove(request_id id);
 
   std::map<request_id, token_id> execute(const scheduler_output& step) override;
@@ -51,7 +52,7 @@ class executor final : public model_runner {
 
  private:
   struct request_state {
-    sampler smp;
+    runtime::sampler smp;
     int top_logprobs = -1;
   };
   const model::model& model_;

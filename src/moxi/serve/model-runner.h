@@ -1,6 +1,6 @@
 // model_runner: what the engine step needs from a model: run one scheduled batch through the hybrid
 // memory (the contract in memory/hybrid-memory.h) and return the next token of every request whose step
-// reached its last known token. The real executor (runtime/) and the fake model of the tests implement it.
+// reached its last known token. The real executor (executor.h) and the fake model of the tests implement it.
 #pragma once
 
 #include <map>

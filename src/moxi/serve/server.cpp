@@ -60,7 +60,7 @@ struct live_request {
 // prompt), each with its own sampling seed.
 struct pending_add {
   std::vector<std::shared_ptr<live_request>> choices;
-  std::vector<sampling_params> sampling;  // per choice
+  std::vector<runtime::sampling_params> sampling;  // per choice
   request_params params;
   int top_logprobs = -1;
 };
@@ -72,7 +72,7 @@ using header_list = std::vector<std::pair<std::string, std::string>>;
 struct server::impl {
   server_config cfg;
   model::model mdl;
-  tokenizer tok;
+  formats::tokenizer tok;
   memory::hybrid_memory memory;
   scheduler sched;
   executor exec;
@@ -112,7 +112,7 @@ struct server::impl {
   std::atomic<int64_t> active{0};
   std::atomic<bool> shutting_down{false};
 
-  impl(server_config c, model::model m, tokenizer t, const memory::memory_options& mo,
+  impl(server_config c, model::model m, formats::tokenizer t, const memory::memory_options& mo,
        const scheduler_config& sc)
       : cfg(std::move(c)),
         mdl(std::move(m)),
@@ -299,8 +299,8 @@ struct generation {
   server::impl& s;
   completion_request req;
   std::shared_ptr<live_request> lr;
-  stream_decoder dec;
-  stop_checker stop;
+  formats::stream_decoder dec;
+  runtime::stop_checker stop;
   clock_type::time_point arrival;
   clock_type::time_point last_token;
   int64_t completion_tokens = 0, prompt_tokens = 0, cached_tokens = 0;
@@ -791,7 +791,7 @@ std::unique_ptr<server::impl> make_impl(server_config cfg) {
       cfg.io_threads < 1)
     throw error("serve: header limits below 1 KiB / 8 fields, or no connection or event-loop thread allowed");
   auto m = model::model::load(cfg.model_dir);
-  auto t = tokenizer::from_hf_json_file(cfg.model_dir + "/tokenizer.json");
+  auto t = formats::tokenizer::from_hf_json_file(cfg.model_dir + "/tokenizer.json");
   const auto& c = m.config();
   const serving_plan plan = plan_serving(cfg, c.max_position_embeddings);
   if (!plan.note.empty()) std::fprintf(stderr, "moxi serve: %s\n", plan.note.c_str());

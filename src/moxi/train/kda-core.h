@@ -1,4 +1,4 @@
-// The KDA delta-rule core in libtorch with autograd, in two forms with one meaning (reference/kda.md):
+// The KDA delta-rule core in libtorch with autograd, in two forms with one meaning (docs/kimi-linear.md):
 // token by token (the recurrence itself, the trainer's reference) and chunkwise (the WY / UT-transform form
 // of FLA's chunk_kda and the engine's kernels::ref::kda_chunked), which runs a handful of batched matrix ops
 // per chunk instead of several tiny ops per token and is what training uses.

@@ -1,5 +1,5 @@
 // Training losses (see losses.h). The formulas follow DeepSeek-V3 (balance) and DeepSeek-V3.2 (indexer KL)
-// as summarized in shared/reference/dsa_mla_moe_mtp.md.
+// as summarized in docs/deepseek.md.
 #include "moxi/train/losses.h"
 
 #include <limits>

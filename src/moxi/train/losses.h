@@ -1,4 +1,4 @@
-// Training objectives of issue 4 over train_model: next-token cross-entropy plus the MTP loss (weight 0.3),
+// Training objectives over train_model: next-token cross-entropy plus the MTP loss (weight 0.3),
 // DeepSeek-V3's sequence-wise balance loss and aux-loss-free router bias update, and DeepSeek-V3.2's KL
 // objective for the lightning indexer.
 #pragma once
@@ -10,7 +10,7 @@
 namespace moxi::train {
 
 struct loss_options {
-  double mtp_weight = 0.3;      // MODEL.md §3.4
+  double mtp_weight = 0.3;      // docs/model-spec.md §3.4
   double balance_alpha = 1e-4;  // sequence-wise balance loss weight ("small", DeepSeek-V3 §2.1.2)
   double indexer_weight = 1.0;  // the KL only reaches the indexer, so its scale is independent
 };

@@ -27,7 +27,7 @@ namespace {
 
 // DeepSeek-V3.2 Indexer: k_norm = LayerNorm(index_head_dim) with the torch default eps (as the engine).
 constexpr double kIndexerKeyNormEps = 1e-6;
-// KDA's q/k L2 norm eps (reference/kda.md §1.2, the engine's ref::l2norm default).
+// KDA's q/k L2 norm eps (docs/kimi-linear.md §1.2, the engine's ref::l2norm default).
 constexpr double kL2NormEps = 1e-6;
 
 ref::YarnConfig yarn_of(const formats::rope_config& r) {

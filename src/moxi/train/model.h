@@ -1,4 +1,4 @@
-// The trainer's model: the architecture of shared/MODEL.md §3 as differentiable libtorch ops over parameters
+// The trainer's model: the architecture of docs/model-spec.md §3 as differentiable libtorch ops on parameters
 // named exactly like the engine's checkpoint tensors (the manifest of arch/), so the trainer loads what the
 // engine serves and writes what it loads. Semantics follow docs/model.md choice for choice; the golden test
 // (tests/train/golden-test.cpp) holds the logits equal to the engine's.

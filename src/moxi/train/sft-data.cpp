@@ -6,7 +6,7 @@
 
 #include "moxi/base/error.h"
 #include "moxi/base/splitmix.h"
-#include "moxi/eval/generate.h"
+#include "moxi/eval/task-generator.h"
 
 namespace moxi::train {
 
@@ -51,7 +51,7 @@ chat_parts render_chat(const eval::task& t, const formats::chat_template& tpl, c
   return {prompt, reply};
 }
 
-sft_sample make_sample(const eval::task& t, const formats::chat_template& tpl, const tokenizer& tok,
+sft_sample make_sample(const eval::task& t, const formats::chat_template& tpl, const formats::tokenizer& tok,
                        const std::string& end) {
   const auto parts = render_chat(t, tpl, end);
   sft_sample s;
@@ -123,7 +123,7 @@ std::vector<size_t> batch_order::batch(int64_t step) {
 
 std::vector<eval::task> load_tasks(const data_source& s) {
   if (!s.file.empty()) return eval::read_jsonl(s.file);
-  return eval::generate(eval::parse_domain(s.domain), eval::parse_split(s.split), size_t(s.n), s.seed);
+  return eval::generate_tasks(eval::parse_domain(s.domain), eval::parse_split(s.split), size_t(s.n), s.seed);
 }
 
 }  // namespace moxi::train

@@ -34,7 +34,7 @@ chat_parts render_chat(const eval::task& t, const formats::chat_template& tpl, c
 
 // Tokens = encode(prompt) + encode(reply): the reply is encoded on its own, as the model generates it after
 // the prompt; target covers the reply tokens.
-sft_sample make_sample(const eval::task& t, const formats::chat_template& tpl, const tokenizer& tok,
+sft_sample make_sample(const eval::task& t, const formats::chat_template& tpl, const formats::tokenizer& tok,
                        const std::string& end);
 
 // A right-padded batch: rows shorter than the longest are filled with pad_id after their end; padding is

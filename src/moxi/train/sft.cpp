@@ -151,8 +151,8 @@ std::string train_tokenizer(const recipe& r, const formats::model_config& c,
   return formats::bpe_to_hf_json(model);
 }
 
-std::string special_of(const tokenizer& tok, const std::optional<int64_t>& id, const std::string& what,
-                       const std::string& fallback) {
+std::string special_of(const formats::tokenizer& tok, const std::optional<int64_t>& id,
+                       const std::string& what, const std::string& fallback) {
   if (!id) return fallback;
   if (*id < 0 || *id >= tok.vocab_size() || !tok.is_special(token_id(*id)))
     throw error("config " + what + " " + std::to_string(*id) + " is not a special token of the tokenizer");
@@ -160,7 +160,7 @@ std::string special_of(const tokenizer& tok, const std::optional<int64_t>& id, c
 }
 
 std::vector<sft_sample> make_samples(const std::vector<eval::task>& tasks, const formats::chat_template& tpl,
-                                     const tokenizer& tok, const recipe& r, const char* what) {
+                                     const formats::tokenizer& tok, const recipe& r, const char* what) {
   std::vector<sft_sample> out;
   size_t dropped = 0;
   for (const auto& t : tasks) {
@@ -299,7 +299,7 @@ sft_result run_sft(const recipe& r) {
     tok_json = train_tokenizer(r, config, train_tasks, pre);
     eval::write_file_atomic(run_tok, tok_json);
   }
-  const auto tok = tokenizer::from_hf_json(tok_json, r.tokenizer.empty() ? run_tok : r.tokenizer);
+  const auto tok = formats::tokenizer::from_hf_json(tok_json, r.tokenizer.empty() ? run_tok : r.tokenizer);
   if (tok.vocab_size() > config.vocab_size)
     throw error("tokenizer has " + std::to_string(tok.vocab_size()) +
                 " ids, the model config's vocab_size is " + std::to_string(config.vocab_size));

@@ -1,5 +1,5 @@
 // Scalar reference kernels for the elementwise, normalization and dense-matmul ops every layer uses.
-// Contract (ARCHITECTURE.md §2): pure functions on raw row-major pointers with explicit shapes, fp32
+// Contract (docs/design.md §2): pure functions on raw row-major pointers with explicit shapes, fp32
 // compute, no allocation. Unless a function says otherwise, output may alias input (in-place is fine).
 #pragma once
 

@@ -1,5 +1,5 @@
-// Scalar reference kernels for the DeepSeek Sparse Attention lightning indexer (MODEL.md §3.2,
-// reference/dsa_mla_moe_mtp.md §A.3-A.4): index scores and per-query top-k selection.
+// Scalar reference kernels for the DeepSeek Sparse Attention lightning indexer (docs/model-spec.md §3.2,
+// docs/deepseek.md §A.3-A.4): index scores and per-query top-k selection.
 //
 // Causality as in mla.h: the T queries are the last T of S keys, query t sees keys s <= S-T+t.
 // The production path (Hadamard rotation, FP8 q/k with per-vector scales) is not modelled here: in exact

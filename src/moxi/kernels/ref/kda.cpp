@@ -1,4 +1,4 @@
-// Scalar reference KDA kernels (see kda.h for layouts and semantics; math per reference/kda.md §1-2).
+// Scalar reference KDA kernels (see kda.h for layouts and semantics; math per docs/kimi-linear.md §1-2).
 // Every exp of the state update (the recurrent decay, the chunked factors) is exp_f32 (ref/exp.h), which the
 // AVX-512 twins compute 16 lanes at a time with the same operations; the gates keep libm's exp.
 #include "moxi/kernels/ref/kda.h"

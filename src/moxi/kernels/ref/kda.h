@@ -1,4 +1,4 @@
-// Scalar reference kernels for Kimi Delta Attention (MODEL.md §3.1, reference/kda.md §1-2): the causal
+// Scalar reference kernels for Kimi Delta Attention (docs/model-spec.md §3.1, docs/kimi-linear.md §1-2):
 // short convolution with its decode state, both decay-gate forms, the token recurrence (decode), the
 // chunkwise WY/UT prefill, and the sigmoid-gated per-head RMSNorm.
 //
@@ -60,7 +60,7 @@ void kda_recurrent(const float* q,     // f32 [T, H, K], L2-normalized, unscaled
 // Chunk length of the chunkwise kernel (FLA's BT).
 inline constexpr int64_t kda_chunk_size = 64;
 
-// Chunkwise-parallel KDA (FLA naive_chunk_kda, the WY / UT-transform form of kda.md §2.1), chunks of
+// Chunkwise-parallel KDA (FLA naive_chunk_kda, the WY/UT-transform form, docs/kimi-linear.md §2.1), chunks of
 // kda_chunk_size tokens with a shorter last chunk (any T >= 0). Same semantics, inputs and state as
 // kda_recurrent; equal to it up to fp32 rounding.
 void kda_chunked(const float* q,     // f32 [T, H, K], L2-normalized, unscaled

@@ -1,4 +1,4 @@
-// Scalar reference kernels for Multi-head Latent Attention (MODEL.md §3.2, reference/dsa_mla_moe_mtp.md
+// Scalar reference kernels for Multi-head Latent Attention (docs/model-spec.md §3.2, docs/deepseek.md
 // §B): RoPE (interleaved for MLA, half-split for the DSA indexer) with DeepSeek-V3 YaRN, the expanded
 // (MHA) mode, the absorbed (MQA over the latent cache) mode, and its sparse (DSA top-k) variant.
 //

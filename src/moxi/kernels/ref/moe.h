@@ -1,4 +1,4 @@
-// Scalar reference MoE router (MODEL.md §3.3, reference/dsa_mla_moe_mtp.md §D): DeepSeek-V3 "noaux_tc"
+// Scalar reference MoE router (docs/model-spec.md §3.3, docs/deepseek.md §D): DeepSeek-V3 "noaux_tc"
 // routing — fp32 scores, selection on score + e_score_correction_bias, group-limited top-k with excluded
 // groups masked to -inf (never 0: biased scores can be negative), weights from the UNbiased scores.
 // The experts themselves are composed from ref::matmul and ref::swiglu by the model layer.

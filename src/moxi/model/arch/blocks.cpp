@@ -1,6 +1,6 @@
 // Tensor declarations of the building blocks, following the HF module names of Kimi-Linear
-// (modeling_kimi.py, reference/kda.md §1.2), DeepSeek-V3/V3.2 (reference/dsa_mla_moe_mtp.md §A.2, §B.2)
-// and MoonViT (reference/kda.md §5). Names new to moxi are listed in docs/checkpoints.md.
+// (modeling_kimi.py, docs/kimi-linear.md §1.2), DeepSeek-V3/V3.2 (docs/deepseek.md §A.2, §B.2)
+// and MoonViT (docs/kimi-linear.md §5). Names new to moxi are listed in docs/checkpoints.md.
 #include "moxi/model/arch/blocks.h"
 
 #include "moxi/base/error.h"
@@ -32,7 +32,7 @@ tensor_decl& manifest_builder::norm(const std::string& prefix, int64_t dim, para
   return add(prefix + ".weight", {dim}, group, init_kind::ONES, layer);
 }
 
-// KDA (reference/kda.md §1.2): q/k/v projections each with a depthwise causal conv, low-rank decay gate
+// KDA (docs/kimi-linear.md §1.2): q/k/v projections each with a depthwise causal conv, low-rank decay gate
 // f_a/f_b with A_log and dt_bias, beta projection, output gate (low rank g_a/g_b or full rank g_proj),
 // per-head gated RMSNorm o_norm, o_proj.
 void manifest_builder::kda_block(const std::string& p, int64_t layer, param_group group) {
@@ -81,7 +81,7 @@ void manifest_builder::mla_block(const std::string& p, int64_t layer, param_grou
     linear(p + ".indexer.wk", d.index_head_dim, h, group, layer);
     norm(p + ".indexer.k_norm", d.index_head_dim, group, layer);
     add(p + ".indexer.k_norm.bias", {d.index_head_dim}, group, init_kind::ZEROS, layer).fp32 = true;
-    // weights_proj stays BF16 in DeepSeek-V3.2 checkpoints (reference/dsa_mla_moe_mtp.md §A.2).
+    // weights_proj stays BF16 in DeepSeek-V3.2 checkpoints (docs/deepseek.md §A.2).
     add(p + ".indexer.weights_proj.weight", {d.index_n_heads, h}, group, init_kind::NORMAL, layer);
   }
 }
@@ -162,7 +162,7 @@ void manifest_builder::decoder(const model_layout& l) {
   }
 }
 
-// MoonViT (reference/kda.md §5): patch embedding conv, learned 2D position table, pre-LN blocks with
+// MoonViT (docs/kimi-linear.md §5): patch embedding conv, learned 2D position table, pre-LN blocks with
 // fused wqkv, wo and a 2-layer GELU MLP, a final LayerNorm, then the 2x2-merge projector.
 void manifest_builder::vision_tower() {
   const auto& v = *c_.vision;

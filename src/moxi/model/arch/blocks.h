@@ -55,7 +55,7 @@ class manifest_builder {
   void vision_tower();
 
   // Embedding, every decoder layer of `layout`, final norm, lm_head (unless tied) and the MTP layers
-  // (DeepSeek-V3 layout, reference/dsa_mla_moe_mtp.md §E.1: enorm, hnorm, eh_proj, a decoder block and
+  // (DeepSeek-V3 layout, docs/deepseek.md §E.1: enorm, hnorm, eh_proj, a decoder block and
   // shared_head.norm; embedding and lm_head are shared with the main model and not stored again).
   void decoder(const model_layout& layout);
 

@@ -1,6 +1,6 @@
 // DeepSeek-V3 / V3.2: every layer MLA (DSA with the lightning indexer in V3.2) with YaRN RoPE, grouped
 // sigmoid routing, dense first layers and an MTP layer. Names follow the HF checkpoints
-// (model.layers.{i}.mlp.experts.{e}.gate_proj/up_proj/down_proj, reference/dsa_mla_moe_mtp.md §B.2, §E.1).
+// (model.layers.{i}.mlp.experts.{e}.gate_proj/up_proj/down_proj, docs/deepseek.md §B.2, §E.1).
 #include "moxi/model/arch/blocks.h"
 #include "moxi/model/arch/registry.h"
 

@@ -1,4 +1,4 @@
-// The architecture registry: the model layer's only switch on model_type (ARCHITECTURE.md §1). Reading
+// The architecture registry: the model layer's only switch on model_type (docs/design.md §1). Reading
 // config.json still switches on model_type for its field names (formats/model-config.cpp), below this
 // layer; per-layer attention kinds are not architecture-specific (layers/attention.h).
 #pragma once

@@ -1,6 +1,6 @@
-// One pre-norm decoder layer (MODEL.md §3: h = x + Attn(RMSNorm(x)); out = h + FFN(RMSNorm(h))) with the
+// One pre-norm decoder layer (docs/model-spec.md §3: h = x + Attn(RMSNorm(x)); out = h + FFN(RMSNorm(h))) with the
 // attention of its kind (layers/attention.h: KDA, MLA/DSA or sliding-window) and a dense or MoE FFN, and
-// the MTP head around such a layer (MODEL.md §3.4).
+// the MTP head around such a layer (docs/model-spec.md §3.4).
 #pragma once
 
 #include <memory>

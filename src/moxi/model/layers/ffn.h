@@ -1,4 +1,4 @@
-// FFN layers (MODEL.md §3.3): the dense SwiGLU MLP of the first layers and the MoE layer (fp32 sigmoid
+// FFN layers (docs/model-spec.md §3.3): the dense SwiGLU MLP of the first layers and the MoE (fp32 sigmoid
 // router with correction bias for selection only, routed SwiGLU experts, optional latent MoE, unscaled
 // shared experts).
 #pragma once

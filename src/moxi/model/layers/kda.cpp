@@ -1,6 +1,6 @@
 // KDA forward: projections, short convs with state, L2 norm, decay gate (softplus or lower-bound form),
 // beta, chunked or recurrent core, sigmoid-gated per-head RMSNorm, o_proj. Matches HF modeling_kimi.py /
-// vLLM kda.py as summarized in reference/kda.md §1.2.
+// vLLM kda.py as summarized in docs/kimi-linear.md §1.2.
 #include "moxi/model/layers/kda.h"
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// The KDA attention layer (MODEL.md §3.1, reference/kda.md §1.2): weights, loader and forward over the
+// The KDA layer (docs/model-spec.md §3.1, docs/kimi-linear.md §1.2): weights, loader and forward over the
 // reference kernels, with the per-sequence conv and recurrent state from the cache.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The MLA / Gated DSA attention layer (MODEL.md §3.2, reference/dsa_mla_moe_mtp.md §A-C): weights, loader
+// The MLA / Gated DSA attention layer (docs/model-spec.md §3.2, docs/deepseek.md §A-C): weights, loader
 // and the absorbed-mode forward (dense MQA over the latent cache, or DSA top-k sparse attention when the
 // config has the lightning indexer), with the elementwise sigmoid output gate after W_UV.
 #pragma once

@@ -1,4 +1,4 @@
-// Loading layer weights from a checkpoint, transformed once (ARCHITECTURE.md §2): float tensors are
+// Loading layer weights from a checkpoint, transformed once (docs/design.md §2): float tensors are
 // converted to f32 at load (where the active kernel backend keeps BF16 weights, BF16 Linear weights stay
 // BF16: half the bytes a decode step streams, widened exactly in registers), MXFP4 routed experts stay in the
 // checkpoint's mapping and are also packed once in the backend's layout where it has one. Every matmul runs
@@ -49,7 +49,7 @@ struct stacked_linear {
   void extract(const float* y, int64_t T, size_t i, float* dst) const;
 };
 
-// How the MXFP4 GEMMs quantize their input rows (MODEL.md §4: activations MXFP8 E4M3 per 32-block).
+// How the MXFP4 GEMMs quantize their input rows (docs/model-spec.md §4: activations MXFP8 E4M3 per 32-block).
 using act_quant = kernels::act_quant;
 
 // One routed-expert matrix (kernels/backend.h): f32, or MXFP4 in the checkpoint mapping (valid while the

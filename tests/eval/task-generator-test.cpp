@@ -1,7 +1,7 @@
 // Task generator tests: byte-identical output for the same arguments, split disjointness checked against
 // the held-out rules restated here (not read from the generator), math answers recomputed by an
 // independent expression evaluator, and the JSONL round trip.
-#include "moxi/eval/generate.h"
+#include "moxi/eval/task-generator.h"
 
 #include <gtest/gtest.h>
 
@@ -20,22 +20,22 @@ using namespace moxi::eval;
 
 const domain kDomains[] = {domain::math, domain::terminal, domain::code};
 
-TEST(Generate, SameArgumentsSameBytes) {
+TEST(TaskGenerator, SameArgumentsSameBytes) {
   for (auto d : kDomains) {
     for (auto s : {split::train, split::test}) {
-      const auto a = to_jsonl(generate(d, s, 60, 42));
-      EXPECT_EQ(a, to_jsonl(generate(d, s, 60, 42)));
-      EXPECT_NE(a, to_jsonl(generate(d, s, 60, 43)));
+      const auto a = to_jsonl(generate_tasks(d, s, 60, 42));
+      EXPECT_EQ(a, to_jsonl(generate_tasks(d, s, 60, 42)));
+      EXPECT_NE(a, to_jsonl(generate_tasks(d, s, 60, 43)));
       // Item i does not depend on n.
-      const auto prefix = to_jsonl(generate(d, s, 20, 42));
+      const auto prefix = to_jsonl(generate_tasks(d, s, 20, 42));
       EXPECT_EQ(a.substr(0, prefix.size()), prefix);
     }
   }
 }
 
-TEST(Generate, AtomicWriteAndReadBack) {
+TEST(TaskGenerator, AtomicWriteAndReadBack) {
   moxi::testing::temp_dir dir;
-  const auto tasks = generate(domain::terminal, split::train, 25, 3);
+  const auto tasks = generate_tasks(domain::terminal, split::train, 25, 3);
   const std::string path = dir / "t.jsonl";
   write_file_atomic(path, to_jsonl(tasks));
   write_file_atomic(path, to_jsonl(tasks));  // replacing an existing file
@@ -110,12 +110,12 @@ std::string base_name(const std::string& path) {
   return path.substr(path.rfind('/') + 1);
 }
 
-TEST(Generate, TestSplitHoldsOutTemplatesAndRanges) {
+TEST(TaskGenerator, TestSplitHoldsOutTemplatesAndRanges) {
   for (auto d : kDomains) {
     SCOPED_TRACE(to_string(d));
     // Different seeds too: disjointness must not rely on sharing a seed.
-    const auto train = generate(d, split::train, 600, 1);
-    const auto test = generate(d, split::test, 600, 2);
+    const auto train = generate_tasks(d, split::train, 600, 1);
+    const auto test = generate_tasks(d, split::test, 600, 2);
     std::set<std::string> train_templates, test_templates, train_prompts, train_names, train_dirs;
     for (const auto& t : train) {
       train_templates.insert(t.template_name);
@@ -214,9 +214,9 @@ struct expr_parser {
   }
 };
 
-TEST(Generate, MathAnswersAreTheValueOfTheirExpressionAndPrompt) {
+TEST(TaskGenerator, MathAnswersAreTheValueOfTheirExpressionAndPrompt) {
   for (auto s : {split::train, split::test}) {
-    for (const auto& t : generate(domain::math, s, 500, 9)) {
+    for (const auto& t : generate_tasks(domain::math, s, 500, 9)) {
       expr_parser p{t.expression};
       const int64_t v = p.sum();
       EXPECT_EQ(p.i, t.expression.size()) << t.expression;
@@ -238,9 +238,9 @@ TEST(Generate, MathAnswersAreTheValueOfTheirExpressionAndPrompt) {
   }
 }
 
-TEST(Generate, ItemsCarryWhatTheirCheckerNeeds) {
+TEST(TaskGenerator, ItemsCarryWhatTheirCheckerNeeds) {
   for (auto d : kDomains) {
-    for (const auto& t : generate(d, split::test, 100, 5)) {
+    for (const auto& t : generate_tasks(d, split::test, 100, 5)) {
       EXPECT_FALSE(t.id.empty());
       EXPECT_FALSE(t.prompt.empty());
       EXPECT_FALSE(t.reference.empty());

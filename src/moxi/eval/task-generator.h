@@ -13,7 +13,7 @@ namespace moxi::eval {
 // n tasks of one domain and split. Item i depends only on (domain, split, seed, i), through a portable
 // generator (no std:: distributions, whose output differs between standard libraries), so the same
 // arguments give byte-identical JSONL on every machine and --n 10 is a prefix of --n 100.
-std::vector<task> generate(domain d, split s, size_t n, uint64_t seed);
+std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed);
 
 // A generator template and where it appears: `shared` templates appear in both splits, with the test
 // split drawing the parameters named in `holdout` from a range train never uses; `test_only` templates

@@ -1,6 +1,6 @@
-// Task generator (see generate.h and docs/tasks.md): one portable RNG stream per item, templates per
+// Task generator (see task-generator.h and docs/tasks.md): one portable RNG stream per item, templates per
 // domain with their train and held-out test parameter ranges.
-#include "moxi/eval/generate.h"
+#include "moxi/eval/task-generator.h"
 
 #include <algorithm>
 #include <functional>
@@ -704,7 +704,7 @@ std::vector<template_info> templates(domain d) {
   return all_templates(d);
 }
 
-std::vector<task> generate(domain d, split s, size_t n, uint64_t seed) {
+std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed) {
   const auto& all = all_templates(d);
   const auto names = names_for(all, s);
   std::vector<task> out;
