@@ -491,19 +491,6 @@ TEST(ModelConfigLimitsTest, SpecialTokenIdsMustBeInTheVocabulary) {
   EXPECT_EQ(parse_error(d), "");
 }
 
-TEST(ModelConfigLimitsTest, ContextLengthForServing) {
-  const auto c = load_model_config(config_path("seed-2.8t.json"));
-  EXPECT_EQ(context_length(c, 0, "--max-model-len"), 1048576);
-  EXPECT_EQ(context_length(c, 4096, "--max-model-len"), 4096);
-  try {
-    context_length(c, 1048577, "--max-model-len");
-    FAIL() << "accepted a context above max_position_embeddings";
-  } catch (const moxi::error& e) {
-    EXPECT_NE(std::string(e.what()).find("--max-model-len 1048577"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("max_position_embeddings 1048576"), std::string::npos) << e.what();
-  }
-}
-
 // Every numeric field of every shipped config, replaced by hostile values at random: the parse either
 // fails with moxi::error or yields a config inside every limit (the next variant of C2/C3/C4 is caught).
 TEST(ModelConfigLimitsTest, RandomNumericMutationsStayInsideTheLimits) {

@@ -62,7 +62,7 @@ TEST(SwaServing, GreedyTokensMatchFullRecomputeWithPrefixReuseAndPreemption) {
     auto prompt = prefix;
     const auto suffix = draw(2 + int(id));
     prompt.insert(prompt.end(), suffix.begin(), suffix.end());
-    sampling_params sp;
+    runtime::sampling_params sp;
     sp.temperature = 0;
     exec.add(id, sp, prompt, -1);
     sched.add_request(id, {prompt, 10, {}});

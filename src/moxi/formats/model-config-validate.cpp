@@ -236,14 +236,4 @@ void validate_model_dir(const model_config& config, const std::string& dir) {
   }
 }
 
-int64_t context_length(const model_config& config, int64_t requested, const std::string& flag) {
-  const int64_t declared = config.max_position_embeddings;
-  MOXI_ASSERT(declared >= 1 && declared <= kMaxContextTokens, "config not validated");
-  if (requested <= 0) return declared;
-  if (requested > declared)
-    throw error(flag + " " + std::to_string(requested) + " is above the model's max_position_embeddings " +
-                std::to_string(declared) + " (" + config.source + ")");
-  return requested;
-}
-
 }  // namespace moxi::formats

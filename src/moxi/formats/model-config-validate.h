@@ -46,9 +46,4 @@ void validate_model_config(const nlohmann::json& doc, const std::string& source)
 // Absent files are skipped. Throws moxi::error naming the file, the field and the id.
 void validate_model_dir(const model_config& config, const std::string& dir);
 
-// The context a server may offer for this model: `requested` when > 0, else max_position_embeddings
-// (already validated to be <= kMaxContextTokens). A request above max_position_embeddings is a moxi::error
-// naming `flag` (e.g. "--max-model-len"); the result is always in [1, kMaxContextTokens].
-int64_t context_length(const model_config& config, int64_t requested, const std::string& flag);
-
 }  // namespace moxi::formats

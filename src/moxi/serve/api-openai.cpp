@@ -363,7 +363,7 @@ validated_request validate_request(const std::string& body, bool chat, const req
                           std::to_string(prompt.size()) + " in the messages, " +
                           std::to_string(v.max_tokens) + " in the completion).");
   try {
-    validate(r.sampling);
+    runtime::validate(r.sampling);
   } catch (const std::exception& e) {
     throw api_error(400, e.what());
   }

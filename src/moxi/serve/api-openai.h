@@ -78,7 +78,7 @@ std::string render_chat(const formats::chat_template* tmpl, const completion_req
 // What a request is checked against: the served model and its tokenizer, template and serving limits.
 struct request_context {
   std::string served_model;
-  const tokenizer* tok = nullptr;
+  const formats::tokenizer* tok = nullptr;
   const formats::chat_template* tmpl = nullptr;  // null: the model has none (chat is 400)
   std::optional<token_id> bos;                   // an empty prompt becomes this one token
   int32_t vocab_size = 0;                        // the model's (token-id prompts must be below it)
