@@ -12,6 +12,7 @@
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/convert.h"
 #include "moxi/kernels/ref/mla.h"
+#include "moxi/model/layers/rope.h"
 #include "moxi/model/init.h"
 #include "moxi/model/layers/weights.h"
 #include "moxi/train/dense.h"
@@ -22,6 +23,7 @@ namespace moxi::train {
 
 namespace F = torch::nn::functional;
 namespace ref = kernels::ref;
+using model::yarn_of;
 
 namespace {
 
@@ -29,18 +31,6 @@ namespace {
 constexpr double kIndexerKeyNormEps = 1e-6;
 // KDA's q/k L2 norm eps (docs/kimi-linear.md §1.2, the engine's ref::l2norm default).
 constexpr double kL2NormEps = 1e-6;
-
-ref::YarnConfig yarn_of(const formats::rope_config& r) {
-  ref::YarnConfig y;
-  y.theta = r.theta;
-  y.factor = r.yarn ? r.factor : 1.0;
-  y.original_max_position = double(r.original_max_position_embeddings);
-  y.beta_fast = r.beta_fast;
-  y.beta_slow = r.beta_slow;
-  y.mscale = r.mscale;
-  y.mscale_all_dim = r.mscale_all_dim;
-  return y;
-}
 
 // The engine's RoPE tables for positions 0..T-1 (constants: no gradient flows into them), f32 [T, R/2].
 std::pair<torch::Tensor, torch::Tensor> rope_tables(const formats::model_config& c, int64_t T, int64_t R) {

@@ -10,6 +10,7 @@
 #include "moxi/base/error.h"
 #include "moxi/kernels/backend.h"
 #include "moxi/kernels/ref/mla.h"
+#include "moxi/model/layers/rope.h"
 
 namespace moxi::model {
 
@@ -21,18 +22,6 @@ namespace {
 constexpr int64_t kIndexerQueryBlock = 256;
 // DeepSeek-V3.2 Indexer: k_norm = LayerNorm(index_head_dim) with the torch default eps.
 constexpr float kIndexerKeyNormEps = 1e-6f;
-
-ref::YarnConfig yarn_of(const formats::rope_config& r) {
-  ref::YarnConfig y;
-  y.theta = r.theta;
-  y.factor = r.yarn ? r.factor : 1.0;
-  y.original_max_position = double(r.original_max_position_embeddings);
-  y.beta_fast = r.beta_fast;
-  y.beta_slow = r.beta_slow;
-  y.mscale = r.mscale;
-  y.mscale_all_dim = r.mscale_all_dim;
-  return y;
-}
 
 }  // namespace
 

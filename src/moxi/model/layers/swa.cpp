@@ -10,6 +10,7 @@
 #include "moxi/base/error.h"
 #include "moxi/kernels/backend.h"
 #include "moxi/kernels/ref/mla.h"
+#include "moxi/model/layers/rope.h"
 
 namespace moxi::model {
 
@@ -18,18 +19,6 @@ namespace ref = kernels::ref;
 namespace {
 
 enum swa_in : size_t { SWA_Q, SWA_K, SWA_V };
-
-ref::YarnConfig yarn_of(const formats::rope_config& r) {
-  ref::YarnConfig y;
-  y.theta = r.theta;
-  y.factor = r.yarn ? r.factor : 1.0;
-  y.original_max_position = double(r.original_max_position_embeddings);
-  y.beta_fast = r.beta_fast;
-  y.beta_slow = r.beta_slow;
-  y.mscale = r.mscale;
-  y.mscale_all_dim = r.mscale_all_dim;
-  return y;
-}
 
 }  // namespace
 
@@ -102,8 +91,8 @@ void swa_forward_batch(const swa_weights& w, const formats::model_config& c, con
     }
     std::memcpy(keys.data() + P * KV, k.data() + r0 * KV, size_t(T * KV) * sizeof(float));
     std::memcpy(values.data() + P * KV, v.data() + r0 * KV, size_t(T * KV) * sizeof(float));
-    be.sliding_window_attention(q.data() + r0 * Q, keys.data(), values.data(), o.data() + r0 * Q, T, S, H, KVH,
-                                D, W, w.softmax_scale);
+    be.sliding_window_attention(q.data() + r0 * Q, keys.data(), values.data(), o.data() + r0 * Q, T, S, H,
+                                KVH, D, W, w.softmax_scale);
     // The chunk's last (at most W) positions into the ring.
     for (int64_t t = std::max<int64_t>(0, T - W); t < T; ++t) {
       const int64_t row = (S0 + t) % W;
