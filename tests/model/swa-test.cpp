@@ -256,7 +256,7 @@ TEST(SwaModel, PrefillAndDecodeEqualFullRecompute) {
   for (bool reference : {true, false}) {
     SCOPED_TRACE(reference ? "reference kernels" : "fast kernels where the CPU has them");
     std::optional<kernels::backend_scope> ref;
-    if (reference) ref.emplace();
+    if (reference) ref.emplace(kernels::reference());
     const auto m = model::model::load(ck_dir);
     const auto toks = random_tokens(48, m.config().vocab_size, 9);
     const auto cache = m.new_cache();

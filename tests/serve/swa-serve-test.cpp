@@ -74,7 +74,7 @@ TEST(SwaServing, GreedyTokensMatchFullRecomputeWithPrefixReuseAndPreemption) {
   for (int step = 0; sched.has_unfinished() || step < 6; ++step) {
     if (step == 5)
       for (request_id id = 4; id <= 5; ++id) add(id), prompt_len[id] = history[id].size();
-    for (const auto& ev : core.step()) {
+    for (const auto& ev : core.step().outputs) {
       auto& h = history[ev.id];
       h.insert(h.end(), ev.new_tokens.begin(), ev.new_tokens.end());
       if (ev.finished != finish_reason::NONE) exec.remove(ev.id);
