@@ -38,7 +38,8 @@ std::string chunk(const std::string& data) {
 }
 
 TEST_F(serve_http_limits, ChunkedBodiesWithinTheLimitWork) {
-  const std::string body = R"({"prompt": "hello", "max_tokens": 2})";
+  // ignore_eos: the sampled reply may end at once; max_tokens is what shows the chunked body was read whole.
+  const std::string body = R"({"prompt": "hello", "max_tokens": 2, "ignore_eos": true})";
   const std::string req =
       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: "
       "chunked\r\n\r\n" +
