@@ -7,12 +7,15 @@
 // How it computes: per token, an embedding of (token, position), then every cache layer in order: KDA layers
 // run a short convolution and a decaying outer-product state read by a query (the shape of the real
 // recurrence, not its values); MLA layers write a latent row and an indexer row, and attend to the mean of
-// all rows so far. Floating-point work is done token by token in one fixed order, so the result is
+// all rows so far; sliding-window layers write a key and a value row into their ring (the layer's state,
+// row pos % window) and mix in the value rows of the last `window` positions, weighted by their keys.
+// Floating-point work is done token by token in one fixed order, so the result is
 // bit-identical however the tokens are split into steps, as long as the caches hold the right values.
 #pragma once
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -114,6 +117,29 @@ inline void mla_token(const cache_spec& s, int64_t layer, hidden& h, float* row,
   }
 }
 
+// Writes this token's key and value rows into ring row pos % window (keys first, then values, as the real
+// ring) and mixes into h the value rows of the last min(pos + 1, window) positions, each weighted by how its
+// key agrees with this token's query.
+inline void swa_token(const cache_spec& s, int64_t layer, float* ring, int64_t pos, hidden& h) {
+  const int64_t W = s.swa_window, E = s.swa_kv_dim;
+  float* keys = ring;
+  float* values = ring + W * E;
+  const int64_t row = pos % W;
+  for (int64_t j = 0; j < E; ++j) {
+    keys[row * E + j] = h[size_t(j % D)] * (1.0f + 0.03f * float((j + layer) % 5));
+    values[row * E + j] = 0.5f * h[size_t((j + 1) % D)] - 0.1f;
+  }
+  const int64_t n = std::min(pos + 1, W);
+  std::vector<float> o(size_t(E), 0.0f);
+  for (int64_t r = 0; r < n; ++r) {
+    float dot = 0.0f;
+    for (int64_t j = 0; j < E; ++j) dot += keys[r * E + j] * h[size_t((j + 2) % D)];
+    const float w = 1.0f / (1.0f + dot * dot);
+    for (int64_t j = 0; j < E; ++j) o[size_t(j)] += w * values[r * E + j];
+  }
+  for (int i = 0; i < D; ++i) h[size_t(i)] = 0.5f * h[size_t(i)] + 0.5f * o[size_t(i % E)] / float(n);
+}
+
 inline token_id readout(const hidden& h, int32_t vocab) {
   return token_id(XXH3_64bits(h.data(), sizeof(float) * D) % uint64_t(vocab));
 }
@@ -155,13 +181,19 @@ inline std::map<request_id, token_id> fake_model::execute(const scheduler_output
       const int64_t pos = r.start + i;
       h = embed(r.tokens[size_t(i)], pos);
       for (size_t l = 0; l < s.layers.size(); ++l) {
-        if (s.layers[l] == attn_kind::KDA) {
-          kda_token(s, int64_t(l), memory_.kda(r.seq, int64_t(l)), h);
-        } else {
-          mla_token(s, int64_t(l), h, row.data(), index_row.data(), sums[l].data(), index_sums[l].data(),
-                    pos + 1);
-          memory_.write_latents(r.seq, int64_t(l), pos, 1, row.data(),
-                                s.index_width ? index_row.data() : nullptr);
+        switch (s.layers[l]) {
+          case attn_kind::KDA:
+            kda_token(s, int64_t(l), memory_.kda(r.seq, int64_t(l)), h);
+            break;
+          case attn_kind::SWA:
+            swa_token(s, int64_t(l), memory_.state(r.seq, int64_t(l)), pos, h);
+            break;
+          case attn_kind::MLA:
+            mla_token(s, int64_t(l), h, row.data(), index_row.data(), sums[l].data(), index_sums[l].data(),
+                      pos + 1);
+            memory_.write_latents(r.seq, int64_t(l), pos, 1, row.data(),
+                                  s.index_width ? index_row.data() : nullptr);
+            break;
         }
       }
     }
@@ -179,7 +211,7 @@ inline token_id fake_model::reference_next(std::span<const token_id> history) co
   MOXI_ASSERT(!history.empty());
   // Plain per-layer state: no slots, no blocks, no prefix cache.
   struct layer_state {
-    std::vector<float> conv_q, conv_k, conv_v, recurrent, sum, index_sum;
+    std::vector<float> conv_q, conv_k, conv_v, recurrent, sum, index_sum, ring;
   };
   std::vector<layer_state> st(s.layers.size());
   for (auto& x : st) {
@@ -188,6 +220,7 @@ inline token_id fake_model::reference_next(std::span<const token_id> history) co
     x.recurrent.assign(size_t(s.recurrent_floats()), 0.0f);
     x.sum.assign(size_t(s.latent_width), 0.0f);
     x.index_sum.assign(size_t(s.index_width), 0.0f);
+    x.ring.assign(size_t(s.swa_layer_floats()), 0.0f);
   }
   std::vector<float> row(size_t(s.latent_width)), index_row(size_t(s.index_width));
   hidden h{};
@@ -195,11 +228,19 @@ inline token_id fake_model::reference_next(std::span<const token_id> history) co
     h = embed(history[p], int64_t(p));
     for (size_t l = 0; l < s.layers.size(); ++l) {
       auto& x = st[l];
-      if (s.layers[l] == attn_kind::KDA)
-        kda_token(s, int64_t(l), {x.conv_q.data(), x.conv_k.data(), x.conv_v.data(), x.recurrent.data()}, h);
-      else
-        mla_token(s, int64_t(l), h, row.data(), index_row.data(), x.sum.data(), x.index_sum.data(),
-                  int64_t(p) + 1);
+      switch (s.layers[l]) {
+        case attn_kind::KDA:
+          kda_token(s, int64_t(l), {x.conv_q.data(), x.conv_k.data(), x.conv_v.data(), x.recurrent.data()},
+                    h);
+          break;
+        case attn_kind::SWA:
+          swa_token(s, int64_t(l), x.ring.data(), int64_t(p), h);
+          break;
+        case attn_kind::MLA:
+          mla_token(s, int64_t(l), h, row.data(), index_row.data(), x.sum.data(), x.index_sum.data(),
+                    int64_t(p) + 1);
+          break;
+      }
     }
   }
   return readout(h, vocab_);

@@ -42,6 +42,16 @@ cache_spec mla_only_spec() {
   return s;
 }
 
+// Sliding-window layers beside KDA and MLA: a 3-row ring, shorter than a block, so that the window slides
+// within every block and prefix reuse must restore the ring from its block-boundary snapshot.
+cache_spec swa_hybrid_spec() {
+  cache_spec s = hybrid_spec();
+  s.layers = {attn_kind::KDA, attn_kind::SWA, attn_kind::MLA, attn_kind::SWA};
+  s.swa_window = 3;
+  s.swa_kv_dim = 4;
+  return s;
+}
+
 memory_options mem(int32_t blocks, int32_t slots = 16, int32_t snapshots = 64, bool caching = true) {
   memory_options o;
   o.block_size = 4;
@@ -206,7 +216,7 @@ TEST(Scheduler, RespectsBudgetAndRunningCapAndMixesPrefillWithDecode) {
 }
 
 TEST(Scheduler, ChunkedPrefillGivesTheSameTokensAsOneShot) {
-  for (const auto& spec : {hybrid_spec(), mla_only_spec()}) {
+  for (const auto& spec : {hybrid_spec(), mla_only_spec(), swa_hybrid_spec()}) {
     const auto work = random_workload(2, 12, 40, 10, 0);
     const auto one_shot = run(spec, mem(512, 16, 64, false), cfg(4096, 16), work);
     const auto chunked = run(spec, mem(512, 16, 64, false), cfg(7, 16, 5), work);
@@ -245,7 +255,7 @@ TEST(Scheduler, PrefixHitGivesTheTokensOfAMissWithFewerComputed) {
     work.push_back(std::move(w));
   }
   work.push_back({99, {system, 9, {}}, 40, -1});  // the identical prompt again
-  for (const auto& spec : {hybrid_spec(), mla_only_spec()}) {
+  for (const auto& spec : {hybrid_spec(), mla_only_spec(), swa_hybrid_spec()}) {
     const auto miss = run(spec, mem(256, 16, 64, false), cfg(64, 8), work);
     const auto hit = run(spec, mem(256, 16, 64, true), cfg(64, 8), work);
     EXPECT_EQ(tokens_of(hit), tokens_of(miss));
@@ -277,7 +287,7 @@ TEST(Scheduler, HybridPrefillChunksEndOnBlockBoundariesForSnapshots) {
 }
 
 TEST(Scheduler, PreemptionUnderMemoryPressureKeepsEveryOutput) {
-  for (const auto& spec : {hybrid_spec(), mla_only_spec()}) {
+  for (const auto& spec : {hybrid_spec(), mla_only_spec(), swa_hybrid_spec()}) {
     for (uint32_t seed : {6u, 7u, 8u}) {
       const auto work = random_workload(seed, 16, 24, 20, 6);
       const auto ample = run(spec, mem(1024), cfg(32, 8), work);
@@ -333,10 +343,9 @@ TEST(Scheduler, RandomWorkloadsNeverLeak) {
       if (rng() % 4 == 0) w.cancel_step = w.arrival_step + int(rng() % 12);
     for (auto& w : work)  // some requests sample several choices
       if (rng() % 5 == 0) w.forks = {w.id + 1000, w.id + 2000};
-    const bool hybrid = seed % 2;
-    const auto s =
-        run(hybrid ? hybrid_spec() : mla_only_spec(), mem(16 + int32_t(seed % 5) * 6, 6, 3 + seed % 3),
-            cfg(4 + seed % 13, 1 + int32_t(seed % 6), seed % 3 ? 0 : 3), work);
+    const cache_spec spec = seed % 3 == 0 ? swa_hybrid_spec() : seed % 2 ? hybrid_spec() : mla_only_spec();
+    const auto s = run(spec, mem(16 + int32_t(seed % 5) * 6, 6, 3 + seed % 3),
+                       cfg(4 + seed % 13, 1 + int32_t(seed % 6), seed % 3 ? 0 : 3), work);
     size_t choices = 0;
     for (const auto& w : work) choices += 1 + w.forks.size();
     EXPECT_EQ(s.results.size(), choices) << "every request finished or was aborted, seed " << seed;
@@ -348,7 +357,7 @@ TEST(Scheduler, ForksComputeThePromptOnceAndContinueIndependently) {
   const auto prompt = random_tokens(rng, 23);  // 5 full blocks of 4 + a partial one (copied at the fork)
   const int64_t max_tokens = 10;
   workload_request w{1, {prompt, max_tokens, {}}, 0, -1, {2, 3, 4}};
-  for (const auto& spec : {hybrid_spec(), mla_only_spec()}) {
+  for (const auto& spec : {hybrid_spec(), mla_only_spec(), swa_hybrid_spec()}) {
     const auto s = run(spec, mem(256), cfg(64, 8), {w});
     ASSERT_EQ(s.results.size(), 4u);
     std::set<std::vector<token_id>> distinct;
@@ -373,7 +382,7 @@ TEST(Scheduler, ForksWithoutMemoryOrSlotsRecomputeAndStillAgree) {
   std::vector<workload_request> work;
   for (request_id id = 1; id <= 3; ++id)
     work.push_back({id, {random_tokens(rng, 9 + int(id)), 12, {}}, 0, -1, {id + 10, id + 20, id + 30}});
-  for (const auto& spec : {hybrid_spec(), mla_only_spec()}) {
+  for (const auto& spec : {hybrid_spec(), mla_only_spec(), swa_hybrid_spec()}) {
     // 3 state slots for 12 choices; a running cap of 2; blocks for about 5 sequences.
     const auto s = run(spec, mem(24, 3, 8), cfg(16, 2), work);
     EXPECT_EQ(s.results.size(), 12u);
