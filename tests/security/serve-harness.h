@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/loopback.h"
+
 extern char** environ;
 
 namespace moxi::security_testing {
@@ -125,22 +127,7 @@ class serve_process {
   std::thread reader_;
 };
 
-// A loopback connection with a receive timeout (seconds); -1 when it cannot connect.
-inline int connect_to(int port, double recv_timeout_s = 10) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  timeval tv{time_t(recv_timeout_s), suseconds_t((recv_timeout_s - double(time_t(recv_timeout_s))) * 1e6)};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  return fd;
-}
+using moxi::testing::connect_to;  // common/loopback.h
 
 inline bool send_all(int fd, std::string_view data) {
   while (!data.empty()) {

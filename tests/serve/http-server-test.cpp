@@ -19,6 +19,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/loopback.h"
 #include "moxi/formats/tokenizer.h"
 #include "moxi/model/model.h"
 #include "moxi/runtime/sampler.h"
@@ -111,19 +112,7 @@ std::vector<token_id> ids(int n, int seed) {
   return v;
 }
 
-// A raw loopback TCP connection to the server, for clients no HTTP library would imitate.
-int raw_connect(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+using moxi::testing::connect_to;  // common/loopback.h
 
 TEST_F(http_server, HealthModelsAndUnknownRoutes) {
   auto c = client_for(*srv_);
@@ -338,7 +327,7 @@ TEST_F(http_server, SeveralChoicesForkOnePrefillAndEqualSeparateSeededRequests) 
 TEST_F(http_server, NonStreamClientThatClosesEarlyIsCancelled) {
   ASSERT_TRUE(eventually([] { return at_baseline(*srv_); }));
   const auto before = srv_->snapshot();
-  const int fd = raw_connect(srv_->port());
+  const int fd = connect_to(srv_->port());
   ASSERT_GE(fd, 0);
   const std::string body =
       json{{"prompt", "x"}, {"max_tokens", 4000}, {"ignore_eos", true}, {"temperature", 0}}.dump();
@@ -708,7 +697,7 @@ TEST(http_server_alone, SlowAndVanishingClientsAreCutOffAndTheServerKeepsServing
   cfg.io_timeout_s = 1;
   auto s = start_server(cfg);
   // Headers promise a body that never comes: the read timeout closes the connection.
-  const int slow = raw_connect(s->port());
+  const int slow = connect_to(s->port());
   ASSERT_GE(slow, 0);
   const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro";
   ASSERT_EQ(::send(slow, head.data(), head.size(), MSG_NOSIGNAL), ssize_t(head.size()));
@@ -730,7 +719,7 @@ TEST(http_server_alone, SlowAndVanishingClientsAreCutOffAndTheServerKeepsServing
         std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                     "Content-Length: 72\r\n\r\n{\"prompt\": \"x\", \"max_tokens\": 500, \"stream\": true, "
                     "\"ignore_eos\": true}  ")}) {
-    const int fd = raw_connect(s->port());
+    const int fd = connect_to(s->port());
     ASSERT_GE(fd, 0);
     ::send(fd, partial.data(), partial.size(), MSG_NOSIGNAL);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
