@@ -22,6 +22,7 @@
 #include "moxi/base/thread-pool.h"
 #include "moxi/formats/model-config.h"
 #include "moxi/kernels/backend.h"
+#include "moxi/model/config.h"
 #include "moxi/model/init.h"
 #include "moxi/model/model.h"
 #include "moxi/model/plan.h"
@@ -157,7 +158,7 @@ class temp_dir {
 model_bench_result run_model_bench(const std::string& mode, const model_bench_options& o) {
   if (o.prompt < 1 || o.tokens < 1 || o.ref_tokens < 1 || o.batch < 1)
     throw error("bench: --prompt, --tokens, --ref-tokens, --batch >= 1");
-  const auto config = formats::load_model_config(o.config);
+  const auto config = model::load_model_config(o.config);
   model_bench_result r;
   r.mode = mode;
   r.config = o.config;

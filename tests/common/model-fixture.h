@@ -9,18 +9,20 @@
 
 #include "moxi/formats/model-config.h"
 #include "moxi/formats/tokenizer.h"
+#include "moxi/model/config.h"
 #include "moxi/model/init.h"
 
 namespace moxi::testing {
 
 // Writes a random checkpoint of configs/<config_name> (BF16 floats; MXFP4 experts when the config says so)
 // to dir/<config_name>.ckpt and returns its path.
-inline std::string init_test_checkpoint(const std::string& dir, const std::string& config_name, uint64_t seed) {
+inline std::string init_test_checkpoint(const std::string& dir, const std::string& config_name,
+                                        uint64_t seed) {
   const std::string out = dir + "/" + config_name + ".ckpt";
   model::init_options o;
   o.seed = seed;
   o.show_progress = false;
-  model::init_checkpoint(formats::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/" + config_name),
+  model::init_checkpoint(model::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/" + config_name),
                          out, o);
   return out;
 }

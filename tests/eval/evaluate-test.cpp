@@ -20,6 +20,7 @@
 #include "moxi/eval/task-generator.h"
 #include "moxi/formats/byte-tokenizer.h"
 #include "moxi/formats/model-config.h"
+#include "moxi/model/config.h"
 #include "moxi/model/init.h"
 #include "moxi/model/model.h"
 #include "moxi/runtime/local-model.h"
@@ -230,7 +231,7 @@ std::string reference_greedy(const model::model& m, const tokenizer& tok, std::v
 
 TEST(Evaluate, RandomCheckpointRepliesEqualAnIndependentGreedyDecoderWithAnyWorkerCount) {
   moxi::testing::temp_dir dir("moxi-eval");
-  const auto config = formats::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json");
+  const auto config = model::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json");
   model::init_options io;
   io.seed = 5;
   io.show_progress = false;

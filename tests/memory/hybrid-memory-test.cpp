@@ -10,6 +10,7 @@
 #include <random>
 
 #include "moxi/formats/model-config.h"
+#include "moxi/model/config.h"
 
 namespace moxi::memory {
 namespace {
@@ -125,7 +126,7 @@ void expect_baseline(const hybrid_memory& m) {
 }
 
 TEST(CacheSpec, FromTheTinyKimiLinearConfig) {
-  const auto c = formats::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-kimi-linear.json");
+  const auto c = model::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-kimi-linear.json");
   const auto s = cache_spec::from_config(c);
   ASSERT_EQ(s.layers.size(), size_t(c.num_layers + c.num_mtp_layers));
   EXPECT_EQ(s.num_kda_layers(), c.num_kda_layers());
@@ -139,7 +140,7 @@ TEST(CacheSpec, FromTheTinyKimiLinearConfig) {
 }
 
 TEST(CacheSpec, FromTheTinyHybridSwaConfig) {
-  const auto c = formats::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-hybrid-swa.json");
+  const auto c = model::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-hybrid-swa.json");
   const auto s = cache_spec::from_config(c);
   ASSERT_EQ(s.layers.size(), size_t(c.num_layers + c.num_mtp_layers));
   EXPECT_EQ(s.num_swa_layers(), 2);

@@ -19,6 +19,7 @@
 #include "moxi/formats/convert.h"
 #include "moxi/formats/model-config.h"
 #include "moxi/formats/tokenizer.h"
+#include "moxi/model/config.h"
 #include "moxi/model/init.h"
 #include "moxi/model/inspect.h"
 #include "moxi/model/manifest.h"
@@ -64,7 +65,7 @@ double stddev(const std::vector<float>& v) {
 
 TEST(Init, DistributionsFollowTheDocumentedSchemes) {
   moxi::testing::temp_dir t;
-  const auto c = formats::load_model_config(config_path("tiny-seed.json"));
+  const auto c = model::load_model_config(config_path("tiny-seed.json"));
   model::init_checkpoint(c, t / "ck", quiet(7, 2, dtype::F32));
   const auto ck = formats::checkpoint::open(t / "ck");
   // Embedding: N(0, 0.02); 512 x 128 samples -> std within a few percent.
@@ -95,7 +96,7 @@ TEST(Init, DistributionsFollowTheDocumentedSchemes) {
 
 TEST(Init, ValuesDependOnSeedAndNameNotOnSharding) {
   moxi::testing::temp_dir t;
-  const auto c = formats::load_model_config(config_path("tiny-kimi-linear.json"));
+  const auto c = model::load_model_config(config_path("tiny-kimi-linear.json"));
   model::init_checkpoint(c, t / "a", quiet(3, 1));
   model::init_checkpoint(c, t / "b", quiet(3, 4));
   model::init_checkpoint(c, t / "c", quiet(4, 1));
@@ -115,7 +116,7 @@ TEST(Init, ValuesDependOnSeedAndNameNotOnSharding) {
 
 TEST(Init, Mxfp4ExpertsAreTheCodecOfTheInitValues) {
   moxi::testing::temp_dir t;
-  const auto c = formats::load_model_config(config_path("tiny-seed.json"));
+  const auto c = model::load_model_config(config_path("tiny-seed.json"));
   model::init_checkpoint(c, t / "ck", quiet(11, 3));
   const auto ck = formats::checkpoint::open(t / "ck");
   const auto manifest = model::build_manifest(c);
@@ -146,7 +147,7 @@ TEST(Init, PlannerBytesEqualTheWrittenCheckpoint) {
   moxi::testing::temp_dir t;
   for (const char* cfg :
        {"tiny-seed.json", "tiny-kimi-linear.json", "tiny-deepseek-v3.2.json", "tiny-hybrid-swa.json"}) {
-    const auto c = formats::load_model_config(config_path(cfg));
+    const auto c = model::load_model_config(config_path(cfg));
     const std::string out = t / cfg;
     model::init_checkpoint(c, out, quiet(1, 2));
     const auto rep = model::inspect_checkpoint(out);
@@ -162,7 +163,7 @@ TEST(Init, PlannerBytesEqualTheWrittenCheckpoint) {
 
 TEST(Init, WritesAByteLevelTokenizerThatRoundTripsText) {
   moxi::testing::temp_dir t;
-  const auto c = formats::load_model_config(config_path("tiny-seed.json"));  // pad 0, bos 1, eos 2
+  const auto c = model::load_model_config(config_path("tiny-seed.json"));  // pad 0, bos 1, eos 2
   model::init_checkpoint(c, t / "ck", quiet(1, 1));
   const auto tok = moxi::formats::tokenizer::from_hf_json_file(t / "ck/tokenizer.json");
   // Specials keep their config ids; byte b takes the b-th free id, i.e. b + 3 here.
@@ -180,7 +181,7 @@ TEST(Init, WritesAByteLevelTokenizerThatRoundTripsText) {
 // generation: the rendered conversation tokenizes to the specials' ids around byte tokens.
 TEST(Init, GivesTheCheckpointMoxiTinysChatTemplate) {
   moxi::testing::temp_dir t;
-  const auto c = formats::load_model_config(config_path("tiny-seed.json"));  // vocab 512, pad 0, bos 1, eos 2
+  const auto c = model::load_model_config(config_path("tiny-seed.json"));  // vocab 512, pad 0, bos 1, eos 2
   model::init_checkpoint(c, t / "ck", quiet(1, 1));
   const auto tok = moxi::formats::tokenizer::from_hf_json_file(t / "ck/tokenizer.json");
   EXPECT_EQ(tok.find("<|system|>"), std::optional<moxi::token_id>(508));
@@ -191,10 +192,11 @@ TEST(Init, GivesTheCheckpointMoxiTinysChatTemplate) {
   ASSERT_TRUE(tpl.has_value());
   formats::render_options opt;
   opt.add_generation_prompt = true;
-  const std::string prompt = tpl->render(nlohmann::json::parse(R"([{"role": "user", "content": "ab"}])"), opt);
+  const std::string prompt =
+      tpl->render(nlohmann::json::parse(R"([{"role": "user", "content": "ab"}])"), opt);
   EXPECT_EQ(prompt, "<|bos|><|user|>ab<|end|>\n<|assistant|>\n");
-  EXPECT_EQ(tok.encode(prompt), (std::vector<moxi::token_id>{1, 509, 'a' + 3, 'b' + 3, 511, '\n' + 3, 510,
-                                                             '\n' + 3}));
+  EXPECT_EQ(tok.encode(prompt),
+            (std::vector<moxi::token_id>{1, 509, 'a' + 3, 'b' + 3, 511, '\n' + 3, 510, '\n' + 3}));
   std::ifstream in(t / "ck/generation_config.json");
   const auto gen = nlohmann::json::parse(in);
   EXPECT_EQ(gen["eos_token_id"], nlohmann::json::parse("[2, 511]"));
@@ -202,14 +204,14 @@ TEST(Init, GivesTheCheckpointMoxiTinysChatTemplate) {
 
 TEST(Init, CreatesMissingParentDirectories) {
   moxi::testing::temp_dir t;
-  const auto c = formats::load_model_config(config_path("tiny-kimi-linear.json"));
+  const auto c = model::load_model_config(config_path("tiny-kimi-linear.json"));
   model::init_checkpoint(c, t / "a/b/ck", quiet(1, 1));
   EXPECT_TRUE(fs::exists(t / "a/b/ck/model.safetensors.index.json"));
 }
 
 TEST(Init, RefusesAnExistingDirectoryAndLeavesNoTemp) {
   moxi::testing::temp_dir t;
-  const auto c = formats::load_model_config(config_path("tiny-kimi-linear.json"));
+  const auto c = model::load_model_config(config_path("tiny-kimi-linear.json"));
   fs::create_directory(t / "exists");
   EXPECT_THROW(model::init_checkpoint(c, t / "exists", quiet(1, 1)), moxi::error);
   for (const auto& e : fs::directory_iterator(t.path())) EXPECT_EQ(e.path().filename(), "exists");
@@ -217,7 +219,7 @@ TEST(Init, RefusesAnExistingDirectoryAndLeavesNoTemp) {
 
 TEST(Quantize, ExpertsMatchTheCodecAndEverythingElseIsCopied) {
   moxi::testing::temp_dir t;
-  const auto c = formats::load_model_config(config_path("tiny-kimi-linear.json"));
+  const auto c = model::load_model_config(config_path("tiny-kimi-linear.json"));
   model::init_checkpoint(c, t / "bf16", quiet(5, 2));
   model::quantize_options qo;
   qo.show_progress = false;
@@ -225,7 +227,7 @@ TEST(Quantize, ExpertsMatchTheCodecAndEverythingElseIsCopied) {
   const auto rep = model::quantize_checkpoint(t / "bf16", t / "q", qo);
   const auto in = formats::checkpoint::open(t / "bf16"), out = formats::checkpoint::open(t / "q");
   EXPECT_EQ(out.shard_paths().size(), 3u);
-  const auto qc = formats::load_model_config(t / "q");
+  const auto qc = model::load_model_config(t / "q");
   ASSERT_TRUE(qc.quant);
   EXPECT_EQ(qc.quant->method, formats::quant_method::MXFP4);
   EXPECT_EQ(qc.quant->activations, formats::act_format::MXFP8_E4M3);
@@ -276,7 +278,7 @@ TEST(Quantize, ExpertsMatchTheCodecAndEverythingElseIsCopied) {
 
 TEST(Quantize, RefusesQuantizedInputAndLeavesNothingOnFailure) {
   moxi::testing::temp_dir t;
-  const auto c = formats::load_model_config(config_path("tiny-seed.json"));  // MXFP4 already
+  const auto c = model::load_model_config(config_path("tiny-seed.json"));  // MXFP4 already
   model::init_checkpoint(c, t / "mx", quiet(1, 1));
   model::quantize_options qo;
   qo.show_progress = false;
@@ -289,7 +291,7 @@ TEST(Quantize, RefusesQuantizedInputAndLeavesNothingOnFailure) {
   EXPECT_FALSE(fs::exists(t / "out"));
 
   // A BF16 checkpoint whose expert has the wrong shape: error names the tensor; no output appears.
-  const auto k = formats::load_model_config(config_path("tiny-kimi-linear.json"));
+  const auto k = model::load_model_config(config_path("tiny-kimi-linear.json"));
   const std::string bad = t / "bad";
   fs::create_directory(bad);
   fs::copy_file(config_path("tiny-kimi-linear.json"), bad + "/config.json");

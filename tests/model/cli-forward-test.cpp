@@ -11,6 +11,7 @@
 
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/convert.h"
+#include "moxi/model/config.h"
 #include "moxi/model/init.h"
 #include "moxi/model/model.h"
 
@@ -30,9 +31,8 @@ class CliForward : public ::testing::Test {
     model::init_options o;
     o.seed = 5;
     o.show_progress = false;
-    model::init_checkpoint(
-        formats::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json"), dir_ + "/ckpt",
-        o);
+    model::init_checkpoint(model::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json"),
+                           dir_ + "/ckpt", o);
   }
   void TearDown() override {
     std::error_code ec;

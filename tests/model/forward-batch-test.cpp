@@ -17,6 +17,7 @@
 #include "moxi/base/error.h"
 #include "moxi/formats/model-config.h"
 #include "moxi/kernels/backend.h"
+#include "moxi/model/config.h"
 #include "moxi/model/model.h"
 
 namespace fs = std::filesystem;
@@ -124,7 +125,7 @@ TEST(ForwardBatch, EqualsPerSequenceForwardOnEveryArchitecture) {
     SCOPED_TRACE(cfg);
     const std::string ck = make_checkpoint(dir, cfg);
     std::vector<std::vector<token_id>> toks;
-    const auto vocab = formats::load_model_config(ck).vocab_size;
+    const auto vocab = model::load_model_config(ck).vocab_size;
     for (int s = 0; s < 3; ++s) toks.push_back(random_tokens(80, vocab, uint64_t(100 + s)));
 
     {  // reference kernels: bit for bit

@@ -18,6 +18,7 @@
 #include "moxi/formats/convert.h"
 #include "moxi/formats/model-config.h"
 #include "moxi/model/arch/registry.h"
+#include "moxi/model/config.h"
 #include "moxi/model/init.h"
 #include "moxi/model/manifest.h"
 #include "moxi/model/model.h"
@@ -52,7 +53,7 @@ class scratch {
     model::init_options o;
     o.seed = 7;
     o.show_progress = false;
-    model::init_checkpoint(formats::load_model_config(config_path(name)), out, o);
+    model::init_checkpoint(model::load_model_config(config_path(name)), out, o);
     return made_[name] = out;
   }
   ~scratch() {
@@ -166,12 +167,12 @@ TEST(Forward, DsaWithLargeTopkEqualsDenseMla) {
     const std::string ck = scratch::get().checkpoint(cfg);
     auto doc = read_json(config_path(cfg));
     doc["index_topk"] = 512;
-    const auto dsa = model::model::load(formats::parse_model_config(doc, "dsa"), ck);
+    const auto dsa = model::model::load(model::parse_model_config(doc, "dsa"), ck);
     doc.erase("index_topk");
     doc.erase("index_n_heads");
     doc.erase("index_head_dim");
     if (doc["model_type"] == "deepseek_v32") doc["model_type"] = "deepseek_v3";
-    const auto dense = model::model::load(formats::parse_model_config(doc, "dense"), ck);
+    const auto dense = model::model::load(model::parse_model_config(doc, "dense"), ck);
     ASSERT_TRUE(dsa.config().dsa.has_value());
     ASSERT_FALSE(dense.config().dsa.has_value());
     const auto tokens = random_tokens(100, dsa.config().vocab_size, 3);
@@ -179,7 +180,8 @@ TEST(Forward, DsaWithLargeTopkEqualsDenseMla) {
     // with a different split the chunked KDA's few-ulp differences can flip a near-tied MoE routing (seen:
     // tiny-seed token 88, 4th and 5th router scores one ulp apart), which is not what this test is about
     // (split invariance has its own tests above).
-    EXPECT_LT(rel_max_err(run_pieces(dsa, tokens, {60, 1, 39}), run_pieces(dense, tokens, {60, 1, 39})), 2e-5);
+    EXPECT_LT(rel_max_err(run_pieces(dsa, tokens, {60, 1, 39}), run_pieces(dense, tokens, {60, 1, 39})),
+              2e-5);
     // The configs' own small top-k (8) is dense too while the context is at most 8 tokens.
     const auto small = model::model::load(ck);
     const auto short_tokens =
@@ -228,7 +230,7 @@ TEST(Forward, LoaderReadsExactlyTheManifest) {
 TEST(Forward, TiedEmbeddingsUseTheEmbeddingAsLmHead) {
   auto doc = read_json(config_path("tiny-kimi-linear.json"));
   doc["tie_word_embeddings"] = true;
-  const auto c = formats::parse_model_config(doc, "tied");
+  const auto c = model::parse_model_config(doc, "tied");
   const std::string out = scratch::get().dir() + "/tied.ckpt";
   model::init_options o;
   o.seed = 2;
@@ -339,10 +341,10 @@ TEST(Forward, ErrorsNameTheTensorFieldOrToken) {
 
   auto doc = read_json(config_path("tiny-seed.json"));
   doc["model_type"] = "no_such_model";
-  msg = error_of([&] { model::model::load(formats::parse_model_config(doc, "x/config.json"), ck); });
+  msg = error_of([&] { model::model::load(model::parse_model_config(doc, "x/config.json"), ck); });
   EXPECT_NE(msg.find("model_type"), std::string::npos) << msg;
   // A config that parses but that no architecture serves is refused by the registry, naming the type.
-  auto c = formats::load_model_config(config_path("tiny-seed.json"));
+  auto c = model::load_model_config(config_path("tiny-seed.json"));
   c.model_type = "mystery";
   msg = error_of([&] { model::model::load(c, ck); });
   EXPECT_NE(msg.find("model_type 'mystery'"), std::string::npos) << msg;

@@ -21,6 +21,7 @@
 #include "moxi/kernels/ref/mla.h"
 #include "moxi/kernels/ref/moe.h"
 #include "moxi/model/cache.h"
+#include "moxi/model/config.h"
 #include "moxi/model/init.h"
 #include "moxi/model/layers/decoder.h"
 #include "moxi/model/layers/ffn.h"
@@ -57,7 +58,7 @@ class scratch {
     model::init_options o;
     o.seed = 3;
     o.show_progress = false;
-    model::init_checkpoint(formats::load_model_config(config_path(name)), out, o);
+    model::init_checkpoint(model::load_model_config(config_path(name)), out, o);
     return made_[name] = out;
   }
   ~scratch() {
@@ -155,7 +156,7 @@ formats::model_config config_of(const mla_case& k) {
   } else if (k.topk) {
     doc["index_topk"] = k.topk;
   }
-  return formats::parse_model_config(doc, k.config);
+  return model::parse_model_config(doc, k.config);
 }
 
 // The expanded (MHA) reference: per head k = [W_UK c_kv ; k_pe], v = W_UV c_kv, softmax over the causal
@@ -338,7 +339,7 @@ TEST(Layers, DsaWithSmallTopkEqualsMaskedDenseReference) {
 void check_moe(const char* config, int64_t layer, const std::string& moe_prefix, const std::string& g,
                const std::string& u, const std::string& dn, int64_t T = 37) {
   SCOPED_TRACE(std::string(config) + " T=" + std::to_string(T));
-  const auto c = formats::load_model_config(config_path(config));
+  const auto c = model::load_model_config(config_path(config));
   const auto ck = formats::checkpoint::open(scratch::get().checkpoint(config));
   model::weight_loader ld(ck, c, {});
   const std::string p = "model.layers." + std::to_string(layer) + "." + moe_prefix;
@@ -444,7 +445,7 @@ TEST(Layers, MoeEqualsPerTokenDenseLoop) {
 // prefill of 70 (> one 64-token chunk), one recurrent decode step and a chunk of 9.
 void check_kda(const char* config, int64_t layer) {
   SCOPED_TRACE(config);
-  const auto c = formats::load_model_config(config_path(config));
+  const auto c = model::load_model_config(config_path(config));
   const auto ck = formats::checkpoint::open(scratch::get().checkpoint(config));
   model::weight_loader ld(ck, c, {});
   const std::string p = "model.layers." + std::to_string(layer) + ".self_attn";
@@ -547,7 +548,7 @@ TEST(Layers, KdaEqualsFp64TokenLoop) {
 // forward-test), then shared_head.norm and lm_head in fp64.
 TEST(Layers, MtpHeadComposesEmbeddingFirst) {
   const char* config = "tiny-seed.json";
-  const auto c = formats::load_model_config(config_path(config));
+  const auto c = model::load_model_config(config_path(config));
   const std::string dir = scratch::get().checkpoint(config);
   const auto ck = formats::checkpoint::open(dir);
   const auto m = model::model::load(dir);
@@ -598,7 +599,7 @@ TEST(Layers, Fp8BlockWeightsAreScaledPerBlock) {
                                 {"fmt", "e4m3"},
                                 {"weight_block_size", {128, 128}},
                                 {"activation_scheme", "dynamic"}};
-  const auto c = formats::parse_model_config(doc, "fp8");
+  const auto c = model::parse_model_config(doc, "fp8");
   const int64_t R = 130, C = 200;
   std::vector<uint8_t> w(size_t(R * C));
   for (size_t i = 0; i < w.size(); ++i) w[i] = uint8_t((i * 7) % 0x7E);  // finite E4M3 codes only

@@ -14,12 +14,13 @@
 #include <vector>
 
 #include "moxi/base/error.h"
+#include "moxi/model/config.h"
 
 namespace moxi::model {
 namespace {
 
-using formats::load_model_config;
 using formats::model_config;
+using model::load_model_config;
 using shape_t = std::vector<int64_t>;
 
 std::string config_path(const std::string& name) {
@@ -323,7 +324,7 @@ TEST(ManifestTest, Mxfp4StorageForRoutedExpertsOnly) {
 TEST(ManifestTest, UnquantizedConfigStoresExpertsAsPlainFloats) {
   auto doc = nlohmann::json::parse(std::ifstream(config_path("tiny-seed.json")));
   doc.erase("quantization_config");
-  const auto c = formats::parse_model_config(doc, "tiny-seed-unquantized");
+  const auto c = model::parse_model_config(doc, "tiny-seed-unquantized");
   const auto m = build_manifest(c);
   for (dtype f : {dtype::BF16, dtype::F32}) {
     const auto s = storage_layout(c, m, f);
@@ -366,7 +367,7 @@ TEST(ManifestTest, Fp8BlockStorageForDeepSeek) {
 TEST(ManifestTest, DsaWithoutQueryLatentIsAnErrorNamingTheField) {
   auto doc = nlohmann::json::parse(std::ifstream(config_path("tiny-seed.json")));
   doc["q_lora_rank"] = nullptr;
-  const auto c = formats::parse_model_config(doc, "no-q-lora.json");
+  const auto c = model::parse_model_config(doc, "no-q-lora.json");
   try {
     build_manifest(c);
     FAIL() << "DSA without q_lora_rank was accepted";

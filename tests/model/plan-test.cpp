@@ -14,12 +14,13 @@
 #include <string>
 
 #include "moxi/base/error.h"
+#include "moxi/model/config.h"
 
 namespace moxi::model {
 namespace {
 
-using formats::load_model_config;
 using formats::model_config;
+using model::load_model_config;
 
 std::string config_path(const std::string& name) {
   return std::string(MOXI_SOURCE_DIR) + "/configs/" + name;

@@ -21,6 +21,7 @@
 #include "moxi/formats/convert.h"
 #include "moxi/formats/model-config.h"
 #include "moxi/kernels/backend.h"
+#include "moxi/model/config.h"
 #include "moxi/model/init.h"
 #include "moxi/model/manifest.h"
 #include "moxi/model/model.h"
@@ -38,7 +39,7 @@ nlohmann::json config_doc() {
 }
 
 formats::model_config parse(const nlohmann::json& doc) {
-  return formats::parse_model_config(doc, "tiny-hybrid-swa.json");
+  return model::parse_model_config(doc, "tiny-hybrid-swa.json");
 }
 
 std::string error_of(const nlohmann::json& doc) {

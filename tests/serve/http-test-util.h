@@ -16,6 +16,7 @@
 
 #include "common/temp-dir.h"
 #include "moxi/formats/model-config.h"
+#include "moxi/model/config.h"
 #include "moxi/model/init.h"
 #include "moxi/serve/server.h"
 
@@ -31,8 +32,8 @@ inline const std::string& tiny_model_dir() {
     model::init_options o;
     o.seed = 1;
     o.show_progress = false;
-    model::init_checkpoint(
-        formats::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json"), out, o);
+    model::init_checkpoint(model::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json"),
+                           out, o);
     return out;
   }();
   return path;

@@ -14,6 +14,7 @@
 #include "common/temp-dir.h"
 #include "moxi/kernels/backend.h"
 #include "moxi/memory/hybrid-memory.h"
+#include "moxi/model/config.h"
 #include "moxi/model/init.h"
 #include "moxi/model/model.h"
 #include "moxi/serve/engine-core.h"
@@ -31,7 +32,7 @@ TEST(SwaServing, GreedyTokensMatchFullRecomputeWithPrefixReuseAndPreemption) {
   model::init_options io;
   io.seed = 12;
   io.show_progress = false;
-  model::init_checkpoint(formats::parse_model_config(doc, "tiny-hybrid-swa.json"), dir / "ckpt", io);
+  model::init_checkpoint(model::parse_model_config(doc, "tiny-hybrid-swa.json"), dir / "ckpt", io);
   kernels::backend_scope ref(kernels::reference());
   const auto m = model::model::load(dir / "ckpt");
 

@@ -20,6 +20,7 @@
 
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/model-config.h"
+#include "moxi/model/config.h"
 #include "moxi/model/init.h"
 #include "moxi/model/layers/weights.h"
 #include "moxi/model/model.h"
@@ -119,7 +120,7 @@ class scratch {
     o.seed = 11;
     o.float_type = dtype::F32;
     o.show_progress = false;
-    model::init_checkpoint(formats::parse_model_config(doc, v.name), out, o);
+    model::init_checkpoint(model::parse_model_config(doc, v.name), out, o);
     return made_[v.name] = out;
   }
   ~scratch() {
@@ -266,7 +267,7 @@ TEST_P(Golden, TrainerLogitsEqualEngineLogits) {
 TEST_P(Golden, Mxfp4ExpertsDecodeBitIdentically) {
   const variant& v = GetParam();
   const std::string dir = scratch::get().checkpoint(v);
-  const auto c = formats::load_model_config(dir);
+  const auto c = model::load_model_config(dir);
   if (!c.quant || c.quant->method != formats::quant_method::MXFP4) GTEST_SKIP() << "no MXFP4 experts";
   const auto trainer = train::train_model::load(dir);
   const auto ckpt = formats::checkpoint::open(dir);

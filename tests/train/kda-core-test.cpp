@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "moxi/formats/model-config.h"
+#include "moxi/model/config.h"
 #include "moxi/train/model.h"
 
 using namespace moxi;
@@ -61,7 +62,7 @@ TEST(KdaCore, ChunkedEqualsRecurrentInValueAndGradient) {
 
 TEST(KdaCore, ModelForwardIsTheSameWithEitherForm) {
   const auto config =
-      formats::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-kimi-linear.json");
+      model::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-kimi-linear.json");
   auto m = train::train_model::init(config, 5);
   torch::manual_seed(6);
   const auto tokens = torch::randint(0, config.vocab_size, {2, 41}, torch::kInt64);

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "moxi/formats/model-config.h"
+#include "moxi/model/config.h"
 #include "moxi/model/init.h"
 #include "moxi/train/model.h"
 
@@ -27,8 +28,8 @@ const std::string& seed_checkpoint() {
     o.seed = 3;
     o.float_type = dtype::F32;
     o.show_progress = false;
-    model::init_checkpoint(
-        formats::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json"), t + "/ckpt", o);
+    model::init_checkpoint(model::load_model_config(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json"),
+                           t + "/ckpt", o);
     std::atexit([] {
       std::error_code ec;
       fs::remove_all(fs::path(seed_checkpoint()).parent_path(), ec);

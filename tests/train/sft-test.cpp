@@ -19,6 +19,7 @@
 #include "moxi/formats/byte-tokenizer.h"
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/model-config.h"
+#include "moxi/model/config.h"
 #include "moxi/model/manifest.h"
 #include "moxi/model/model.h"
 #include "moxi/train/fake-quant.h"
@@ -42,7 +43,7 @@ std::string read(const std::string& path) {
 }
 
 formats::model_config tiny_seed() {
-  return formats::load_model_config(kSource + "/configs/tiny-seed.json");
+  return model::load_model_config(kSource + "/configs/tiny-seed.json");
 }
 
 formats::chat_template moxi_tiny_template() {

@@ -3,6 +3,7 @@
 
 #include "moxi/cli/command.h"
 #include "moxi/formats/model-config.h"
+#include "moxi/model/config.h"
 #include "moxi/model/init.h"
 
 namespace moxi::cli {
@@ -27,7 +28,7 @@ void setup_init(CLI::App& root) {
       ->capture_default_str();
   cmd->callback([a] {
     a->opt.float_type = a->dtype == "f32" ? dtype::F32 : dtype::BF16;
-    const auto config = formats::load_model_config(a->config);
+    const auto config = model::load_model_config(a->config);
     model::init_checkpoint(config, a->out, a->opt);
     std::cout << "wrote " << a->out << "\n";
   });

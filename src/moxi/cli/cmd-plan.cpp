@@ -6,6 +6,7 @@
 #include "moxi/base/error.h"
 #include "moxi/cli/command.h"
 #include "moxi/formats/model-config.h"
+#include "moxi/model/config.h"
 #include "moxi/model/plan.h"
 
 namespace moxi::cli {
@@ -39,7 +40,7 @@ void setup_plan(CLI::App& root) {
   cmd->add_flag("--json", a->json, "print JSON instead of a table");
   cmd->callback([a] {
     a->opt.cache = a->cache == "fp8" ? model::cache_format::FP8 : model::cache_format::BF16;
-    const auto config = formats::load_model_config(a->config);
+    const auto config = model::load_model_config(a->config);
     const auto plan = model::make_plan(config, a->opt);
     if (a->json)
       std::cout << model::plan_to_json(plan, a->opt).dump(2) << "\n";

@@ -1,11 +1,14 @@
 // ModelConfig: an HF-style config.json (Kimi-Linear field names, DeepSeek-V3.2 names for the DSA indexer
-// and DeepSeek configs) parsed into one typed, validated structure that every other layer reads.
+// and DeepSeek configs) parsed into one typed, validated structure that every other layer reads. This
+// layer parses the fields every model type has; each architecture's own fields are parsed by its entry in
+// the model layer's registry (model/arch/registry.h), the only switch on model_type.
 // Layer lists are 1-based in the file and 0-based here. Unknown or contradictory fields are errors that
 // name the field (docs/model-spec.md §2); fields that only describe the file (transformers_version, ...)
 // are accepted and ignored.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -159,9 +162,19 @@ struct model_config {
   int64_t num_swa_layers() const { return num_layers_of(attn_kind::SWA); }
 };
 
-// Parses and validates; `source` names the file in error messages.
-model_config parse_model_config(const nlohmann::json& doc, const std::string& source);
-// Reads PATH, or PATH/config.json when PATH is a directory.
-model_config load_model_config(const std::string& path);
+class config_reader;  // config-reader.h
+// Reads the fields of one model type into `config`, whose model_type, common fields (sizes, special
+// tokens, MTP count, rope) and source are already set; unknown keys are reported after it returns.
+using architecture_fields = std::function<void(config_reader& r, model_config& config)>;
+
+// Parses and validates `doc`: the plausibility limits (model-config-validate.h), the fields every model
+// type has, `parse_architecture` for the rest, then the quantization block and the unknown-key check.
+// `source` names the file in error messages. Tools read configs through model::load_model_config
+// (model/config.h), which supplies the architecture registry's parser.
+model_config parse_model_config(const nlohmann::json& doc, const std::string& source,
+                                const architecture_fields& parse_architecture);
+// Reads PATH, or PATH/config.json when PATH is a directory, as JSON (at most 64 MiB); the file read goes
+// to *file when given.
+nlohmann::json read_model_config_json(const std::string& path, std::string* file = nullptr);
 
 }  // namespace moxi::formats

@@ -12,6 +12,7 @@
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/model-config-validate.h"
 #include "moxi/formats/model-config.h"
+#include "moxi/model/config.h"
 #include "moxi/model/manifest.h"
 
 namespace moxi::model {
@@ -49,7 +50,7 @@ inspect_report inspect_checkpoint(const std::string& path) {
   if (dir.empty()) dir = ".";
   std::optional<formats::model_config> config;
   if (file_exists(dir + "/config.json")) {
-    config = formats::load_model_config(dir + "/config.json");
+    config = load_model_config(dir + "/config.json");
     formats::validate_model_dir(*config, dir);
   }
   const auto ck = formats::checkpoint::open(path);

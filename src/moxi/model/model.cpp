@@ -8,6 +8,7 @@
 #include "moxi/formats/model-config-validate.h"
 #include "moxi/kernels/backend.h"
 #include "moxi/model/arch/registry.h"
+#include "moxi/model/config.h"
 
 namespace moxi::model {
 
@@ -38,7 +39,7 @@ model& model::operator=(model&&) noexcept = default;
 model::~model() = default;
 
 model model::load(const std::string& dir, const load_options& opts) {
-  auto config = formats::load_model_config(dir);
+  auto config = load_model_config(dir);
   formats::validate_model_dir(config, dir);  // token ids of the tokenizer and generation config
   return load(std::move(config), dir, opts);
 }

@@ -10,6 +10,7 @@
 #include "moxi/base/progress.h"
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/convert.h"
+#include "moxi/model/config.h"
 #include "moxi/model/manifest.h"
 
 namespace moxi::model {
@@ -35,7 +36,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 quantize_report quantize_checkpoint(const std::string& in_dir, const std::string& out_dir,
                                     const quantize_options& o) {
-  const auto config = formats::load_model_config(in_dir);
+  const auto config = load_model_config(in_dir);
   if (config.quant)
     throw error(in_dir +
                 ": already quantized (config.json has a quantization_config); quantize reads a "
@@ -54,7 +55,7 @@ quantize_report quantize_checkpoint(const std::string& in_dir, const std::string
                                      {"block_size", 32},
                                      {"activation_format", act_name(o.activations)},
                                      {"quantized_modules", "routed_experts"}};
-  const auto out_config = formats::parse_model_config(out_json, out_dir + "/config.json");
+  const auto out_config = parse_model_config(out_json, out_dir + "/config.json");
   const auto manifest = build_manifest(config);
   std::map<std::string, const tensor_decl*, std::less<>> decl_by_name;
   for (const auto& d : manifest) decl_by_name[d.name] = &d;

@@ -12,8 +12,9 @@
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/convert.h"
 #include "moxi/kernels/ref/mla.h"
-#include "moxi/model/layers/rope.h"
+#include "moxi/model/config.h"
 #include "moxi/model/init.h"
+#include "moxi/model/layers/rope.h"
 #include "moxi/model/layers/weights.h"
 #include "moxi/train/dense.h"
 #include "moxi/train/fake-quant.h"
@@ -88,7 +89,7 @@ train_model::train_model(formats::model_config config, train_options opts)
 }
 
 train_model train_model::load(const std::string& dir, train_options opts) {
-  return load(formats::load_model_config(dir), dir, opts);
+  return load(model::load_model_config(dir), dir, opts);
 }
 
 train_model train_model::load(formats::model_config config, const std::string& checkpoint_path,

@@ -18,6 +18,7 @@
 #include "moxi/eval/evaluate.h"
 #include "moxi/formats/bpe-trainer.h"
 #include "moxi/formats/convert.h"
+#include "moxi/model/config.h"
 #include "moxi/train/losses.h"
 #include "moxi/train/optim.h"
 
@@ -276,7 +277,7 @@ sft_result run_sft(const recipe& r) {
   fs::create_directories(r.out + "/checkpoints");
   const std::string resume_dir = latest_checkpoint(r.out);
 
-  const auto config = formats::load_model_config(r.init.empty() ? r.config : r.init);
+  const auto config = model::load_model_config(r.init.empty() ? r.config : r.init);
   const std::string template_source = r.chat_template.empty() ? "moxi-tiny (built in)" : r.chat_template;
   const std::string template_text = r.chat_template.empty() ? std::string(formats::moxi_tiny_chat_template())
                                                             : read_text(r.chat_template, "chat template");

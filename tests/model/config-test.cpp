@@ -1,7 +1,7 @@
 // model_config: every shipped config parses, fields land where docs/model-spec.md §2 and the public configs
 // (docs/kimi-linear.md §3.1, docs/deepseek.md §A.1, §D.1) put them, and every invalid config
 // (built by editing a shipped one) fails with a moxi::error that names the offending field or file.
-#include "moxi/formats/model-config.h"
+#include "moxi/model/config.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -15,9 +15,14 @@
 
 #include "moxi/base/error.h"
 #include "moxi/formats/model-config-validate.h"
+#include "moxi/formats/model-config.h"
 
 namespace moxi::formats {
 namespace {
+
+// Configs are read as every tool reads them: the common fields here, the model type's through the registry.
+using model::load_model_config;
+using model::parse_model_config;
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

@@ -12,9 +12,14 @@
 #include "moxi/base/error.h"
 #include "moxi/formats/model-config-validate.h"
 #include "moxi/formats/model-config.h"
+#include "moxi/model/config.h"
 
 namespace moxi::formats {
 namespace {
+
+// Configs are read as every tool reads them: the common fields here, the model type's through the registry.
+using model::load_model_config;
+using model::parse_model_config;
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
