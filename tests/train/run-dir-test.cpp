@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/temp-dir.h"
+#include "moxi/train/interrupt.h"
 #include "moxi/train/recipe.h"
 
 namespace fs = std::filesystem;
@@ -290,6 +291,15 @@ TEST(RunDir, InterruptedRunCheckpointsAndPrintsTheCommandThatResumesIt) {
   ASSERT_EQ(run(cmd, tmp / "b.log"), 0) << read(tmp / "b.log");
   EXPECT_TRUE(contains(read(tmp / "b.log"), "resuming from")) << read(tmp / "b.log");
   EXPECT_EQ(latest_step(out), 24);
+}
+
+// The printed resume command is pasted into a POSIX shell: words that need it are single-quoted.
+TEST(RunDir, ResumeCommandWordsAreQuotedForTheShell) {
+  EXPECT_EQ(train::shell_quote("--out=/runs/a-1.b_c"), "--out=/runs/a-1.b_c");
+  EXPECT_EQ(train::shell_quote("my run"), "'my run'");
+  EXPECT_EQ(train::shell_quote("it's"), "'it'\\''s'");
+  EXPECT_EQ(train::shell_quote("$HOME;rm"), "'$HOME;rm'");
+  EXPECT_EQ(train::shell_quote(""), "''");
 }
 
 }  // namespace
