@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "moxi/base/error.h"
+#include "moxi/train/interrupt.h"
 #include "moxi/train/sft.h"
 
 namespace {
@@ -22,6 +23,7 @@ struct sft_args {
   int64_t steps = -1, qat_steps = -1, batch_size = -1, threads = -1;
   double lr = -1;
   int64_t seed = -1;
+  moxi::train::run_options run;
 };
 
 void run_sft(const sft_args& a) {
@@ -54,7 +56,7 @@ void run_sft(const sft_args& a) {
   if (a.threads >= 0) set("threads", a.threads);
   if (a.seed >= 0) set("seed", a.seed);
   for (const auto& s : a.set) apply_override(r, s);
-  const auto res = moxi::train::run_sft(r);
+  const auto res = moxi::train::run_sft(r, a.run);
   std::printf("trained %lld steps; final loss %.4f", static_cast<long long>(res.steps_done), res.final_loss);
   if (res.final_eval_loss >= 0) std::printf(", held-out loss %.4f", res.final_eval_loss);
   std::printf("; model: %s\n", res.export_dir.c_str());
@@ -84,11 +86,25 @@ int main(int argc, char** argv) {
   sft->add_option("--seed", a.seed, "seed of the initialization and the data order");
   sft->add_option("--threads", a.threads, "torch threads (0: all cores)");
   sft->add_option("--set", a.set, "any recipe field, dotted: --set eval.every=50 (value as JSON)");
+  sft->add_flag("--override", a.run.override_recipe,
+                "resume even though steps, lr, data, ... differ from the run's saved recipe (the new values "
+                "become the run's)");
+  sft->add_flag("--force", a.run.force_export,
+                "export over an existing model directory this run did not write (e.g. models/moxi-tiny): its "
+                "model files are replaced, other files (a README) stay");
   sft->callback([&a] { run_sft(a); });
+  // Interrupted, the trainer says how to resume: the same command (`moxi train` execs this with its args).
+  std::string command = "moxi train";
+  for (int i = 1; i < argc; ++i) command += " " + moxi::train::shell_quote(argv[i]);
+  moxi::train::install_interrupt_handlers(command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const moxi::train::interrupted& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "moxi train: %s\n", e.what());
+    moxi::train::die_of(e.signal);
   } catch (const moxi::error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "moxi train: error: %s\n", e.what());

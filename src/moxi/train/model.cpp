@@ -159,6 +159,9 @@ void train_model::save(const std::string& out_dir, const save_options& opts) con
   formats::write_safetensors(out_dir + "/" + formats::checkpoint::kSingleName, tensors);
   auto doc = config_.json;
   doc.erase("vision_config");  // the trainer carries no vision weights, so the checkpoint must not claim them
+  // The config describes the tensors as written: without real MXFP4 experts the checkpoint is unquantized
+  // (F32 master weights), and a quantization_config would make every reader expect blocks and scales.
+  if (config_.quant && !mxfp4) doc.erase("quantization_config");
   std::ofstream(out_dir + "/config.json") << doc.dump(2) << "\n";
 }
 

@@ -56,7 +56,7 @@ struct forward_stats {
 // How save() stores the parameters.
 struct save_options {
   // Routed experts as real MXFP4 (blocks + scales) when the config quantizes them; false keeps them F32
-  // (training checkpoints keep the exact master weights).
+  // (training checkpoints keep the exact master weights; their config.json then declares no quantization).
   bool mxfp4_experts = true;
   dtype float_type = dtype::F32;  // every other tensor: F32 or BF16 (round to nearest even)
 };

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -245,6 +246,90 @@ void validate(const recipe& r) {
   need(r.checkpoint_every >= 1, "checkpoint_every", "must be >= 1");
   need(r.log_every >= 1, "log_every", "must be >= 1");
   need(!r.out.empty(), "out", "is required");
+}
+
+std::string export_target(const recipe& r) {
+  return r.export_dir.empty() ? (fs::path(r.out) / "model").lexically_normal().string() : r.export_dir;
+}
+
+namespace {
+
+json sources_json(const std::vector<data_source>& sources) {
+  json out = json::array();
+  for (const auto& s : sources) {
+    if (!s.file.empty())
+      out.push_back({{"file", s.file}});
+    else
+      out.push_back({{"domain", s.domain}, {"split", s.split}, {"n", s.n}, {"seed", s.seed}});
+  }
+  return out;
+}
+
+// {"a": {"b": 1}} -> {"a.b": 1}; lists stay whole values.
+void flatten(const json& j, const std::string& prefix, std::map<std::string, json>& out) {
+  if (!j.is_object()) {
+    out[prefix] = j;
+    return;
+  }
+  for (const auto& [k, v] : j.items()) flatten(v, prefix.empty() ? k : prefix + "." + k, out);
+}
+
+}  // namespace
+
+json to_json(const recipe& r) {
+  json j = {{"seed", r.seed}, {"threads", r.threads}};
+  j["model"] = json::object();
+  if (!r.config.empty()) j["model"]["config"] = r.config;
+  if (!r.init.empty()) j["model"]["init"] = r.init;
+  j["tokenizer"] = {{"min_frequency", r.tokenizer_min_frequency}};
+  if (!r.tokenizer.empty()) j["tokenizer"]["path"] = r.tokenizer;
+  j["chat_template"] = r.chat_template;
+  j["end_token"] = r.end_token;
+  j["data"] = {{"train", sources_json(r.train_data)},
+               {"eval", sources_json(r.eval_data)},
+               {"max_tokens", r.max_tokens}};
+  j["optimizer"] = {{"batch_size", r.batch_size},
+                    {"steps", r.steps},
+                    {"lr", r.lr},
+                    {"min_lr", r.min_lr},
+                    {"warmup_steps", r.warmup_steps},
+                    {"weight_decay", r.weight_decay},
+                    {"beta1", r.beta1},
+                    {"beta2", r.beta2},
+                    {"eps", r.eps},
+                    {"clip_norm", r.clip_norm}};
+  j["losses"] = {{"mtp_weight", r.mtp_weight},
+                 {"balance_alpha", r.balance_alpha},
+                 {"bias_update_speed", r.bias_update_speed},
+                 {"dsa_dense_steps", r.dsa_dense_steps}};
+  j["eval"] = {
+      {"every", r.eval_every}, {"pass_every", r.pass_eval_every}, {"max_new_tokens", r.pass_eval_max_new}};
+  j["checkpoint_every"] = r.checkpoint_every;
+  j["log_every"] = r.log_every;
+  j["qat"] = {{"steps", r.qat_steps}, {"lr", r.qat_lr}};
+  j["out"] = r.out;
+  j["export"] = export_target(r);
+  return j;
+}
+
+std::vector<std::string> schedule_differences(const recipe& saved, const recipe& now) {
+  static const std::set<std::string> free_fields = {"threads",          "out",      "export", "data.eval",
+                                                    "checkpoint_every", "log_every"};
+  std::map<std::string, json> a, b;
+  flatten(to_json(saved), "", a);
+  flatten(to_json(now), "", b);
+  std::set<std::string> keys;
+  for (const auto& [k, v] : a) keys.insert(k);
+  for (const auto& [k, v] : b) keys.insert(k);
+  std::vector<std::string> out;
+  for (const auto& k : keys) {
+    if (free_fields.count(k) || k.rfind("eval.", 0) == 0) continue;
+    const json va = a.count(k) ? a[k] : json(), vb = b.count(k) ? b[k] : json();
+    if (va != vb)
+      out.push_back(k + ": " + (va.is_null() ? "(unset)" : va.dump()) + " -> " +
+                    (vb.is_null() ? "(unset)" : vb.dump()));
+  }
+  return out;
 }
 
 }  // namespace moxi::train

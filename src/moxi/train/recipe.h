@@ -60,7 +60,7 @@ struct recipe {
   double qat_lr = 1e-4;
 
   std::string out = "runs/sft";  // checkpoints, logs, the trained tokenizer
-  std::string export_dir;        // engine-loadable model; empty = <out>/model
+  std::string export_dir;        // engine-loadable model; empty = <out>/model (see export_target)
 
   int64_t total_steps() const { return steps + qat_steps; }
 };
@@ -78,5 +78,19 @@ void apply_override(recipe& r, const std::string& assignment);
 
 // Throws moxi::error naming the recipe and field when a value is out of range.
 void validate(const recipe& r);
+
+// Where the final model goes: the recipe's `export` (or --export, which sets it), else <out>/model, so that
+// moving the run directory (--out) moves its export too.
+std::string export_target(const recipe& r);
+
+// Every field of the recipe with its effective value (defaults filled in, paths absolute): what a run saves
+// as OUT/recipe.json, loadable again with --recipe.
+nlohmann::json to_json(const recipe& r);
+
+// The fields that shape the trajectory of the weights (seed, model, tokenizer, chat template, training data,
+// optimizer and schedule, losses, QAT) that differ between the recipe a run was started with and the one it
+// is resumed with, as "optimizer.steps: 400 -> 50". Fields that only say where files go or how often to
+// report (threads, out, export, data.eval, eval.*, checkpoint_every, log_every) may change freely.
+std::vector<std::string> schedule_differences(const recipe& saved, const recipe& now);
 
 }  // namespace moxi::train

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "moxi/base/error.h"
@@ -19,8 +20,10 @@
 #include "moxi/formats/bpe-trainer.h"
 #include "moxi/formats/convert.h"
 #include "moxi/model/config.h"
+#include "moxi/train/interrupt.h"
 #include "moxi/train/losses.h"
 #include "moxi/train/optim.h"
+#include "moxi/train/run-lock.h"
 
 namespace moxi::train {
 
@@ -92,12 +95,15 @@ struct run_state {
 
 // out/checkpoints/step-N written as a temporary directory, fsynced, renamed into place; then `latest` is
 // replaced atomically. A kill at any point leaves `latest` naming a complete checkpoint.
+// Besides the training state, a checkpoint is a loadable model directory: save() writes a config.json that
+// declares no quantization for the F32 master weights, and the tokenizer and chat template come along.
 void write_checkpoint(const std::string& out, const train_model& m, torch::optim::Optimizer& opt,
-                      const run_state& st, const batch_order& order) {
+                      const run_state& st, const batch_order& order, const export_assets& assets) {
   const std::string root = out + "/checkpoints", name = step_name(st.step), final_dir = root + "/" + name;
   const std::string tmp = root + "/.tmp-" + name + "-" + std::to_string(::getpid());
   fs::remove_all(tmp);
   m.save(tmp, {.mxfp4_experts = false, .float_type = dtype::F32});  // exact master weights
+  write_model_assets(tmp, m.config(), assets);
   torch::save(opt, tmp + "/optimizer.pt");
   auto gen = at::detail::getDefaultCPUGenerator();
   torch::Tensor rng;
@@ -195,6 +201,78 @@ void append_log(const std::string& out, const json& line) {
   f << line.dump() << "\n";
 }
 
+// ---- what a run may overwrite ---------------------------------------------------------------------------
+
+// The files an export writes into its directory (and those of a sharded checkpoint its config.json would
+// orphan): a directory holding any of them holds a model.
+constexpr const char* kModelFiles[] = {
+    "config.json",    "model.safetensors",     "model.safetensors.index.json",
+    "tokenizer.json", "tokenizer_config.json", "generation_config.json"};
+
+// The name of the file in the run directory that records an export target outside it, written before the
+// first file goes there, so that the run may later re-export there (after a resume or a crash mid-export).
+std::string claim_file(const std::string& out) {
+  return out + "/export-target";
+}
+
+bool inside(const std::string& dir, const std::string& path) {
+  const auto rel = fs::path(path).lexically_normal().lexically_relative(fs::path(dir).lexically_normal());
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+// An export may write into a directory that holds no model, into the run's own directory, or into the one
+// this run recorded as its export target; anything else needs force (--force). Called before training, so a
+// refused run wastes no time, and again right before the export.
+void check_export_target(const std::string& out, const std::string& target, bool force) {
+  if (fs::exists(target) && !fs::is_directory(target))
+    throw error("export target " + target + " exists and is not a directory");
+  if (force || inside(out, target)) return;
+  std::vector<std::string> held;
+  for (const char* f : kModelFiles)
+    if (fs::exists(fs::path(target) / f)) held.push_back(f);
+  if (held.empty()) return;
+  if (fs::exists(claim_file(out))) {
+    auto claimed = read_text(claim_file(out), "export record");
+    while (!claimed.empty() && claimed.back() == '\n') claimed.pop_back();
+    if (fs::path(claimed).lexically_normal() == fs::path(target).lexically_normal()) return;
+  }
+  std::string files;
+  for (const auto& f : held) files += (files.empty() ? "" : ", ") + f;
+  throw error(
+      "export target " + target + " already holds a model (" + files +
+      ") that this run did not write; pass --force to replace its model files (other files there stay), "
+      "or --export another directory (the default is the run directory's model/)");
+}
+
+void claim_export_target(const std::string& out, const std::string& target) {
+  if (!inside(out, target)) eval::write_file_atomic(claim_file(out), target + "\n");
+}
+
+// A run directory started before keeps the recipe it was started with (OUT/recipe.json); resuming it with
+// other values for what shapes the training would silently change the schedule halfway. Returns the
+// differences that `override` accepted (logged by the caller); throws when there are some and no override.
+std::vector<std::string> check_saved_recipe(const recipe& r, bool override_recipe) {
+  const std::string path = r.out + "/recipe.json";
+  recipe saved;
+  try {
+    // Runs saved the recipe file as written (relative paths): read against the current recipe's directory.
+    saved = parse_recipe(json::parse(read_text(path, "saved recipe")), path, r.base_dir);
+  } catch (const std::exception& e) {
+    if (override_recipe) return {std::string("(unreadable saved recipe: ") + e.what() + ")"};
+    throw error(std::string("cannot compare with the run's saved recipe: ") + e.what() +
+                "; pass --override to continue with the new recipe");
+  }
+  const auto diffs = schedule_differences(saved, r);
+  if (diffs.empty() || override_recipe) return diffs;
+  std::string list;
+  for (const auto& d : diffs) list += "\n  " + d;
+  throw error(
+      "run directory " + r.out + " was started with another recipe (" + path + "); resuming with " +
+      "these values would change the training:" + list +
+      "\nrun the same command as before to resume, pass --override to continue with the new values, or "
+      "pass another --out to start a new run");
+}
+
 }  // namespace
 
 // ---- export ---------------------------------------------------------------------------------------------
@@ -219,15 +297,23 @@ void export_model(train_model& m, const export_assets& a, const std::string& dir
   const std::string tmp = dir + ".tmp-" + std::to_string(::getpid());
   fs::remove_all(tmp);
   m.save(tmp, {.mxfp4_experts = true, .float_type = dtype::BF16});
+  write_model_assets(tmp, m.config(), a);
+  fsync_tree(tmp);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(tmp)) fs::rename(e.path(), fs::path(dir) / e.path().filename());
+  fsync_path(dir, true);
+  fs::remove_all(tmp);
+}
+
+void write_model_assets(const std::string& tmp, const formats::model_config& c, const export_assets& a) {
   write_file(tmp + "/tokenizer.json", a.tokenizer_json);
   const nlohmann::ordered_json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"},
                                      {"bos_token", a.bos_token},
                                      {"eos_token", a.eos_token},
                                      {"pad_token", a.pad_token},
-                                     {"model_max_length", m.config().max_position_embeddings},
+                                     {"model_max_length", c.max_position_embeddings},
                                      {"chat_template", a.chat_template}};
   write_file(tmp + "/tokenizer_config.json", tc.dump(2) + "\n");
-  const auto& c = m.config();
   nlohmann::ordered_json gc = {{"bos_token_id", c.bos_token_id ? json(*c.bos_token_id) : json(nullptr)}};
   json eos = json::array();
   if (c.eos_token_id) eos.push_back(*c.eos_token_id);
@@ -236,11 +322,6 @@ void export_model(train_model& m, const export_assets& a, const std::string& dir
   gc["pad_token_id"] = c.pad_token_id ? json(*c.pad_token_id) : json(nullptr);
   gc["do_sample"] = false;
   write_file(tmp + "/generation_config.json", gc.dump(2) + "\n");
-  fsync_tree(tmp);
-  fs::create_directories(dir);
-  for (const auto& e : fs::directory_iterator(tmp)) fs::rename(e.path(), fs::path(dir) / e.path().filename());
-  fsync_path(dir, true);
-  fs::remove_all(tmp);
 }
 
 double held_out_loss(const train_model& m, const std::vector<sft_sample>& samples, int64_t batch_size,
@@ -271,10 +352,29 @@ double held_out_loss(const train_model& m, const std::vector<sft_sample>& sample
 
 // ---- the run --------------------------------------------------------------------------------------------
 
-sft_result run_sft(const recipe& r) {
+sft_result run_sft(const recipe& r, const run_options& o) {
   validate(r);
   if (r.threads > 0) torch::set_num_threads(r.threads);
   fs::create_directories(r.out + "/checkpoints");
+  const run_lock run_dir_lock(r.out);  // before anything in the run directory is read or written
+  // Leftovers of a process that died while writing a checkpoint (nobody else writes here: the lock).
+  for (const auto& e : fs::directory_iterator(r.out + "/checkpoints"))
+    if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());
+  const std::string final_export = export_target(r);
+  check_export_target(r.out, final_export, o.force_export);
+  const std::string saved_recipe = r.out + "/recipe.json";
+  if (fs::exists(saved_recipe)) {
+    const auto accepted = check_saved_recipe(r, o.override_recipe);
+    if (!accepted.empty()) {
+      std::string list;
+      for (const auto& d : accepted) list += "\n  " + d;
+      std::fprintf(stderr, "sft: --override: continuing the run with the new values:%s\n", list.c_str());
+      append_log(r.out, {{"override", accepted}});
+      eval::write_file_atomic(saved_recipe, to_json(r).dump(2) + "\n");
+    }
+  } else {
+    eval::write_file_atomic(saved_recipe, to_json(r).dump(2) + "\n");
+  }
   const std::string resume_dir = latest_checkpoint(r.out);
 
   const auto config = model::load_model_config(r.init.empty() ? r.config : r.init);
@@ -330,7 +430,9 @@ sft_result run_sft(const recipe& r) {
   // The model and optimizer: fresh, or exactly as the latest checkpoint left them.
   torch::manual_seed(r.seed);
   run_state st;
-  train_model m = !resume_dir.empty() ? train_model::load(resume_dir)
+  // A checkpoint's config.json declares no quantization (its experts are F32 master weights); the run keeps
+  // training under its own config (QAT, MXFP8 activations and the export read it).
+  train_model m = !resume_dir.empty() ? train_model::load(config, resume_dir)
                   : r.init.empty()    ? train_model::init(config, r.seed)
                                       : train_model::load(r.init);
   const auto groups = group_parameters(m);
@@ -345,8 +447,6 @@ sft_result run_sft(const recipe& r) {
     st.step =
         json::parse(read_text(resume_dir + "/state.json", "checkpoint state")).at("step").get<int64_t>();
     std::fprintf(stderr, "sft: resuming from %s (step %" PRId64 ")\n", resume_dir.c_str(), st.step);
-  } else {
-    write_file(r.out + "/recipe.json", r.doc.dump(2) + "\n");
   }
   std::vector<torch::Tensor> all_params = groups.params[0];
   all_params.insert(all_params.end(), groups.params[1].begin(), groups.params[1].end());
@@ -361,7 +461,6 @@ sft_result run_sft(const recipe& r) {
   const lr_schedule qat_lr{r.qat_lr, r.qat_lr * 0.1, 0, r.qat_steps};
   const loss_options lo{r.mtp_weight, r.balance_alpha, 1.0};
   const std::string sft_export = r.out + "/model-sft";
-  const std::string final_export = r.export_dir.empty() ? r.out + "/model" : r.export_dir;
 
   auto eval_now = [&](int64_t step) {
     if (eval_samples.empty()) return -1.0;
@@ -399,6 +498,8 @@ sft_result run_sft(const recipe& r) {
   auto window_start = clock::now();
   int64_t window_tokens = 0, window_steps = 0;
   double sec_per_step = 0;
+  std::optional<graceful_interrupts> graceful;  // in the loop, Ctrl-C finishes the step, checkpoints, stops
+  graceful.emplace();
   for (int64_t step = st.step; step < r.total_steps(); ++step) {
     const bool qat = step >= r.steps;
     if (qat && step == r.steps && !fs::exists(sft_export + "/config.json")) {
@@ -463,15 +564,24 @@ sft_result run_sft(const recipe& r) {
       export_model(copy, assets, r.out + "/model-eval");
       pass_eval(r.out + "/model-eval", "step", done);
     }
-    if (done % r.checkpoint_every == 0 || done == r.total_steps()) {
+    const int sig = interrupt_requested();
+    if (sig || done % r.checkpoint_every == 0 || done == r.total_steps()) {
       st.step = done;
-      write_checkpoint(r.out, m, *opt, st, order);
+      write_checkpoint(r.out, m, *opt, st, order, assets);
     }
+    if (sig)
+      throw interrupted(sig, "interrupted after step " + std::to_string(done) + "; checkpoint " + r.out +
+                                 "/checkpoints/" + step_name(done) +
+                                 " written; the same command resumes the run from it:\n  " +
+                                 resume_command());
   }
+  graceful.reset();
   auto fo = m.options();
   fo.qat = r.qat_steps > 0;
   fo.dsa_dense = false;
   m.set_options(fo);
+  check_export_target(r.out, final_export, o.force_export);  // another run may have exported there meanwhile
+  claim_export_target(r.out, final_export);
   export_model(m, assets, final_export);
   std::fprintf(stderr, "sft: exported %s\n", final_export.c_str());
   pass_eval(final_export, r.qat_steps > 0 ? "qat" : "final", r.total_steps());

@@ -29,6 +29,9 @@ struct export_assets {
 // The files are written to a temporary directory and renamed into DIR one by one, so other files in DIR
 // (a README) survive and a reader never sees a torn file.
 void export_model(train_model& m, const export_assets& assets, const std::string& dir);
+// The tokenizer, chat template and generation files of a model directory (what export_model writes besides
+// config.json and the weights); checkpoints get them too, so every checkpoint is a loadable model directory.
+void write_model_assets(const std::string& dir, const formats::model_config& c, const export_assets& assets);
 
 // Mean cross-entropy per target token of samples under the model's current options (no gradient).
 double held_out_loss(const train_model& m, const std::vector<sft_sample>& samples, int64_t batch_size,
@@ -41,7 +44,21 @@ struct sft_result {
   std::string export_dir;
 };
 
+// What a run may do beyond the recipe (command-line flags, never saved in the run).
+struct run_options {
+  // Resume even though schedule-affecting fields differ from the run's saved recipe (schedule_differences);
+  // the new values then become the run's recipe.
+  bool override_recipe = false;
+  // Export over an existing model directory this run did not write (its model files are replaced; other
+  // files, a README, stay).
+  bool force_export = false;
+};
+
 // Runs or resumes the recipe: a run directory with a checkpoint (out/checkpoints/latest) continues from it.
-sft_result run_sft(const recipe& r);
+// The run directory is locked for the duration (run_lock). Throws moxi::error, before any training, when the
+// recipe's schedule differs from the run's saved recipe (unless override_recipe) or when the export target
+// is an existing model directory this run did not write (unless force_export); throws `interrupted` after
+// checkpointing when a signal asked the loop to stop (interrupt.h).
+sft_result run_sft(const recipe& r, const run_options& o = {});
 
 }  // namespace moxi::train
