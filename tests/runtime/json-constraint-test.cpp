@@ -284,7 +284,7 @@ TEST(json_constraint, DecodingBoundsKeepEveryPrefixCompletable) {
   EXPECT_FALSE(m.can_feed("."));  // no room left for a fraction digit
   EXPECT_TRUE(m.can_feed("]"));
   json_matcher w(g);
-  EXPECT_TRUE(w.feed(std::string(16, ' ')));
+  EXPECT_TRUE(w.feed(std::string(size_t(moxi::runtime::json_grammar_options::decoding().max_ws_run), ' ')));
   EXPECT_FALSE(w.can_feed(" "));
   json_matcher d(g);
   ASSERT_TRUE(d.feed("{}"));

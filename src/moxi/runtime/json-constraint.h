@@ -27,7 +27,8 @@ struct json_grammar_options {
   int max_ws_run = -1;      // whitespace bytes in a row at most; -1: unbounded
   int max_number_len = -1;  // bytes of a number at most, at most 2 exponent digits; -1: unbounded
   bool trailing_ws = true;  // whitespace after the value
-  static json_grammar_options decoding() { return {32, 16, 18, false}; }
+  // Whitespace runs of 2 at most (", " or "\n "): a model gets no room to pad, nor to indent.
+  static json_grammar_options decoding() { return {32, 2, 18, false}; }
 };
 
 // Bounds on a JSON Schema (it comes from a request: hostile input).
