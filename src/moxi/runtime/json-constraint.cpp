@@ -731,24 +731,29 @@ std::shared_ptr<const json_grammar> json_schema_grammar(const nlohmann::ordered_
 // ---- tokens ----
 
 token_table::token_table(const formats::tokenizer& tok, int64_t vocab_size) {
-  bytes_.resize(size_t(std::max<int64_t>(vocab_size, 0)));
+  std::vector<std::string> bytes(size_t(std::max<int64_t>(vocab_size, 0)));
   const int64_t n = std::min<int64_t>(vocab_size, tok.vocab_size());
   for (int64_t i = 0; i < n; ++i)
-    if (!tok.is_special(token_id(i))) bytes_[size_t(i)] = std::string(tok.token_bytes(token_id(i)));
-  classify();
+    if (!tok.is_special(token_id(i))) bytes[size_t(i)] = std::string(tok.token_bytes(token_id(i)));
+  index(bytes);
 }
 
-token_table::token_table(std::vector<std::string> bytes) : bytes_(std::move(bytes)) {
-  classify();
+token_table::token_table(std::vector<std::string> bytes) {
+  index(bytes);
 }
 
-void token_table::classify() {
-  plain_.assign(bytes_.size(), -1);
-  for (size_t i = 0; i < bytes_.size(); ++i) {
-    const std::string& b = bytes_[i];
-    if (b.empty() || !formats::utf8_valid(b)) continue;
+void token_table::index(const std::vector<std::string>& bytes) {
+  offset_.assign(1, 0);
+  plain_.assign(bytes.size(), -1);
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const std::string& b = bytes[i];
+    data_ += b;
+    if (data_.size() > UINT32_MAX) throw error("token table: the vocabulary's bytes exceed 4 GiB");
+    offset_.push_back(uint32_t(data_.size()));
+    if (b.empty()) continue;
+    by_first_[uint8_t(b[0])].push_back(token_id(i));
     int32_t chars = 0;
-    bool plain = true;
+    bool plain = formats::utf8_valid(b);
     for (unsigned char ch : b) {
       if (ch < 0x20 || ch == '"' || ch == '\\') {
         plain = false;
@@ -756,7 +761,10 @@ void token_table::classify() {
       }
       if ((ch & 0xC0) != 0x80) ++chars;
     }
-    if (plain) plain_[i] = chars;
+    if (plain)
+      plain_[i] = chars;
+    else
+      not_plain_.push_back(token_id(i));
   }
 }
 
@@ -808,25 +816,30 @@ bool json_matcher::done() const {
 
 size_t json_matcher::allowed_tokens(const token_table& table, std::vector<uint8_t>& allowed) const {
   allowed.assign(table.size(), 0);
-  // Inside a string with no escape or UTF-8 sequence pending, a token of plain characters is allowed iff
-  // the length bound leaves room for them: no walk needed for most of the vocabulary.
   const frame& top = stack_.back();
-  const bool in_string = top.kind == k_string && top.st == ss_normal;
-  int64_t room = std::numeric_limits<int64_t>::max();
-  if (in_string && top.node >= 0 && g_->nodes[size_t(top.node)].max_len >= 0)
-    room = g_->nodes[size_t(top.node)].max_len - top.n;
-  size_t count = 0;
-  for (size_t i = 0; i < table.size(); ++i) {
-    const std::string_view b = table.bytes(i);
-    if (b.empty()) continue;
-    bool ok;
-    if (in_string && table.plain_chars(i) >= 0)
-      ok = table.plain_chars(i) <= room;
-    else
-      ok = can_feed(b);
-    allowed[i] = ok;
-    count += ok;
+  if (top.kind == k_string && top.st == ss_normal) {
+    // Inside a string with no escape or UTF-8 sequence pending, a token of plain characters is allowed iff
+    // the length bound leaves room for them: only the other tokens are walked.
+    int64_t room = std::numeric_limits<int64_t>::max();
+    if (top.node >= 0 && g_->nodes[size_t(top.node)].max_len >= 0)
+      room = g_->nodes[size_t(top.node)].max_len - top.n;
+    const auto plain = table.plain();
+    for (size_t i = 0; i < plain.size(); ++i) allowed[i] = plain[i] >= 0 && plain[i] <= room;
+    for (token_id id : table.not_plain()) allowed[size_t(id)] = can_feed(table.bytes(size_t(id)));
+  } else {
+    // Elsewhere few bytes may come next: tokens are walked only under a first byte the state takes.
+    for (int b = 0; b < 256; ++b) {
+      const auto ids = table.first_byte(uint8_t(b));
+      const char ch = char(b);
+      if (ids.empty() || !can_feed(std::string_view(&ch, 1))) continue;
+      for (token_id id : ids) {
+        const std::string_view bytes = table.bytes(size_t(id));
+        allowed[size_t(id)] = bytes.size() == 1 || can_feed(bytes);
+      }
+    }
   }
+  size_t count = 0;
+  for (uint8_t a : allowed) count += a;
   return count;
 }
 

@@ -68,16 +68,26 @@ class token_table {
   // Raw byte strings; an empty one is never allowed (tests and benchmarks).
   explicit token_table(std::vector<std::string> bytes);
 
-  size_t size() const { return bytes_.size(); }
-  std::string_view bytes(size_t id) const { return bytes_[id]; }
+  size_t size() const { return plain_.size(); }
+  std::string_view bytes(size_t id) const {
+    return std::string_view(data_).substr(offset_[id], offset_[id + 1] - offset_[id]);
+  }
   // Code points of a token that is plain string content (printable, no quote or backslash, whole UTF-8
   // characters), -1 otherwise: inside a string such a token is allowed without walking its bytes.
   int32_t plain_chars(size_t id) const { return plain_[id]; }
+  std::span<const int32_t> plain() const { return plain_; }
+  // Tokens (with bytes) that are not plain string content.
+  std::span<const token_id> not_plain() const { return not_plain_; }
+  // Tokens whose first byte is b: when a state refuses b, none of them is walked.
+  std::span<const token_id> first_byte(uint8_t b) const { return by_first_[b]; }
 
  private:
-  void classify();
-  std::vector<std::string> bytes_;
+  void index(const std::vector<std::string>& bytes);
+  std::string data_;              // every token's bytes, one after another
+  std::vector<uint32_t> offset_;  // token i: [offset_[i], offset_[i + 1])
   std::vector<int32_t> plain_;
+  std::vector<token_id> not_plain_;
+  std::vector<token_id> by_first_[256];
 };
 
 // One automaton state: feed bytes, ask what may follow.
