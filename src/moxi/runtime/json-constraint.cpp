@@ -6,6 +6,7 @@
 #include "moxi/runtime/json-constraint.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -827,14 +828,25 @@ size_t json_matcher::allowed_tokens(const token_table& table, std::vector<uint8_
     for (size_t i = 0; i < plain.size(); ++i) allowed[i] = plain[i] >= 0 && plain[i] <= room;
     for (token_id id : table.not_plain()) allowed[size_t(id)] = can_feed(table.bytes(size_t(id)));
   } else {
-    // Elsewhere few bytes may come next: tokens are walked only under a first byte the state takes.
+    // Elsewhere few bytes may come next: tokens are walked only under a first byte the state takes, from
+    // the state after that byte, and in large groups only under a second byte that state takes too.
     for (int b = 0; b < 256; ++b) {
       const auto ids = table.first_byte(uint8_t(b));
       const char ch = char(b);
       if (ids.empty() || !can_feed(std::string_view(&ch, 1))) continue;
+      json_matcher next = *this;
+      next.feed(std::string_view(&ch, 1));
+      std::array<uint8_t, 256> second;
+      const bool filter = ids.size() > 256;
+      if (filter)
+        for (int c = 0; c < 256; ++c) {
+          const char c2 = char(c);
+          second[size_t(c)] = next.can_feed(std::string_view(&c2, 1));
+        }
       for (token_id id : ids) {
         const std::string_view bytes = table.bytes(size_t(id));
-        allowed[size_t(id)] = bytes.size() == 1 || can_feed(bytes);
+        allowed[size_t(id)] =
+            bytes.size() == 1 || ((!filter || second[uint8_t(bytes[1])]) && next.can_feed(bytes.substr(1)));
       }
     }
   }
