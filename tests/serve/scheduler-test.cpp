@@ -335,6 +335,36 @@ TEST(Scheduler, CancellationFreesMemoryAtTheNextStep) {
   EXPECT_TRUE(engine.step().idle()) << "idle";
 }
 
+TEST(Scheduler, EndedRequestsFinishWithStopAndFreeTheirMemory) {
+  // The runner's `ended` set (a complete constrained output) finishes a request with STOP on that token,
+  // whatever the token is, and frees it like a stop token would; the others run on.
+  hybrid_memory memory(hybrid_spec(), mem(64, 4));
+  scheduler sched(memory, cfg(64, 4));
+  fake_model model(memory, kVocab);
+  std::mt19937 rng(11);
+  sched.add_request(1, {random_tokens(rng, 8), 50, {}});
+  sched.add_request(2, {random_tokens(rng, 8), 50, {}});
+  auto out = sched.schedule();
+  auto sampled = model.execute(out);
+  auto events = sched.update(out, sampled, {2});
+  ASSERT_EQ(events.size(), 2u);
+  for (const auto& e : events) {
+    ASSERT_EQ(e.new_tokens.size(), 1u);
+    EXPECT_EQ(e.new_tokens[0], sampled.at(e.id));
+    EXPECT_EQ(e.finished, e.id == 2 ? finish_reason::STOP : finish_reason::NONE) << e.id;
+  }
+  EXPECT_EQ(sched.num_running(), 1u);
+  out = sched.schedule();
+  events = sched.update(out, model.execute(out), {1});
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].finished, finish_reason::STOP);
+  EXPECT_FALSE(sched.has_unfinished());
+  const auto st = memory.stats();
+  EXPECT_EQ(st.free_blocks, st.num_blocks);
+  EXPECT_EQ(st.free_state_slots, st.num_state_slots);
+  memory.check_invariants();
+}
+
 TEST(Scheduler, RandomWorkloadsNeverLeak) {
   for (uint32_t seed = 10; seed < 22; ++seed) {
     auto work = random_workload(seed, 30, 20, 16, 40);

@@ -1,6 +1,7 @@
 // `moxi bench <name>`: the benchmarks in bench/. Each benchmark adds its own subcommand through an
 // `add_*_bench(CLI::App&)` function; adding one is an include and one line in kBenches.
 #include "bench/header-bench.h"
+#include "bench/json-mask-bench.h"
 #include "bench/kernels-bench.h"
 #include "bench/model-bench.h"
 #include "bench/sandbox-bench.h"
@@ -25,6 +26,7 @@ constexpr bench_entry kBenches[] = {
     {"prefill", bench::add_prefill_bench},
     {"serve", bench::add_serve_bench},
     {"header", bench::add_header_bench},
+    {"json-mask", bench::add_json_mask_bench},
 };
 
 void setup(CLI::App& root) {

@@ -126,8 +126,9 @@ std::vector<double> sampling_distribution(std::span<const float> logits, const s
   return prob;
 }
 
-sampler::sampler(sampling_params params, std::span<const token_id> prompt)
-    : params_(params), prompt_(prompt.begin(), prompt.end()) {
+sampler::sampler(sampling_params params, std::span<const token_id> prompt,
+                 std::optional<json_constraint> constraint)
+    : params_(params), prompt_(prompt.begin(), prompt.end()), constraint_(std::move(constraint)) {
   validate(params_);
   rng_.seed(params_.seed ? *params_.seed : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}());
 }
@@ -135,6 +136,7 @@ sampler::sampler(sampling_params params, std::span<const token_id> prompt)
 token_id sampler::sample(std::span<const float> logits) {
   work_.assign(logits.begin(), logits.end());
   apply_penalties(work_, params_, prompt_, output_counts_);
+  if (constraint_) constraint_->mask(work_);
   if (params_.temperature < kGreedyTemperature) return argmax(work_);
   const std::vector<double> prob = sampling_distribution(work_, params_);
   // Inverse CDF in id order; one RNG draw per token keeps seeded streams aligned across settings.
@@ -152,6 +154,7 @@ token_id sampler::sample(std::span<const float> logits) {
 
 void sampler::accept(token_id id) {
   ++output_counts_[id];
+  if (constraint_) constraint_->accept(id);
 }
 
 // ---------------------------------------------------------------------------------------------------------

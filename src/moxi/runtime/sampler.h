@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "moxi/formats/tokenizer.h"
+#include "moxi/runtime/json-constraint.h"
 
 namespace moxi::runtime {
 
@@ -46,16 +47,20 @@ std::vector<double> sampling_distribution(std::span<const float> logits, const s
 // Index of the largest logit, lowest id on ties, NaN never chosen.
 token_id argmax(std::span<const float> logits);
 
-// One request's sampler: owns the RNG and the token history that penalties need.
+// One request's sampler: owns the RNG, the token history that penalties need and, for constrained
+// decoding (response_format), the JSON constraint that masks the logits after the penalties.
 class sampler {
  public:
-  sampler(sampling_params params, std::span<const token_id> prompt);
+  sampler(sampling_params params, std::span<const token_id> prompt,
+          std::optional<json_constraint> constraint = std::nullopt);
 
   // Picks the next token from logits (float [vocab]); does not record it (see accept) so that speculative
   // decoding can sample drafts it may reject.
   token_id sample(std::span<const float> logits);
-  // Records a token as generated output, for the penalties.
+  // Records a token as generated output, for the penalties, and advances the constraint.
   void accept(token_id id);
+  // A constrained output is complete and nothing may follow it: the generation ends.
+  bool constraint_done() const { return constraint_ && constraint_->done(); }
 
   const sampling_params& params() const { return params_; }
 
@@ -69,6 +74,7 @@ class sampler {
   std::unordered_map<token_id, int> output_counts_;
   std::mt19937_64 rng_;
   std::vector<float> work_;
+  std::optional<json_constraint> constraint_;
 };
 
 // Stop handling on the detokenized stream. Feed each token's id and its text chunk (from stream_decoder);

@@ -4,7 +4,10 @@
 #include "moxi/serve/api-openai.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+
+#include "moxi/base/error.h"
 
 namespace moxi::serve {
 
@@ -87,6 +90,53 @@ nlohmann::ordered_json message_content(const nlohmann::ordered_json& c, size_t i
 }
 
 }  // namespace
+
+std::shared_ptr<const runtime::json_grammar> parse_response_format(const nlohmann::ordered_json& rf) {
+  if (!rf.is_object()) bad("response_format", "'response_format' must be an object");
+  for (const auto& [k, v] : rf.items())
+    if (k != "type" && k != "json_schema")
+      bad("response_format." + k, "'response_format." + k + "' is not a known field");
+  if (!rf.contains("type") || !rf["type"].is_string())
+    bad("response_format.type", "'response_format.type' must be one of 'text', 'json_object', 'json_schema'");
+  const std::string type = rf["type"].get<std::string>();
+  if (type != "json_schema" && rf.contains("json_schema"))
+    bad("response_format.json_schema", "'response_format.json_schema' needs 'type': 'json_schema'");
+  const auto options = runtime::json_grammar_options::decoding();
+  if (type == "text") return nullptr;
+  if (type == "json_object") return runtime::json_object_grammar(options);
+  if (type != "json_schema")
+    bad("response_format.type",
+        "'response_format.type' must be one of 'text', 'json_object', 'json_schema', "
+        "got '" +
+            type + "'");
+  const std::string js = "response_format.json_schema";
+  if (!rf.contains("json_schema") || !rf["json_schema"].is_object())
+    bad(js, "'" + js + "' must be an object with 'name' and 'schema'");
+  const auto& j = rf["json_schema"];
+  for (const auto& [k, v] : j.items()) {
+    if (k != "name" && k != "description" && k != "schema" && k != "strict")
+      bad(js + "." + k, "'" + js + "." + k + "' is not a known field");
+  }
+  // OpenAI: a-z, A-Z, 0-9, underscores and dashes, at most 64.
+  const bool name_ok =
+      j.contains("name") && j["name"].is_string() && !j["name"].get<std::string>().empty() &&
+      j["name"].get<std::string>().size() <= 64 &&
+      std::all_of(j["name"].get_ref<const std::string&>().begin(),
+                  j["name"].get_ref<const std::string&>().end(),
+                  [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; });
+  if (!name_ok) bad(js + ".name", "'" + js + ".name' must be 1 to 64 of a-z, A-Z, 0-9, '_' and '-'");
+  if (j.contains("description") && !j["description"].is_string())
+    bad(js + ".description", "'" + js + ".description' must be a string");
+  if (j.contains("strict") && !j["strict"].is_boolean() && !j["strict"].is_null())
+    bad(js + ".strict", "'" + js + ".strict' must be a boolean");
+  if (!j.contains("schema") || !j["schema"].is_object())
+    bad(js + ".schema", "'" + js + ".schema' must be a JSON Schema object");
+  try {
+    return runtime::json_schema_grammar(j["schema"], js + ".schema", options);
+  } catch (const moxi::error& e) {
+    bad(js + ".schema", e.what());
+  }
+}
 
 std::string error_body(int status, const std::string& message, const std::string& param,
                        const std::string& type) {
@@ -261,6 +311,9 @@ completion_request parse_completion_request(const std::string& text, bool chat,
   }
   if (has(body, "ignore_eos")) r.ignore_eos = boolean(body, "ignore_eos");
   if (has(body, "return_tokens_as_token_ids")) r.tokens_as_ids = boolean(body, "return_tokens_as_token_ids");
+  // Parsed again keeping key order: a schema's properties are generated in the order given.
+  if (has(body, "response_format"))
+    r.response_grammar = parse_response_format(nlohmann::ordered_json::parse(text)["response_format"]);
   return r;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 
 #include "moxi/formats/chat-template.h"
 #include "moxi/formats/tokenizer.h"
+#include "moxi/runtime/json-constraint.h"
 #include "moxi/runtime/sampler.h"
 
 namespace moxi::serve {
@@ -54,7 +56,15 @@ struct completion_request {
   int top_logprobs = -1;       // -1: no logprobs; else sampled token + this many alternatives
   bool ignore_eos = false;     // vLLM's ignore_eos: generate max_tokens whatever comes
   bool tokens_as_ids = false;  // vLLM's return_tokens_as_token_ids: logprob tokens "token_id:N"
+  // response_format json_object / json_schema: the grammar the output is constrained to (null: text).
+  std::shared_ptr<const runtime::json_grammar> response_grammar;
 };
+
+// OpenAI's response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
+// "json_schema": {"name", "description"?, "schema", "strict"?}}; the JSON Schema subset of
+// runtime/json-constraint.h. Null for text. Throws api_error 400 naming the field (param
+// "response_format..." and the schema keyword's path in the message).
+std::shared_ptr<const runtime::json_grammar> parse_response_format(const nlohmann::ordered_json& rf);
 
 // How deep arrays and objects may nest in a request body (the body itself is level 1). OpenAI's own API
 // accepts tool schemas nested a few levels; 64 leaves room for any real one.

@@ -48,7 +48,7 @@ class engine_core {
       r.outputs = sched_.update(aborts_only, {});
       return r;
     }
-    r.outputs = sched_.update(out, sampled);
+    r.outputs = sched_.update(out, sampled, runner_.ended());
     return r;
   }
 

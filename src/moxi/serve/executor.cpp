@@ -113,8 +113,9 @@ executor::executor(const model::model& m, memory::hybrid_memory& memory, executo
     : model_(m), memory_(memory), mode_(mode) {}
 
 void executor::add(request_id id, const runtime::sampling_params& params, std::span<const token_id> prompt,
-                   int top_logprobs) {
-  auto st = std::unique_ptr<request_state>(new request_state{runtime::sampler(params, prompt), top_logprobs});
+                   int top_logprobs, std::optional<runtime::json_constraint> constraint) {
+  auto st = std::unique_ptr<request_state>(
+      new request_state{runtime::sampler(params, prompt, std::move(constraint)), top_logprobs});
   requests_[id] = std::move(st);
 }
 
@@ -131,6 +132,7 @@ std::map<request_id, token_id> executor::execute(const scheduler_output& step) {
     request_state* state;
     token_id token = -1;
     std::optional<token_logprobs> lps;
+    bool ended = false;  // the token completed the request's constrained output
   };
   std::vector<std::vector<choice>> choices(reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -146,6 +148,7 @@ std::map<request_id, token_id> executor::execute(const scheduler_output& step) {
     for (auto& c : choices[i]) {
       c.token = c.state->smp.sample(logits);
       c.state->smp.accept(c.token);
+      c.ended = c.state->smp.constraint_done();
       if (c.state->top_logprobs >= 0) c.lps = logprobs_of(logits, c.token, c.state->top_logprobs);
     }
   };
@@ -199,9 +202,11 @@ std::map<request_id, token_id> executor::execute(const scheduler_output& step) {
 
   std::map<request_id, token_id> next_tokens;
   logprobs_.clear();
+  ended_.clear();
   for (auto& cs : choices)
     for (auto& c : cs) {
       next_tokens[c.id] = c.token;
+      if (c.ended) ended_.insert(c.id);
       if (c.lps) logprobs_[c.id] = std::move(*c.lps);
     }
   return next_tokens;

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "moxi/base/thread-pool.h"
@@ -41,14 +42,17 @@ class executor final : public model_runner {
   executor(const model::model& m, memory::hybrid_memory& memory, executor_mode mode = executor_mode::batched);
 
   // A request's sampler; must be added before its first step and removed after it finishes. top_logprobs
-  // < 0: no logprobs; >= 0: the sampled token's logprob plus that many alternatives.
+  // < 0: no logprobs; >= 0: the sampled token's logprob plus that many alternatives. `constraint`: the
+  // request's response_format (each choice its own state); a token that completes it ends the request.
   void add(request_id id, const runtime::sampling_params& params, std::span<const token_id> prompt,
-           int top_logprobs);
+           int top_logprobs, std::optional<runtime::json_constraint> constraint = std::nullopt);
   void remove(request_id id);
 
   std::map<request_id, token_id> execute(const scheduler_output& step) override;
   // Logprobs of the tokens sampled by the last execute(), for requests that asked for them.
   const std::map<request_id, token_logprobs>& last_logprobs() const { return logprobs_; }
+  // Requests whose last sampled token completed their constrained output.
+  const std::set<request_id>& ended() const override { return ended_; }
 
  private:
   struct request_state {
@@ -60,6 +64,7 @@ class executor final : public model_runner {
   executor_mode mode_;
   std::map<request_id, std::unique_ptr<request_state>> requests_;
   std::map<request_id, token_logprobs> logprobs_;
+  std::set<request_id> ended_;
 };
 
 }  // namespace moxi::serve

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 
 #include "moxi/serve/scheduler.h"
 
@@ -15,6 +16,12 @@ class model_runner {
   // Feeds each scheduled request's tokens at positions [start, start + n) and leaves the caches holding
   // them; must not commit (the scheduler does, in update()).
   virtual std::map<request_id, token_id> execute(const scheduler_output& step) = 0;
+  // Requests whose token from the last execute() ends them although it is no stop token: a constrained
+  // output (response_format) that is complete. The scheduler finishes them with STOP.
+  virtual const std::set<request_id>& ended() const {
+    static const std::set<request_id> none;
+    return none;
+  }
 };
 
 }  // namespace moxi::serve

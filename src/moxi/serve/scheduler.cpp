@@ -178,12 +178,12 @@ request_output scheduler::report(const request& r) const {
   return o;
 }
 
-request_output scheduler::accept(request& r, token_id t) {
+request_output scheduler::accept(request& r, token_id t, bool end) {
   r.tokens.push_back(t);
   auto o = report(r);
   o.new_tokens.push_back(t);
   const auto& stops = r.params.stop_tokens;
-  if (std::find(stops.begin(), stops.end(), t) != stops.end())
+  if (end || std::find(stops.begin(), stops.end(), t) != stops.end())
     o.finished = finish_reason::STOP;
   else if (int64_t(r.tokens.size()) - r.num_prompt >= r.params.max_tokens)
     o.finished = finish_reason::LENGTH;
@@ -200,14 +200,14 @@ request_output scheduler::accept(request& r, token_id t) {
 
 void scheduler::fork_children(request& parent, const scheduled_request& s,
                               const std::map<request_id, token_id>& sampled,
-                              std::vector<request_output>& events) {
+                              const std::set<request_id>& ended, std::vector<request_output>& events) {
   for (request_id id : s.forks) {
     request& c = requests_.at(id);  // a fork cancelled since schedule() is still here until the next one
     auto it = sampled.find(id);
     MOXI_ASSERT(it != sampled.end(), "the runner returned no token for a fork");
     c.fork_of.reset();
     c.num_cached_tokens = parent.num_cached_tokens;  // counted once, in the parent's admission
-    auto o = accept(c, it->second);
+    auto o = accept(c, it->second, ended.count(id) > 0);
     const bool done = o.finished != finish_reason::NONE;
     events.push_back(std::move(o));
     if (done) continue;
@@ -226,7 +226,8 @@ void scheduler::fork_children(request& parent, const scheduled_request& s,
 }
 
 std::vector<request_output> scheduler::update(const scheduler_output& out,
-                                              const std::map<request_id, token_id>& sampled) {
+                                              const std::map<request_id, token_id>& sampled,
+                                              const std::set<request_id>& ended) {
   std::vector<request_output> events;
   for (request_id id : out.aborted) {
     auto o = report(requests_.at(id));
@@ -243,8 +244,8 @@ std::vector<request_output> scheduler::update(const scheduler_output& out,
     auto it = sampled.find(s.id);
     MOXI_ASSERT(it != sampled.end(), "the runner returned no token for a request that samples");
     std::vector<request_output> fork_events;
-    if (!s.forks.empty()) fork_children(r, s, sampled, fork_events);
-    events.push_back(accept(r, it->second));
+    if (!s.forks.empty()) fork_children(r, s, sampled, ended, fork_events);
+    events.push_back(accept(r, it->second, ended.count(s.id) > 0));
     for (auto& e : fork_events) events.push_back(std::move(e));
   }
   return events;

@@ -12,6 +12,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -95,10 +96,11 @@ class scheduler {
 
   scheduler_output schedule();
   // Commits the step to memory, appends `sampled` (one token per scheduled request with sample set),
-  // finishes requests on a stop token or max_tokens, and reports every request that got a token,
-  // finished or was aborted.
+  // finishes requests on a stop token, max_tokens or when `ended` holds them (STOP: a complete constrained
+  // output), and reports every request that got a token, finished or was aborted.
   std::vector<request_output> update(const scheduler_output& out,
-                                     const std::map<request_id, token_id>& sampled);
+                                     const std::map<request_id, token_id>& sampled,
+                                     const std::set<request_id>& ended = {});
 
   bool has_unfinished() const { return !requests_.empty(); }
   size_t num_waiting() const { return waiting_.size(); }
@@ -121,9 +123,11 @@ class scheduler {
     std::optional<request_id> fork_of;  // set while this request waits for its parent's prefill
   };
   void fork_children(request& parent, const scheduled_request& s,
-                     const std::map<request_id, token_id>& sampled, std::vector<request_output>& events);
-  // Appends a sampled token; on a stop token or max_tokens the request is finished: freed and forgotten.
-  request_output accept(request& r, token_id t);
+                     const std::map<request_id, token_id>& sampled, const std::set<request_id>& ended,
+                     std::vector<request_output>& events);
+  // Appends a sampled token; on a stop token, `end` or max_tokens the request is finished: freed and
+  // forgotten.
+  request_output accept(request& r, token_id t, bool end = false);
   int64_t chunk(const request& r, int64_t start, int64_t budget) const;
   void preempt(request& r, scheduler_output& out);
   void drop_cancelled(scheduler_output& out);

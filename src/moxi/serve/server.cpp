@@ -63,6 +63,7 @@ struct pending_add {
   std::vector<runtime::sampling_params> sampling;  // per choice
   request_params params;
   int top_logprobs = -1;
+  std::shared_ptr<const runtime::json_grammar> grammar;  // response_format; null: text
 };
 
 using header_list = std::vector<std::pair<std::string, std::string>>;
@@ -81,6 +82,9 @@ struct server::impl {
   int64_t max_model_len = 0;
   std::vector<token_id> stop_token_ids;  // end the generation (config eos + generation_config eos ids)
   std::optional<token_id> bos;
+  // Every token's bytes, for response_format's constrained decoding; built on the first such request.
+  std::once_flag token_table_once;
+  std::shared_ptr<const runtime::token_table> token_table;
   std::optional<formats::chat_template>
       chat_tmpl;  // the model's own (tokenizer_config.json); none: chat is 400
   std::vector<std::string>
@@ -170,8 +174,11 @@ struct server::impl {
         std::vector<request_id> forks;
         for (size_t i = 1; i < a.choices.size(); ++i) forks.push_back(a.choices[i]->id);
         try {
-          for (size_t i = 0; i < a.choices.size(); ++i)
-            exec.add(a.choices[i]->id, a.sampling[i], a.params.prompt, a.top_logprobs);
+          for (size_t i = 0; i < a.choices.size(); ++i) {
+            std::optional<runtime::json_constraint> constraint;
+            if (a.grammar) constraint.emplace(a.grammar, token_table, a.params.stop_tokens);
+            exec.add(a.choices[i]->id, a.sampling[i], a.params.prompt, a.top_logprobs, std::move(constraint));
+          }
           sched.add_request(a.choices[0]->id, std::move(a.params), forks);
           for (const auto& lr : a.choices) live[lr->id] = lr;
         } catch (const std::exception& e) {
@@ -622,6 +629,12 @@ void server::impl::handle_completion(const http_request& req, http_exchange& ex,
   a.params.max_tokens = v.max_tokens;
   a.params.stop_tokens = stop_ids;
   a.top_logprobs = r.top_logprobs;
+  if (r.response_grammar) {
+    std::call_once(token_table_once, [&] {
+      token_table = std::make_shared<const runtime::token_table>(tok, int64_t(mdl.config().vocab_size));
+    });
+    a.grammar = r.response_grammar;
+  }
   for (int i = 0; i < r.n; ++i) {
     auto lr = std::make_shared<live_request>();
     lr->id = next_id.fetch_add(1);

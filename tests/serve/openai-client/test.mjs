@@ -1,5 +1,6 @@
 // Drives a running `moxi serve` with the official openai npm client: chat and completions, streaming and
-// not, usage (cached tokens), logprobs, tools and n > 1, and the client-side errors it raises for 4xx answers. Invoked by
+// not, usage (cached tokens), logprobs, tools and n > 1, response_format json_schema, and the client-side
+// errors it raises for 4xx answers. Invoked by
 // tests/serve/http-openai-client-test.cpp with MOXI_BASE_URL, MOXI_API_KEY and MOXI_MODEL set.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -122,6 +123,40 @@ await check('errors: unknown model is NotFoundError, bad parameter is BadRequest
   await assert.rejects(
     client.completions.create({ model, prompt: 'x', temperature: 5 }),
     (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'temperature');
+});
+
+await check('response_format json_schema: completed outputs parse and match the schema', async () => {
+  const schema = {
+    type: 'object',
+    properties: { answer: { type: 'string', maxLength: 5 }, n: { type: 'integer' }, flag: { type: 'boolean' } },
+    required: ['answer', 'n', 'flag'],
+    additionalProperties: false,
+  };
+  let stopped = 0;
+  for (const seed of [1, 2, 3, 4]) {
+    const r = await client.chat.completions.create({
+      model, messages: [{ role: 'user', content: 'Reply in JSON' }], max_tokens: 200, temperature: 1, seed,
+      response_format: { type: 'json_schema', json_schema: { name: 'reply', schema, strict: true } },
+    });
+    const c = r.choices[0];
+    assert.ok(['stop', 'length'].includes(c.finish_reason));
+    if (c.finish_reason !== 'stop') continue;
+    stopped++;
+    const v = JSON.parse(c.message.content);
+    assert.deepEqual(Object.keys(v).sort(), ['answer', 'flag', 'n']);
+    assert.equal(typeof v.answer, 'string');
+    assert.ok([...v.answer].length <= 5);
+    assert.ok(Number.isInteger(v.n));
+    assert.equal(typeof v.flag, 'boolean');
+  }
+  assert.ok(stopped >= 1, 'no output completed');
+  await assert.rejects(
+    client.chat.completions.create({
+      model, messages: [{ role: 'user', content: 'x' }],
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: 'a' } } },
+    }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 &&
+      e.param === 'response_format.json_schema.schema' && /'pattern' is not supported/.test(e.message));
 });
 
 await check('errors: wrong API key is AuthenticationError', async () => {
