@@ -81,6 +81,8 @@ TEST(Interrupt, NewGuardStartsClearAndRestoresThePreviousHandler) {
     EXPECT_FALSE(moxi::interrupt_requested()) << "a new guard starts with no interrupt";
     EXPECT_FALSE(readable(moxi::interrupt_fd()));
   }
+  EXPECT_FALSE(moxi::interrupt_requested()) << "the request ends with its guard";
+  EXPECT_NO_THROW(moxi::check_interrupt());
   ::raise(SIGTERM);
   EXPECT_EQ(g_custom.load(), 1) << "the previous handler is back";
   ::sigaction(SIGTERM, &old, nullptr);

@@ -86,6 +86,10 @@ interrupt_guard::interrupt_guard() {
 interrupt_guard::~interrupt_guard() {
   for (int i = 0; i < 2; ++i)
     if (g_installed[i]) ::sigaction(kSignals[i], &g_previous[i], nullptr);
+  // The request ends with the guard (a moxi::interrupted in flight carries the signal): code that runs
+  // afterwards, unguarded, must not stop for it.
+  g_signal = 0;
+  drain(g_read_fd.load());
   g_guarded = false;
 }
 

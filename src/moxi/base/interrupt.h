@@ -23,8 +23,9 @@ class interrupted {
 };
 
 // Installs the SIGINT and SIGTERM handlers for its lifetime and restores the previous dispositions when
-// destroyed; starts with no interrupt requested. A signal that was ignored when the guard was made
-// (a background job of a non-interactive shell, nohup) stays ignored. One guard at a time (a CLI command).
+// destroyed; no interrupt is requested before or after it (the exception carries the signal). A signal that
+// was ignored when the guard was made (a background job of a non-interactive shell, nohup) stays ignored. One
+// guard at a time (a CLI command).
 class interrupt_guard {
  public:
   interrupt_guard();
