@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "moxi/eval/task-generator.h"
@@ -211,7 +212,8 @@ TEST(Check, LimitsAndIsolation) {
   check_options o;
   o.work_dir = tmpl;
   o.limits.timeout_s = 0.5;
-  checker fast(o);
+  auto fast_owner = std::make_unique<checker>(o);
+  checker& fast = *fast_owner;
   const auto tasks = generate_tasks(domain::terminal, split::train, 1, 1);
   const task& t = tasks[0];
   auto r = fast.check(t, "sleep 10; " + t.reference);
@@ -227,7 +229,13 @@ TEST(Check, LimitsAndIsolation) {
   EXPECT_FALSE(std::filesystem::exists(std::string(MOXI_SOURCE_DIR) + "/escaped.txt"));
   EXPECT_TRUE(r.pass) << r.detail;  // the failed write only prints to stderr; the outcome still matches
 
-  // The workspaces are removed after every check.
+  // Every workspace lives in the checker's one directory and is removed after every check; the
+  // directory goes with the checker.
+  std::vector<std::filesystem::path> made;
+  for (const auto& e : std::filesystem::directory_iterator(tmpl)) made.push_back(e.path());
+  ASSERT_EQ(made.size(), 1u);
+  EXPECT_TRUE(std::filesystem::is_empty(made[0])) << made[0];
+  fast_owner.reset();
   EXPECT_TRUE(std::filesystem::is_empty(tmpl));
   std::filesystem::remove_all(tmpl);
 }

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "moxi/base/error.h"
+#include "moxi/base/interrupt.h"
 #include "moxi/cli/command.h"
 #include "moxi/cli/terminal-text.h"
 #include "moxi/eval/evaluate.h"
@@ -112,6 +113,7 @@ void setup_eval(CLI::App& root) {
                   "print up to N failed tasks per domain with reply and reason");
   cmd->add_flag("-q,--quiet", a->quiet, "no progress line");
   cmd->callback([a] {
+    interrupt_guard stop_cleanly;  // SIGINT/SIGTERM: sandbox runs killed, workspaces removed, exit 130
     auto tasks = eval::read_jsonl(a->tasks);
     if (tasks.empty()) throw error(a->tasks + ": no tasks");
     if (a->max_tasks > 0 && tasks.size() > a->max_tasks) tasks.resize(a->max_tasks);

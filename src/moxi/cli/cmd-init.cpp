@@ -1,6 +1,7 @@
 // `moxi init --config FILE --out DIR [--seed N] [--shards N] [--dtype bf16|f32]`: a random checkpoint.
 #include <iostream>
 
+#include "moxi/base/interrupt.h"
 #include "moxi/cli/command.h"
 #include "moxi/formats/model-config.h"
 #include "moxi/model/config.h"
@@ -27,6 +28,7 @@ void setup_init(CLI::App& root) {
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
   cmd->callback([a] {
+    interrupt_guard stop_cleanly;  // SIGINT/SIGTERM: the OUT.tmp-PID directory is removed, exit 130
     a->opt.float_type = a->dtype == "f32" ? dtype::F32 : dtype::BF16;
     const auto config = model::load_model_config(a->config);
     model::init_checkpoint(config, a->out, a->opt);

@@ -1,6 +1,7 @@
 // `moxi quantize IN_DIR OUT_DIR [--shards N]`: BF16/F32 checkpoint -> MXFP4 routed experts.
 #include <iostream>
 
+#include "moxi/base/interrupt.h"
 #include "moxi/cli/command.h"
 #include "moxi/model/quantize.h"
 
@@ -23,6 +24,7 @@ void setup_quantize(CLI::App& root) {
       ->check(CLI::IsMember({"bf16", "mxfp8_e4m3", "mxfp8_e5m2"}))
       ->capture_default_str();
   cmd->callback([a] {
+    interrupt_guard stop_cleanly;  // SIGINT/SIGTERM: the OUT.tmp-PID directory is removed, exit 130
     a->opt.activations = a->activations == "bf16"         ? formats::act_format::BF16
                          : a->activations == "mxfp8_e5m2" ? formats::act_format::MXFP8_E5M2
                                                           : formats::act_format::MXFP8_E4M3;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "moxi/base/error.h"
+#include "moxi/base/interrupt.h"
 #include "moxi/cli/command.h"
 #include "moxi/sandbox/sandbox.h"
 
@@ -153,7 +154,10 @@ void setup(CLI::App& root) {
   run->add_option("--stdin-file", opts->stdin_file, "Feed this file to the command's stdin");
   run->add_flag("-q,--quiet", opts->quiet, "No summary line on stderr");
   run->add_option("command", s.argv, "The command and its arguments (after --)")->required();
-  run->callback([opts] { run_command(*opts); });
+  run->callback([opts] {
+    interrupt_guard stop_cleanly;  // SIGINT/SIGTERM: the run is killed, its temporary workspace removed
+    run_command(*opts);
+  });
 }
 
 MOXI_COMMAND("sandbox", setup);

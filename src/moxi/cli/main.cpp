@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "moxi/base/error.h"
+#include "moxi/base/interrupt.h"
 #include "moxi/cli/command.h"
 
 namespace moxi::cli {
@@ -27,6 +28,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const moxi::interrupted& e) {
+    // A command under an interrupt_guard stopped and cleaned up (base/interrupt.h): 128 + signal.
+    std::fflush(stdout);
+    std::fprintf(stderr, "moxi: %s; stopped\n", e.what());
+    return 128 + e.signal();
   } catch (const moxi::error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "moxi: error: %s\n", e.what());

@@ -3,6 +3,7 @@
 #include "moxi/eval/check.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "moxi/base/error.h"
+#include "moxi/base/interrupt.h"
 #include "moxi/sandbox/pool.h"
 
 namespace moxi::eval {
@@ -87,8 +89,8 @@ std::string last_line(const std::string& s) {
   return {};
 }
 
-std::string make_workspace(const std::string& work_dir) {
-  std::string tmpl = work_dir + "/moxi-eval-XXXXXX";
+std::string make_workspace(const std::string& dir) {
+  std::string tmpl = dir + "/run-XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) throw io_error("mkdtemp", tmpl, errno);
   return tmpl;
 }
@@ -365,7 +367,34 @@ checker::checker(check_options options) : options_(std::move(options)) {
   pool_ = std::make_unique<sandbox::pool>(workers, 2 * kChunk, options_.audit_log);
 }
 
-checker::~checker() = default;
+checker::~checker() {
+  pool_.reset();  // every run is over (killed and reaped when interrupted) before its workspace goes
+  if (!dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+}
+
+const std::string& checker::directory() {
+  std::lock_guard lock(dir_mutex_);
+  if (dir_.empty()) {
+    std::string base = options_.work_dir;
+    if (base.empty()) {
+      const char* tmp = std::getenv("TMPDIR");
+      base = tmp && *tmp ? tmp : "/tmp";
+    }
+    std::string tmpl = base + "/moxi-eval-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) throw io_error("mkdtemp", tmpl, errno);
+    // Searchable by the sandbox uid, which must reach the workspaces below (docs/sandbox.md#workspace).
+    if (::chmod(tmpl.c_str(), 0711) != 0) {
+      const int e = errno;
+      ::rmdir(tmpl.c_str());
+      throw io_error("chmod", tmpl, e);
+    }
+    dir_ = tmpl;
+  }
+  return dir_;
+}
 
 check_result checker::check(const task& t, std::string_view candidate) {
   return check_all({{&t, std::string(candidate)}}).at(0);
@@ -408,7 +437,7 @@ std::vector<check_result> checker::check_chunk(
   auto start = [&](const std::vector<file_entry>& files, std::vector<std::string> argv,
                    std::string stdin_data, bool snap) {
     run r;
-    r.workspace = make_workspace(options_.work_dir);
+    r.workspace = make_workspace(directory());
     r.snapshot = snap;
     runs.push_back(std::move(r));  // registered first so that cleanup removes it on any error
     for (const auto& f : files) write_file(fs::path(runs.back().workspace) / f.path, f.content);
@@ -426,6 +455,7 @@ std::vector<check_result> checker::check_chunk(
 
   try {
     for (size_t i = 0; i < items.size(); ++i) {
+      check_interrupt();
       const task& t = *items[i].first;
       const std::string& cand = items[i].second;
       switch (t.domain) {

@@ -36,7 +36,9 @@ struct check_options {
   sandbox::limits limits = default_check_limits();
   size_t workers = 0;     // concurrent sandbox runs; 0 = 2 per CPU (runs mostly wait on namespace setup)
   std::string audit_log;  // one JSON line per sandbox run when set
-  std::string work_dir = "/tmp";  // where per-run workspaces are made (the sandbox uid must reach it)
+  // Where the checker makes its directory (moxi-eval-XXXXXX, holding every run's workspace, removed
+  // with the checker); empty: $TMPDIR, else /tmp. The sandbox uid must be able to reach it.
+  std::string work_dir;
 };
 
 // The part of a model reply that is the answer: the first fenced ``` block if there is one (without its
@@ -47,11 +49,14 @@ std::string extract_program(std::string_view reply);
 std::optional<std::string> extract_number(std::string_view reply);
 
 // Runs checks through one sandbox pool; thread-safe. Reference outcomes of terminal tasks are cached by
-// task id and reference, so RL's many samples per task pay one reference run.
+// task id and reference, so RL's many samples per task pay one reference run. Every workspace lives in
+// one directory of the checker's own, so that whatever happens, one removal cleans up: each chunk
+// removes its workspaces, and the destructor (after the pool's runs are over) the directory. An interrupt
+// (base/interrupt.h) stops the runs and check_all throws moxi::interrupted once they are gone.
 class checker {
  public:
   explicit checker(check_options options = {});
-  ~checker();
+  ~checker();  // ends the pool (queued runs, then the workers), then removes the checker's directory
   checker(const checker&) = delete;
   checker& operator=(const checker&) = delete;
 
@@ -63,8 +68,11 @@ class checker {
 
  private:
   std::vector<check_result> check_chunk(const std::vector<std::pair<const task*, std::string>>& items);
+  const std::string& directory();  // made on first use
 
   check_options options_;
+  std::mutex dir_mutex_;
+  std::string dir_;
   std::unique_ptr<sandbox::pool> pool_;
   std::mutex cache_mutex_;
   std::unordered_map<std::string, std::shared_ptr<const outcome>> reference_cache_;

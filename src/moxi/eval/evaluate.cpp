@@ -15,6 +15,7 @@
 
 #include "moxi/base/clock.h"
 #include "moxi/base/error.h"
+#include "moxi/base/interrupt.h"
 #include "moxi/base/progress.h"
 #include "moxi/base/thread-pool.h"
 #include "moxi/formats/json-file.h"
@@ -40,7 +41,10 @@ void generate_reply(const eval_model& m, const task& t, int64_t max_tokens, task
   go.stop_tokens = m.stop_tokens;
   auto lm = m.new_sequence();
   std::string reply;
-  const auto g = runtime::generate(*lm, *m.tok, ids, go, [&](std::string_view text) { reply += text; });
+  const auto g = runtime::generate(*lm, *m.tok, ids, go, [&](std::string_view text) {
+    check_interrupt();  // a long reply stops at the next piece of text
+    reply += text;
+  });
   rec.reply = runtime::to_valid_utf8(reply);
   rec.finish_reason = g.finish_reason;
   rec.prompt_tokens = int64_t(ids.size());
@@ -163,6 +167,7 @@ eval_report evaluate(const eval_model& m, const std::vector<task>& tasks, const 
       const size_t i = next++;
       if (i >= tasks.size()) return;
       try {
+        check_interrupt();
         generate_reply(m, tasks[i], o.max_tokens, r.records[i]);
       } catch (...) {
         fail(std::current_exception());

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "moxi/base/error.h"
+#include "moxi/base/interrupt.h"
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/shard-plan.h"
 
@@ -208,6 +209,9 @@ const std::string& checkpoint_writer::shard_name_of(std::string_view name) const
 }
 
 void checkpoint_writer::write(std::string_view name, const void* data, size_t nbytes) {
+  // Writers are fed tensor by tensor, so this is where a long `moxi init`/`quantize` stops when asked;
+  // the unwinding destroys the writer, which removes the temp directory.
+  check_interrupt();
   const std::string what = "checkpoint_writer '" + out_dir_ + "'";
   if (committed_) throw error(what + ": write of tensor '" + std::string(name) + "' after commit");
   auto it = by_name_.find(name);

@@ -82,7 +82,8 @@ class checkpoint_writer {
   checkpoint_writer& operator=(const checkpoint_writer&) = delete;
 
   // Writes one tensor's bytes (dense, row-major, little-endian); any order, each tensor exactly once.
-  // nbytes must equal numel x dtype size.
+  // nbytes must equal numel x dtype size. Throws moxi::interrupted first when SIGINT/SIGTERM asked the
+  // process to stop (base/interrupt.h); destroying the writer then removes the temp directory.
   void write(std::string_view name, const void* data, size_t nbytes);
   // Writes an extra small file (config.json, tokenizer.json...) into the temp directory now. The name must
   // be a plain file name, distinct from the shards, the index and earlier extra files.

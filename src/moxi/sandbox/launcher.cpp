@@ -36,6 +36,7 @@
 
 #include "moxi/base/clock.h"
 #include "moxi/base/error.h"
+#include "moxi/base/interrupt.h"
 #include "moxi/sandbox/audit-log.h"
 #include "moxi/sandbox/cgroup.h"
 #include "moxi/sandbox/sandbox.h"
@@ -156,6 +157,75 @@ struct workspace {
   }
 };
 
+// The sandbox's PID 1 (bwrap inside the new PID namespace) by a pidfd, opened from the host pid bwrap
+// reports and accepted only while it is still the child of our (unreaped) bwrap, so a recycled pid is
+// never signalled or waited for.
+struct sandbox_init {
+  unique_fd fd;
+  bool failed = false;  // reported but not (or no longer) reachable: fall back to killing bwrap
+
+  bool known() const { return fd.get() >= 0; }
+
+  // Looks for {"child-pid": N} in bwrap's status text; `bwrap` is our child, not yet reaped.
+  void find(const std::string& status, pid_t bwrap) {
+    const size_t key = status.find("\"child-pid\"");
+    if (key == std::string::npos) return;
+    size_t at = status.find_first_of("0123456789", key);
+    const size_t end = at == std::string::npos ? at : status.find_first_not_of("0123456789", at);
+    if (end == std::string::npos) return;  // the number may not be complete yet
+    const long pid = std::strtol(status.c_str() + at, nullptr, 10);
+    unique_fd f(static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0)));
+    if (pid <= 0 || f.get() < 0 || parent_of(static_cast<pid_t>(pid)) != bwrap) {
+      failed = true;
+      return;
+    }
+    fd = std::move(f);
+  }
+
+  bool kill() {
+    if (::syscall(SYS_pidfd_send_signal, fd.get(), SIGKILL, nullptr, 0) == 0) return true;
+    failed = true;
+    return false;
+  }
+
+  // Waits until PID 1 has exited, which the kernel allows only once every other process of its
+  // namespace is gone; after a grace, kills it. Not our child, so its parent (or init) reaps it.
+  void wait_gone() {
+    if (!known()) return;
+    for (int round = 0; round < 2; ++round) {
+      const auto until = clock_type::now() + std::chrono::milliseconds(round == 0 ? 2000 : 1000);
+      for (;;) {
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(until - clock_type::now()).count();
+        if (left <= 0) break;
+        pollfd p = {fd.get(), POLLIN, 0};
+        const int n = ::poll(&p, 1, static_cast<int>(left));
+        if (n > 0) return;
+        if (n < 0 && errno != EINTR) return;
+      }
+      kill();
+    }
+  }
+
+  // The parent pid from /proc/PID/stat ("pid (comm) state ppid ..."; comm may hold anything but the
+  // last ')' ends it); -1 when unreadable.
+  static pid_t parent_of(pid_t pid) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+    unique_fd f(::open(path, O_RDONLY | O_CLOEXEC));
+    if (f.get() < 0) return -1;
+    char buf[1024];
+    const ssize_t n = ::read(f.get(), buf, sizeof buf - 1);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    const char* close = std::strrchr(buf, ')');
+    char state = 0;
+    int ppid = -1;
+    if (!close || std::sscanf(close + 1, " %c %d", &state, &ppid) != 2) return -1;
+    return ppid;
+  }
+};
+
 // Runs sharing a workspace hold only a shared lock on it; their copies in and back are serialised by
 // an exclusive lock on the parent directory, so that no run copies in a tree another is rewriting.
 class copy_guard {
@@ -271,6 +341,7 @@ struct child_args {
   bool drop = false;
   uid_t uid = 0;
   gid_t gid = 0;
+  pid_t parent = 0;  // moxi: if it is gone by the time PDEATHSIG is armed, the child must not go on
   // Written by the child on failure, read by the parent after the vfork wait.
   const char* failed_step = nullptr;
   int failed_errno = 0;
@@ -332,6 +403,9 @@ int child_main(void* arg) {
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return child_fail(a, "no_new_privs");
   // After the uid change, which clears it: if moxi dies, bwrap dies, and with it the whole tree.
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) return child_fail(a, "pdeathsig");
+  // The calling thread waits (CLONE_VFORK), but another thread may end moxi meanwhile (a fatal signal):
+  // a parent that died before the line above sends no signal, and bwrap would run with nobody to stop it.
+  if (::getppid() != a->parent) _exit(127);
   sigset_t none;
   ::sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -472,6 +546,7 @@ run_result run(const run_spec& spec) {
   if (spec.argv.empty() || spec.argv[0].empty()) throw error("sandbox: empty command");
   const auto& lim = spec.limits;
   check_limits(lim);
+  check_interrupt();  // nothing new starts once moxi is asked to stop (a pool's queued runs end here)
   static std::once_flag swept;
   std::call_once(swept, [] { sweep_stale_cgroups(); });
   run_result r;
@@ -572,6 +647,7 @@ run_result run(const run_spec& spec) {
   ca.drop = drop;
   ca.uid = spec.policy.uid;
   ca.gid = spec.policy.gid;
+  ca.parent = ::getpid();
 
   constexpr size_t kStack = 256 * 1024;
   void* stack =
@@ -615,17 +691,57 @@ run_result run(const run_spec& spec) {
   const auto deadline =
       t0 + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(lim.timeout_s));
   const bool cpu_by_cgroup = lim.cpu_s > 0 && cg->cpu();
+  // bwrap's reports, read as they come: {"child-pid": N} (the sandbox's PID 1, by its host pid) right
+  // after bwrap made it, {"exit-code": N} once the command ran.
+  std::string status_text;
+  ::fcntl(status_r.get(), F_SETFL, O_NONBLOCK);
+  // Returns false at EOF (or once the text is implausibly long).
+  auto read_status = [&] {
+    char buf[4096];
+    for (;;) {
+      if (status_text.size() >= 65536) return false;
+      const ssize_t n = ::read(status_r.get(), buf, sizeof buf);
+      if (n > 0) {
+        status_text.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      return n < 0 && (errno == EAGAIN || errno == EINTR);
+    }
+  };
+  bool status_open = true;
+  sandbox_init init;
   bool exited = false;
   clock_type::time_point exited_at;
   limit_kind killed_for = limit_kind::none;
-  auto kill_tree = [&](limit_kind why) {
-    if (killed_for != limit_kind::none) return;
-    killed_for = why;
-    ::kill(pid, SIGKILL);  // our unreaped child: its pid cannot have been reused
-    cg->kill_all(500);
+  bool stopping = false, init_killed = false, hard_killed = false, interrupted_run = false;
+  clock_type::time_point stop_at;
+  // Ends the tree. Killing the sandbox's PID 1 makes the kernel kill everything in its PID namespace
+  // before PID 1 itself exits; bwrap's outer process then reaps it and exits, so nothing is orphaned.
+  // Killing bwrap (our child) and the cgroup is the fallback when PID 1 is not known, or not gone after
+  // a grace.
+  auto stop_tree = [&] {
+    const auto now = clock_type::now();
+    if (!stopping) {
+      stopping = true;
+      stop_at = now;
+    }
+    if (!init_killed && init.known() && !init.failed) init_killed = init.kill();
+    if (!hard_killed && (now - stop_at > std::chrono::seconds(1) || (!init_killed && init.failed))) {
+      hard_killed = true;
+      ::kill(pid, SIGKILL);  // our unreaped child: its pid cannot have been reused
+      cg->kill_all(500);
+    }
   };
+  auto kill_tree = [&](limit_kind why) {
+    if (killed_for == limit_kind::none) killed_for = why;
+    stop_tree();
+  };
+  const int stop_fd = interrupt_fd();
   for (;;) {
     if (!exited) {
+      // Before the reap: while bwrap is unreaped, a child of it is the sandbox's PID 1 and nothing else.
+      if (status_open) status_open = read_status();
+      if (!init.known() && !init.failed) init.find(status_text, pid);
       int wr = ::wait4(pid, &status, WNOHANG, &ru);
       if (wr == pid) {
         exited = true;
@@ -638,6 +754,11 @@ run_result run(const run_spec& spec) {
     if (!exited && now >= deadline) kill_tree(limit_kind::timeout);
     if (!exited && cpu_by_cgroup && cg->cpu_seconds() >= lim.cpu_s) kill_tree(limit_kind::cpu);
     if (!exited && watch_disk && disk_full()) kill_tree(limit_kind::disk);
+    if (!exited && !interrupted_run && interrupt_requested()) {
+      interrupted_run = true;
+      stop_tree();
+    }
+    if (!exited && stopping) stop_tree();  // PID 1 became known, or the grace is over
     // After the exit every writer is dead (the PID namespace is gone); a short grace covers the last
     // bytes in flight, then we stop rather than hang on a descriptor leaked to some other process.
     if (exited && now - exited_at > std::chrono::milliseconds(500)) break;
@@ -645,15 +766,17 @@ run_result run(const run_spec& spec) {
     if (!exited) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
       wait_ms = static_cast<int>(std::clamp<long long>(left, 1, cpu_by_cgroup || watch_disk ? 20 : 1000));
-      if (killed_for != limit_kind::none) wait_ms = 5;
+      if (stopping) wait_ms = std::min(wait_ms, 5);
     } else {
       wait_ms = 10;
     }
-    pollfd fds[3];
+    pollfd fds[5];
     nfds_t n = 0;
+    if (!exited && status_open && !init.known()) fds[n++] = {status_r.get(), POLLIN, 0};
     if (out_reader.fd >= 0) fds[n++] = {out_reader.fd, POLLIN, 0};
     if (err_reader.fd >= 0) fds[n++] = {err_reader.fd, POLLIN, 0};
     if (!exited && pidfd.get() >= 0) fds[n++] = {pidfd.get(), POLLIN, 0};
+    if (!exited && !interrupted_run && stop_fd >= 0) fds[n++] = {stop_fd, POLLIN, 0};
     ::poll(fds, n, wait_ms);
     if (out_reader.fd >= 0) out_reader.drain();
     if (err_reader.fd >= 0) err_reader.drain();
@@ -662,6 +785,10 @@ run_result run(const run_spec& spec) {
   if (err_reader.fd >= 0) err_reader.close();
   if (!exited) ::wait4(pid, &status, 0, &ru);
   r.duration_s = seconds_since(t0);
+  if (status_open) read_status();
+  // bwrap's outer process may exit before the sandbox's PID 1 is gone (it leaves as soon as PID 1
+  // reports the command's status): the run is over only when PID 1, and with it the namespace, is.
+  init.wait_gone();
 
   // Stragglers cannot exist with a PID namespace, but the cgroup is checked and emptied before its
   // counters are read and it is removed.
@@ -680,17 +807,18 @@ run_result run(const run_spec& spec) {
   r.cpu_s = cg->cpu() ? cg->cpu_seconds() : rusage_cpu;
   r.peak_memory_bytes = cg->memory() ? cg->peak_memory_bytes() : static_cast<uint64_t>(ru.ru_maxrss) * 1024;
 
+  if (interrupted_run) {
+    // Stopped because moxi is asked to stop: the tree is gone; the cgroup and a temporary workspace go
+    // on the way out (a given workspace keeps what it held before the run: no copy back).
+    r.error = interrupted(interrupt_signal()).what();
+    cg.reset();
+    if (!spec.audit_log.empty()) append_audit(spec.audit_log, audit_record(spec, r));
+    throw interrupted(interrupt_signal());
+  }
+
   // Whether the command ran comes from bwrap's status descriptor, never from what the command printed:
   // "exit-code" is reported only after a successful exec. A run we killed has no report; it started
   // if bwrap had at least created the sandbox's processes.
-  std::string status_text;
-  {
-    ::fcntl(status_r.get(), F_SETFL, O_NONBLOCK);
-    char buf[4096];
-    ssize_t n;
-    while (status_text.size() < 65536 && (n = ::read(status_r.get(), buf, sizeof buf)) > 0)
-      status_text.append(buf, static_cast<size_t>(n));
-  }
   r.started = status_text.find("\"exit-code\"") != std::string::npos ||
               (killed_for != limit_kind::none && status_text.find("\"child-pid\"") != std::string::npos);
   if (!r.started) {

@@ -22,7 +22,9 @@ class pool {
   // `workers` concurrent episodes (0 = number of CPUs); submit() blocks while `queue_capacity` episodes
   // are waiting. A non-empty `audit_log` is used for every spec that does not name its own.
   explicit pool(size_t workers = 0, size_t queue_capacity = 64, std::string audit_log = {});
-  ~pool();  // finishes queued episodes, then joins the workers
+  // Finishes queued episodes, then joins the workers. After an interrupt (base/interrupt.h) the queued
+  // ones end at once: their futures hold moxi::interrupted.
+  ~pool();
   pool(const pool&) = delete;
   pool& operator=(const pool&) = delete;
 

@@ -116,7 +116,9 @@ void check_limits(const limits& l);
 
 // Runs one command to completion under the policy and limits; thread-safe, never throws for anything
 // the command does. Throws moxi::error for a bad spec (empty argv, a limit out of range, an unusable
-// workspace or one in use by another run).
+// workspace or one in use by another run). Throws moxi::interrupted (base/interrupt.h) when SIGINT or
+// SIGTERM arrived under an interrupt_guard: at once if it came before the run, else once the whole tree
+// is killed and gone, its cgroup removed and a temporary workspace deleted (docs/sandbox.md "Interrupts").
 run_result run(const run_spec& spec);
 
 // Removes per-run cgroups (moxi-sb-*) below the caller's cgroup whose owning process is gone (a moxi
