@@ -45,11 +45,18 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "moxi 0.1.0");
   app.footer(
-      "Run 'moxi COMMAND --help' for a command's flags and examples. Documentation: README.md "
-      "and\n" MOXI_DOCS_DIR "/*.md (the docs/ of the moxi source tree).");
+      "EXAMPLES:\n  moxi chat\n  moxi serve models/moxi-tiny --port 8000\n"
+      "  moxi plan --config configs/seed-2.8t.json --tp 8 --ep 64 --nodes 8 --device-memory 141\n\n"
+      "Run 'moxi COMMAND --help' for a command's flags and examples. Documentation: README.md and "
+      "\n" MOXI_DOCS_DIR "/*.md (the docs/ of the moxi source tree).");
   auto& registry = moxi::cli::command_registry();
   std::sort(registry.begin(), registry.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   for (const auto& c : registry) c.setup(app);
+  // CLI11 would report a mistyped command as "A subcommand is required".
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::none_of(registry.begin(), registry.end(), [&](const auto& c) { return c.name == argv[1]; }))
+    return moxi::cli::usage_error_exit(
+        app, std::string("no command '") + argv[1] + "' ('moxi --help' lists them)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
