@@ -68,7 +68,9 @@ void setup_plan(CLI::App& root) {
     const auto config = formats::load_model_config(a->config);
     const auto plan = model::make_plan(config, a->opt);
     const auto& o = a->opt;
-    if (std::none_of(layout->begin(), layout->end(), [](const CLI::Option* x) { return x->count() > 0; }))
+    // The JSON carries the layout it assumed; the table says so on stderr.
+    if (!a->json &&
+        std::none_of(layout->begin(), layout->end(), [](const CLI::Option* x) { return x->count() > 0; }))
       std::fprintf(
           stderr,
           "moxi plan: no layout flags given; assumed one node of %d devices (tp %d, pp %d, ep %d)%s\n",
