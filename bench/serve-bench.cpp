@@ -652,7 +652,7 @@ void add_serve_bench(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("serve", "Serving throughput and latency (vllm bench serve metrics)");
   auto goodput = std::make_shared<std::vector<std::string>>();
   auto* url = cmd->add_option("--url", o->b.url, "A running server, e.g. http://127.0.0.1:8000");
-  cmd->add_option("--model", o->b.model_dir, "Start a server in this process on this model directory")
+  cmd->add_option("-m,--model", o->b.model_dir, "Start a server in this process on this model directory")
       ->excludes(url);
   cmd->add_option("--api-key", o->b.api_key, "Bearer key for the server");
   cmd->add_option("--concurrency", o->b.concurrency, "Concurrency levels, e.g. 1,4,16,64")

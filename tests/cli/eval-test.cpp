@@ -20,7 +20,9 @@ namespace {
 
 using result = moxi::testing::command_result;
 
-result run(const std::string& args, const std::string& dir) { return moxi::testing::run_moxi(args, "", dir); }
+result run(const std::string& args, const std::string& dir) {
+  return moxi::testing::run_moxi(args, "", dir);
+}
 
 std::string read(const std::string& path) {
   std::stringstream ss;
@@ -91,6 +93,20 @@ TEST_F(EvalCli, JsonReportCountsTheTasksPerDomain) {
   EXPECT_EQ(cmp.at("overall").at("broken").get<int>(), 0);
   EXPECT_EQ(cmp.at("overall").at("net_improvement_rate").get<double>(), 0.0);
   EXPECT_EQ(cmp.at("pass_rate_delta").get<double>(), 0.0);
+
+  // The table form leads with the paired figure, then the raw pass rates with the unpaired count.
+  const auto ct = run("eval -m " + path("m") + " --tasks " + path("tasks.jsonl") +
+                          " -q --max-tokens 6 --baseline " + path("base.json"),
+                      dir_);
+  ASSERT_EQ(ct.code, 0) << ct.err;
+  const auto head = ct.out.find(
+      "vs baseline " + path("base.json") + ", over " + std::to_string(cmp.at("overall").at("n").get<int>()) +
+      " paired tasks: net improvement +0.0 points (95% interval +0.0 to +0.0); 0 fixed, "
+      "0 broken");
+  const auto raw = ct.out.find("raw pass rates (each report over its own judged tasks; 0 tasks unpaired)");
+  EXPECT_NE(head, std::string::npos) << ct.out;
+  EXPECT_NE(raw, std::string::npos) << ct.out;
+  EXPECT_LT(head, raw) << ct.out;
 
   // --show-failures 1 names the first failed task of each domain (greedy: the same replies as above).
   const auto f = run("eval --model " + path("m") + " --tasks " + path("tasks.jsonl") +

@@ -1,7 +1,7 @@
-// `moxi chat [--model DIR] [--system TEXT] [--max-tokens N] [sampling flags]`: an interactive chat with
-// history. Each turn renders the WHOLE conversation with the model's chat template and prefills only what
-// the sequence does not hold yet: the new tokens when the prompt extends the held tokens token for token,
-// else the part after the previous turn's history (a snapshot taken there; KDA state cannot be rolled
+// `moxi chat [-m DIR] [--system TEXT] [--max-tokens N] [sampling flags, greedy by default]`: an interactive
+// chat with history. Each turn renders the WHOLE conversation with the model's chat template and prefills
+// only what the sequence does not hold yet: the new tokens when the prompt extends the held tokens token for
+// token, else the part after the previous turn's history (a snapshot taken there; KDA state cannot be rolled
 // back), else everything. Reads lines until EOF, so it works with a pipe as well as a terminal.
 #include <unistd.h>
 
@@ -14,6 +14,7 @@
 #include "moxi/base/error.h"
 #include "moxi/cli/command.h"
 #include "moxi/cli/model-dir.h"
+#include "moxi/cli/options.h"
 #include "moxi/cli/terminal-text.h"
 #include "moxi/runtime/local-model.h"
 
@@ -93,24 +94,22 @@ void setup_chat(CLI::App& root) {
     bool show_prompt = false, no_reuse = false, verbose = false, raw = false;
   };
   auto a = std::make_shared<args>();
-  a->opt.sampling.temperature = 0;
   a->opt.max_tokens = 512;
-  cmd->add_option("--model", a->model, "model directory (default: $MOXI_MODEL, else the bundled moxi-tiny)");
+  add_model_option(cmd, a->model, /*required=*/false);
   cmd->add_option("--system", a->system, "system message at the start of the conversation");
-  cmd->add_option("--max-tokens", a->opt.max_tokens, "reply length limit per turn")->capture_default_str();
-  cmd->add_option("--temperature", a->opt.sampling.temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-p", a->opt.sampling.top_p, "nucleus sampling mass")->capture_default_str();
-  cmd->add_option("--top-k", a->opt.sampling.top_k, "keep the k most likely tokens (0: all)")
+  cmd->add_option("--max-tokens", a->opt.max_tokens, "reply length limit per turn")
+      ->check(integer_in(1, int64_t(1) << 20))
       ->capture_default_str();
-  cmd->add_option("--min-p", a->opt.sampling.min_p, "drop tokens below min_p * p_max")->capture_default_str();
-  cmd->add_option("--repetition-penalty", a->opt.sampling.repetition_penalty, "1 = off")
-      ->capture_default_str();
-  auto* seed = cmd->add_option("--seed", a->seed, "random seed (default: nondeterministic)");
+  auto* seed = add_sampling_options(cmd, a->opt.sampling, a->seed);
   cmd->add_flag("--show-prompt", a->show_prompt,
                 "print each turn's rendered prompt and token counts to stderr (one JSON line per turn)");
   cmd->add_flag("--no-cache-reuse", a->no_reuse, "prefill the whole conversation every turn");
   cmd->add_flag("-v,--verbose", a->verbose, "prefill details per turn on stderr");
   cmd->add_flag("--raw", a->raw, "write the reply bytes as they are (default: made terminal-safe)");
+  set_examples(cmd,
+               {"moxi chat", "moxi chat -m /tmp/tiny --system 'Reply with one shell command.'",
+                "printf 'How many lines are in notes.txt?\\n' | moxi chat --temperature 0.7 --seed 1"},
+               "docs/chat.md");
   cmd->callback([a, seed] {
     if (seed->count() > 0) a->opt.sampling.seed = a->seed;
     runtime::validate(a->opt.sampling);

@@ -8,6 +8,7 @@
 #include "moxi/base/clock.h"
 #include "moxi/base/error.h"
 #include "moxi/cli/command.h"
+#include "moxi/cli/options.h"
 #include "moxi/eval/check.h"
 #include "moxi/eval/task-generator.h"
 
@@ -29,11 +30,17 @@ void setup_data(CLI::App& root) {
   cmd->add_option("--split", a->split, "train or test (test holds out templates and parameter ranges)")
       ->check(CLI::IsMember({"train", "test"}))
       ->capture_default_str();
-  cmd->add_option("--n", a->n, "number of tasks")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "generator seed")->capture_default_str();
-  cmd->add_option("--out", a->out, "output JSONL file (written atomically)")->required();
+  cmd->add_option("--n", a->n, "number of tasks")->check(integer_in(1, 10'000'000))->capture_default_str();
+  cmd->add_option("--seed", a->seed, "generator seed")->check(unsigned_integer())->capture_default_str();
+  auto outs = std::make_shared<output_paths>(cmd);
+  outs->add("--out", a->out, "output JSONL file (written atomically)", output_paths::kind::file)->required();
   cmd->add_flag("--verify", a->verify, "check every reference solution with its checker (in the sandbox)");
-  cmd->callback([a] {
+  set_examples(cmd,
+               {"moxi data --domain math --split test --n 30 --seed 7 --out test-math.jsonl",
+                "moxi data --domain code --n 200 --out train-code.jsonl --verify"},
+               "docs/tasks.md");
+  cmd->callback([a, outs] {
+    outs->check();
     const auto t0 = std::chrono::steady_clock::now();
     const auto tasks =
         eval::generate_tasks(eval::parse_domain(a->domain), eval::parse_split(a->split), a->n, a->seed);

@@ -1,7 +1,7 @@
-// `moxi eval --model DIR --tasks FILE.jsonl [--json] [--max-tasks N] [--max-tokens N] [--out records.jsonl]
+// `moxi eval -m DIR --tasks FILE.jsonl [--json] [--max-tasks N] [--max-tokens N] [--out records.jsonl]
 // [--baseline report.json] [--by-template] [--workers N]`: the pass rate per domain of a chat model on
 // verifiable tasks (moxi::eval::evaluate; docs/eval.md). --baseline compares with an earlier `--json` report
-// on the same tasks: pass-rate delta and net improvement rate.
+// on the same tasks: the paired net improvement rate with its interval first, then the raw pass rates.
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -11,6 +11,7 @@
 #include "moxi/base/error.h"
 #include "moxi/base/interrupt.h"
 #include "moxi/cli/command.h"
+#include "moxi/cli/options.h"
 #include "moxi/cli/terminal-text.h"
 #include "moxi/eval/evaluate.h"
 #include "moxi/eval/task-generator.h"
@@ -58,10 +59,21 @@ void print_failures(const eval::eval_report& r, size_t n) {
   }
 }
 
+// The headline is the paired figure: raw pass rates of two reports can cover different tasks (a task
+// missing from one, or an error in either), so they come second, with the unpaired count beside them.
 void print_comparison(const eval::comparison& c, const std::string& baseline) {
-  std::printf("\nvs baseline %s: pass rate %.1f%% -> %.1f%% (delta %+.1f points); %lld tasks unpaired\n",
-              baseline.c_str(), 100.0 * c.baseline_pass_rate, 100.0 * c.candidate_pass_rate,
-              100.0 * c.pass_rate_delta(), (long long)c.unpaired);
+  const auto& o = c.overall;
+  std::printf(
+      "\nvs baseline %s, over %lld paired tasks: net improvement %+.1f points (95%% interval %+.1f to "
+      "%+.1f); %lld fixed, %lld broken, sign test p = %.3g\n",
+      baseline.c_str(), (long long)o.n, 100.0 * o.net_improvement_rate(),
+      100.0 * (o.net_improvement_rate() - o.nir_ci95()), 100.0 * (o.net_improvement_rate() + o.nir_ci95()),
+      (long long)o.fixed, (long long)o.broken, o.sign_test_p());
+  std::printf(
+      "raw pass rates (each report over its own judged tasks; %lld tasks unpaired): %.1f%% -> %.1f%% "
+      "(delta %+.1f points)\n",
+      (long long)c.unpaired, 100.0 * c.baseline_pass_rate, 100.0 * c.candidate_pass_rate,
+      100.0 * c.pass_rate_delta());
   std::printf("%-10s %7s %6s %7s %9s %10s %18s %8s\n", "domain", "paired", "fixed", "broken", "baseline",
               "candidate", "net improvement", "sign p");
   auto row = [](const char* name, const eval::paired_stats& s) {
@@ -86,34 +98,46 @@ void setup_eval(CLI::App& root) {
     eval::evaluate_options opt;
   };
   auto a = std::make_shared<args>();
-  cmd->add_option("--model", a->model,
-                  "model directory (config.json, safetensors, tokenizer.json, "
-                  "tokenizer_config.json with a chat template)")
-      ->required();
+  add_model_option(cmd, a->model, /*required=*/true)
+      ->description(
+          "model directory (config.json, safetensors, tokenizer.json, tokenizer_config.json with a "
+          "chat template)");
   cmd->add_option("--tasks", a->tasks, "tasks, one JSON object per line (`moxi data` writes them)")
-      ->required();
+      ->required()
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--json", a->json, "print the report (with per-task records) as JSON");
   cmd->add_option("--max-tasks", a->max_tasks, "evaluate the first N tasks only (0: all)")
+      ->check(integer_in(0, int64_t(1) << 40))
       ->capture_default_str();
   cmd->add_option("--max-tokens", a->opt.max_tokens, "reply length limit")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->check(integer_in(1, int64_t(1) << 20))
       ->capture_default_str();
-  cmd->add_option("--out", a->out, "also write the per-task records here (JSONL, written atomically)");
+  auto outs = std::make_shared<output_paths>(cmd);
+  outs->add("--out", a->out, "also write the per-task records here (JSONL, written atomically)",
+            output_paths::kind::file);
   cmd->add_option("--baseline", a->baseline,
-                  "an earlier `moxi eval --json` report on the same tasks to compare with");
+                  "an earlier `moxi eval --json` report on the same tasks to compare with")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--workers", a->opt.workers,
                   "sequences decoded at once, each on one thread (0: one per kernel thread; 1: one sequence "
                   "on all kernel threads)")
-      ->check(CLI::Range(0, 256))
+      ->check(integer_in(0, 256))
       ->capture_default_str();
   cmd->add_option("--audit-log", a->opt.check_opts.audit_log,
                   "append one JSON line per sandbox run of the checkers (docs/sandbox.md)");
   cmd->add_flag("--by-template", a->by_template, "also print the pass rate per generator template");
   cmd->add_option("--show-failures", a->failures,
-                  "print up to N failed tasks per domain with reply and reason");
+                  "print up to N failed tasks per domain with reply and reason")
+      ->check(integer_in(0, int64_t(1) << 40));
   cmd->add_flag("-q,--quiet", a->quiet, "no progress line");
-  cmd->callback([a] {
+  set_examples(cmd,
+               {"moxi eval -m models/moxi-tiny --tasks test.jsonl --by-template",
+                "moxi eval -m models/moxi-tiny --tasks test.jsonl --json > before.json",
+                "moxi eval -m run/model --tasks test.jsonl --baseline before.json --out records.jsonl"},
+               "docs/eval.md");
+  cmd->callback([a, outs] {
     interrupt_guard stop_cleanly;  // SIGINT/SIGTERM: sandbox runs killed, workspaces removed, exit 130
+    outs->check();
     auto tasks = eval::read_jsonl(a->tasks);
     if (tasks.empty()) throw error(a->tasks + ": no tasks");
     if (a->max_tasks > 0 && tasks.size() > a->max_tasks) tasks.resize(a->max_tasks);

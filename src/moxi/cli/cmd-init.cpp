@@ -1,8 +1,10 @@
-// `moxi init --config FILE --out DIR [--seed N] [--shards N] [--dtype bf16|f32]`: a random checkpoint.
+// `moxi init --config FILE --out DIR [--seed N] [--shards N] [--dtype bf16|f32] [--force]`: a random
+// checkpoint.
 #include <iostream>
 
 #include "moxi/base/interrupt.h"
 #include "moxi/cli/command.h"
+#include "moxi/cli/options.h"
 #include "moxi/formats/model-config.h"
 #include "moxi/model/config.h"
 #include "moxi/model/init.h"
@@ -19,19 +21,29 @@ void setup_init(CLI::App& root) {
   };
   auto a = std::make_shared<args>();
   cmd->add_option("--config", a->config, "config.json")->required();
-  cmd->add_option("--out", a->out, "output directory (must not exist)")->required();
-  cmd->add_option("--seed", a->opt.seed, "random seed")->capture_default_str();
+  auto outs = std::make_shared<output_paths>(cmd);
+  outs->add("--out", a->out, "output checkpoint directory (parents are created)",
+            output_paths::kind::directory)
+      ->required();
+  cmd->add_option("--seed", a->opt.seed, "random seed")->check(unsigned_integer())->capture_default_str();
   cmd->add_option("--shards", a->opt.num_shards, "number of safetensors shards")
-      ->check(CLI::Range(1, 100000))
+      ->check(integer_in(1, 100000))
       ->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "dtype of unquantized tensors")
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
-  cmd->callback([a] {
+  set_examples(
+      cmd,
+      {"moxi init --config configs/tiny-seed.json --out /tmp/tiny --seed 3",
+       "moxi init --config configs/tiny-kimi-linear.json --out /tmp/kl --shards 2 --dtype f32 --force"},
+      "docs/checkpoints.md");
+  cmd->callback([a, outs] {
     interrupt_guard stop_cleanly;  // SIGINT/SIGTERM: the OUT.tmp-PID directory is removed, exit 130
+    outs->check();
     a->opt.float_type = a->dtype == "f32" ? dtype::F32 : dtype::BF16;
     const auto config = model::load_model_config(a->config);
-    model::init_checkpoint(config, a->out, a->opt);
+    model::init_checkpoint(config, outs->write_path(a->out), a->opt);
+    outs->publish(a->out);
     std::cout << "wrote " << a->out << "\n";
   });
 }

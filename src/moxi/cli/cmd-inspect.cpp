@@ -4,6 +4,7 @@
 
 #include "moxi/base/error.h"
 #include "moxi/cli/command.h"
+#include "moxi/cli/options.h"
 #include "moxi/model/inspect.h"
 
 namespace moxi::cli {
@@ -20,6 +21,10 @@ void setup_inspect(CLI::App& root) {
   cmd->add_option("PATH", a->path, "a .safetensors file or a checkpoint directory")->required();
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->add_flag("--all", a->all, "list every tensor (default: the first 40)");
+  set_examples(cmd,
+               {"moxi inspect models/moxi-tiny",
+                "moxi inspect /tmp/tiny/model-00001-of-00002.safetensors --json --all"},
+               "docs/checkpoints.md");
   cmd->callback([a] {
     const auto r = model::inspect_checkpoint(a->path);
     if (a->json)

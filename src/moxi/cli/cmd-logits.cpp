@@ -1,6 +1,7 @@
-// `moxi logits --model DIR --tokens 1,2,3 --out FILE.safetensors [--dump NAME,...] [--chunk N]`: runs the
-// reference forward pass and writes the logits (F32 [T, vocab]) plus requested named intermediates, for
-// golden tests against other implementations.
+// `moxi logits -m DIR --tokens 1,2,3 --out FILE.safetensors [--dump NAME,...] [--chunk N] [--force]`: runs
+// the forward pass (the kernel backend of this machine; MOXI_KERNELS=ref for the scalar reference) and writes
+// the logits (F32 [T, vocab]) plus requested named intermediates, for golden tests against other
+// implementations.
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "moxi/base/clock.h"
 #include "moxi/base/error.h"
 #include "moxi/cli/command.h"
+#include "moxi/cli/options.h"
 #include "moxi/formats/checkpoint.h"
 #include "moxi/model/model.h"
 
@@ -48,23 +50,31 @@ std::vector<std::string> split_names(const std::string& s) {
 }
 
 void setup_logits(CLI::App& root) {
-  auto* cmd =
-      root.add_subcommand("logits", "Run the reference forward pass and write logits (+ intermediates)");
+  auto* cmd = root.add_subcommand("logits", "Run the forward pass and write logits (+ named intermediates)");
   struct args {
     std::string model, tokens, out, dump;
     int64_t chunk = 0;
   };
   auto a = std::make_shared<args>();
-  cmd->add_option("--model", a->model, "checkpoint directory (config.json + safetensors)")->required();
+  add_model_option(cmd, a->model, /*required=*/true);
   cmd->add_option("--tokens", a->tokens, "comma-separated token ids")->required();
-  cmd->add_option("--out", a->out, "output .safetensors file")->required();
+  auto outs = std::make_shared<output_paths>(cmd);
+  outs->add("--out", a->out, "output .safetensors file (written atomically)", output_paths::kind::file)
+      ->required();
   cmd->add_option(
       "--dump", a->dump,
       "comma-separated intermediate names or shell patterns (e.g. layers.3.attn_out,layers.*.out); "
       "see docs/model.md");
   cmd->add_option("--chunk", a->chunk, "feed the tokens in chunks of N through the cache (0: one call)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->callback([a] {
+      ->check(integer_in(0, int64_t(1) << 30));
+  set_examples(
+      cmd,
+      {"moxi logits -m models/moxi-tiny --tokens 1,72,101,108 --out logits.safetensors",
+       "moxi logits -m /tmp/tiny --tokens 1,2,3,4,5,6 --chunk 2 --dump 'layers.*.out' --out l.safetensors "
+       "--force"},
+      "docs/model.md");
+  cmd->callback([a, outs] {
+    outs->check();
     const auto tokens = parse_tokens(a->tokens);
     const auto patterns = split_names(a->dump);
     const auto m = model::model::load(a->model);

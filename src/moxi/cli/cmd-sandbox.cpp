@@ -9,6 +9,7 @@
 #include "moxi/base/error.h"
 #include "moxi/base/interrupt.h"
 #include "moxi/cli/command.h"
+#include "moxi/cli/options.h"
 #include "moxi/sandbox/sandbox.h"
 
 namespace moxi::cli {
@@ -121,12 +122,15 @@ void setup(CLI::App& root) {
   run->add_option("--memory", opts->memory_mb, "Memory limit in MiB (0 = none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  run->add_option("--pids", s.limits.pids, "Process/thread limit (0 = none)")->capture_default_str();
+  run->add_option("--pids", s.limits.pids, "Process/thread limit (0 = none)")
+      ->capture_default_str()
+      ->check(integer_in(0, UINT32_MAX));
   run->add_option("--file-size", opts->file_size_mb, "Largest file the command may write, MiB (0 = none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   run->add_option("--output-limit", s.limits.output_bytes, "Captured bytes per stream; the rest is discarded")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(unsigned_integer());
   run->add_option("--tmp-size", opts->tmp_mb, "Size of the private /tmp in MiB")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -139,7 +143,8 @@ void setup(CLI::App& root) {
       ->check(CLI::NonNegativeNumber);
   run->add_option("--workspace-inodes", s.limits.workspace_inodes,
                   "Workspace inode budget (files + directories)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_in(1, INT64_MAX));
   run->add_flag("--shared-workspace", s.shared_workspace,
                 "Allow other runs to use the same --workspace at the same time");
   run->add_option("--audit-log", s.audit_log, "Append one JSON line describing the run to this file");
@@ -154,6 +159,12 @@ void setup(CLI::App& root) {
   run->add_option("--stdin-file", opts->stdin_file, "Feed this file to the command's stdin");
   run->add_flag("-q,--quiet", opts->quiet, "No summary line on stderr");
   run->add_option("command", s.argv, "The command and its arguments (after --)")->required();
+  set_examples(run,
+               {"moxi sandbox run -- python3 -c 'print(1 + 1)'",
+                "moxi sandbox run --timeout 5 --memory 256 --workspace /tmp/ws --audit-log audit.jsonl -- sh "
+                "-c 'ls -la'"},
+               "docs/sandbox.md");
+  set_examples(sb, {"moxi sandbox run -- python3 -c 'print(1 + 1)'"}, "docs/sandbox.md");
   run->callback([opts] {
     interrupt_guard stop_cleanly;  // SIGINT/SIGTERM: the run is killed, its temporary workspace removed
     run_command(*opts);

@@ -1,4 +1,4 @@
-// `moxi serve [--model DIR] [--host --port --api-key KEY | --api-key-file F --max-batch-tokens N
+// `moxi serve [MODEL_DIR | -m DIR] [--host --port --api-key KEY | --api-key-file F --max-batch-tokens N
 // --max-running N ...]`: the OpenAI-compatible HTTP server (default model: cli::default_model_dir())
 // (serve/server.h, docs/serving.md) until SIGTERM or SIGINT, then a graceful shutdown (stop taking requests,
 // finish or cancel in-flight ones) and exit 0.
@@ -9,6 +9,7 @@
 #include "moxi/base/error.h"
 #include "moxi/cli/command.h"
 #include "moxi/cli/model-dir.h"
+#include "moxi/cli/options.h"
 #include "moxi/serve/http-auth.h"
 #include "moxi/serve/server.h"
 
@@ -24,24 +25,36 @@ void setup_serve(CLI::App& root) {
   };
   auto a = std::make_shared<args>();
   auto& c = a->cfg;
-  cmd->add_option("--model", c.model_dir,
-                  "checkpoint directory (config.json, safetensors, tokenizer.json; default: $MOXI_MODEL or "
-                  "the bundled models/moxi-tiny)");
+  // The model as `vllm serve MODEL` takes it, or as -m/--model like every other command.
+  auto* positional = cmd->add_option("MODEL_DIR", c.model_dir, "model directory (the same as --model)");
+  add_model_option(cmd, c.model_dir, /*required=*/false)->excludes(positional);
   cmd->add_option("--served-model-name", c.served_name, "model id in the API (default: the directory name)");
   cmd->add_option("--host", c.host, "address to listen on")->capture_default_str();
-  cmd->add_option("--port", c.port, "port to listen on (0: any free port)")->capture_default_str();
+  cmd->add_option("--port", c.port, "port to listen on (0: any free port)")
+      ->check(tcp_port())
+      ->capture_default_str();
   auto* key = cmd->add_option("--api-key", a->key, "require 'Authorization: Bearer KEY' on /v1/*");
-  cmd->add_option("--api-key-file", a->key_file, "file with accepted API keys, one per line")->excludes(key);
+  cmd->add_option("--api-key-file", a->key_file, "file with accepted API keys, one per line")
+      ->excludes(key)
+      ->check(CLI::ExistingFile);
   cmd->add_option("--max-batch-tokens", c.max_batch_tokens, "token budget per engine step")
+      ->check(integer_in(1, int64_t(1) << 30))
       ->capture_default_str();
   cmd->add_option("--max-running", c.max_running, "requests in the running batch at most")
+      ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--max-model-len", c.max_model_len, "prompt + max_tokens limit (0: the model's)")
+      ->check(integer_in(0, serve::kMaxServingLen))
       ->capture_default_str();
-  cmd->add_option("--block-size", c.block_size, "tokens per KV-cache block")->capture_default_str();
-  cmd->add_option("--num-blocks", c.num_blocks, "KV-cache blocks (0: automatic)")->capture_default_str();
+  cmd->add_option("--block-size", c.block_size, "tokens per KV-cache block")
+      ->check(integer_in(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--num-blocks", c.num_blocks, "KV-cache blocks (0: automatic)")
+      ->check(integer_in(0, serve::kMaxBlocks))
+      ->capture_default_str();
   cmd->add_option("--num-snapshot-slots", c.num_snapshot_slots,
                   "KDA prefix-cache snapshots (-1: 2 x max-running)")
+      ->check(integer_in(-1, 1 << 20))
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "disable prefix caching");
   cmd->add_option(
@@ -53,41 +66,63 @@ void setup_serve(CLI::App& root) {
                                                       {"parallel", serve::executor_mode::parallel},
                                                       {"sequential", serve::executor_mode::sequential}}))
       ->default_str("batched");
-  cmd->add_option("--max-body-bytes", c.max_body_bytes, "request body limit")->capture_default_str();
+  cmd->add_option("--max-body-bytes", c.max_body_bytes, "request body limit")
+      ->check(integer_in(1, int64_t(1) << 40))
+      ->capture_default_str();
   cmd->add_option("--max-prompt-tokens", c.max_prompt_tokens, "prompt length limit (0: max-model-len - 1)")
+      ->check(integer_in(0, serve::kMaxServingLen))
       ->capture_default_str();
   cmd->add_option("--max-tokens-limit", c.max_tokens_limit,
                   "largest max_tokens accepted (0: max-model-len - 1)")
+      ->check(integer_in(0, serve::kMaxServingLen))
       ->capture_default_str();
   cmd->add_option("--max-concurrent-requests", c.max_concurrent_requests, "completions in flight; 429 beyond")
+      ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--request-timeout", c.request_timeout_s, "seconds a request may run")
+      ->check(number_in(0, 1e7, /*lo_open=*/true))
       ->capture_default_str();
   cmd->add_option("--io-timeout", c.io_timeout_s, "seconds to read a body or make one write to a slow client")
+      ->check(integer_in(1, 86400))
       ->capture_default_str();
   cmd->add_option("--header-timeout", c.header_timeout_s,
                   "seconds a new connection has to send its request header")
+      ->check(number_in(0, 86400, /*lo_open=*/true))
       ->capture_default_str();
   cmd->add_option("--keep-alive-timeout", c.keep_alive_timeout_s,
                   "seconds an idle keep-alive connection has to send its next request header")
+      ->check(number_in(0, 86400))
       ->capture_default_str();
   cmd->add_option("--max-header-bytes", c.max_header_bytes, "request header limit (431 beyond)")
+      ->check(integer_in(1024, 1 << 30))
       ->capture_default_str();
   cmd->add_option("--max-header-count", c.max_header_count, "request header fields at most (431 beyond)")
+      ->check(integer_in(8, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--max-connections", c.max_connections, "open connections at most (503 beyond)")
+      ->check(integer_in(1, 1 << 24))
       ->capture_default_str();
-  cmd->add_option("--io-threads", c.io_threads, "HTTP event-loop threads")->capture_default_str();
+  cmd->add_option("--io-threads", c.io_threads, "HTTP event-loop threads")
+      ->check(integer_in(1, 1024))
+      ->capture_default_str();
   cmd->add_option("--drain-timeout", c.drain_timeout_s,
                   "seconds in-flight requests get at shutdown; 1 s later every connection is closed")
+      ->check(number_in(0, 86400))
       ->capture_default_str();
   cmd->add_flag("--log-requests", c.log_requests, "log every request to stderr");
+  set_examples(cmd,
+               {"moxi serve models/moxi-tiny --port 8000",
+                "moxi serve -m /tmp/tiny --host 0.0.0.0 --port 8000 --api-key-file keys.txt --max-running 16",
+                "curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' "
+                "-d '{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}'"},
+               "docs/serving.md");
   cmd->callback([a, key] {
     auto& cfg = a->cfg;
     cfg.model_dir = resolve_model_dir(cfg.model_dir);
     // `--api-key ""` (an unset variable in a script) must not quietly serve without authentication.
     if (key->count() > 0 && a->key.empty())
-      throw error("serve: --api-key is empty; give a key (or leave --api-key out to serve without one)");
+      throw usage_error(
+          "serve: --api-key is empty; give a key (or leave --api-key out to serve without one)");
     if (key->count() > 0) cfg.api_keys = {a->key};
     if (!a->key_file.empty()) cfg.api_keys = serve::read_api_key_file(a->key_file);
     cfg.prefix_caching = !a->no_prefix_cache;

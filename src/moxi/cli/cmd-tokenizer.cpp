@@ -4,10 +4,13 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "moxi/base/error.h"
+#include "moxi/base/progress.h"
 #include "moxi/cli/command.h"
+#include "moxi/cli/options.h"
 #include "moxi/eval/task.h"
 #include "moxi/formats/bpe-trainer.h"
 #include "moxi/formats/tokenizer.h"
@@ -26,6 +29,10 @@ std::string read_all(const std::string& path) {
 void setup_tokenizer(CLI::App& root) {
   auto* cmd = root.add_subcommand("tokenizer", "Train or try byte-level BPE tokenizers");
   cmd->require_subcommand(1);
+  set_examples(cmd,
+               {"moxi tokenizer train --input corpus.txt --vocab-size 4096 --out tokenizer.json",
+                "moxi tokenizer encode --tokenizer tokenizer.json --text 'hello world'"},
+               "docs/tasks.md");
 
   struct train_args {
     std::vector<std::string> inputs, specials;
@@ -34,19 +41,29 @@ void setup_tokenizer(CLI::App& root) {
   };
   auto t = std::make_shared<train_args>();
   auto* train = cmd->add_subcommand("train", "Learn BPE merges from text files and write tokenizer.json");
-  train->add_option("--input", t->inputs, "text files (UTF-8)")->required();
+  train->add_option("--input", t->inputs, "text files (UTF-8)")->required()->check(CLI::ExistingFile);
   train->add_option("--vocab-size", t->vocab_size, "total ids: specials + 256 bytes + merged tokens")
+      ->check(integer_in(256, int64_t(1) << 30))
       ->capture_default_str();
-  train->add_option("--out", t->out, "tokenizer.json to write (atomically)")->required();
+  auto outs = std::make_shared<output_paths>(train);
+  outs->add("--out", t->out, "tokenizer.json to write (atomically)", output_paths::kind::file)->required();
   train->add_option("--split", t->split, "pre-tokenizer: llama3 or gpt2")
       ->check(CLI::IsMember({"llama3", "gpt2"}))
       ->capture_default_str();
   train->add_option("--min-frequency", t->min_frequency, "do not merge pairs seen fewer times")
+      ->check(integer_in(1, int64_t(1) << 62))
       ->capture_default_str();
   train->add_option("--special", t->specials,
                     "special tokens in id order (default: <|pad|> <|bos|> <|eos|> <|system|> <|user|> "
                     "<|assistant|> <|end|>)");
-  train->callback([t] {
+  set_examples(
+      train,
+      {"moxi tokenizer train --input corpus.txt --vocab-size 4096 --out tokenizer.json",
+       "moxi tokenizer train --input a.txt --input b.txt --split gpt2 --special '<|eos|>' --out tok.json "
+       "--force"},
+      "docs/tasks.md");
+  train->callback([t, outs] {
+    outs->check();
     formats::bpe_train_options o;
     o.vocab_size = t->vocab_size;
     o.min_frequency = t->min_frequency;
@@ -54,11 +71,15 @@ void setup_tokenizer(CLI::App& root) {
     if (!t->specials.empty()) o.special_tokens = t->specials;
     formats::bpe_trainer trainer(o);
     for (const auto& path : t->inputs) trainer.add_text(read_all(path), path);
-    const auto model = trainer.train([](int64_t done, int64_t target) {
-      std::fprintf(stderr, "\rmoxi tokenizer: %lld/%lld merged tokens", static_cast<long long>(done),
-                   static_cast<long long>(target));
+    // Redrawn in place on a terminal, a line every few seconds in a log (base/progress.h).
+    std::optional<progress> bar;
+    int64_t shown = 0;
+    const auto model = trainer.train([&](int64_t done, int64_t target) {
+      if (!bar) bar.emplace("moxi tokenizer: merged tokens", uint64_t(std::max<int64_t>(target, 0)), false);
+      bar->advance(uint64_t(std::max<int64_t>(done - shown, 0)));
+      shown = std::max(shown, done);
     });
-    std::fprintf(stderr, "\n");
+    if (bar) bar->finish();
     eval::write_file_atomic(t->out, formats::bpe_to_hf_json(model));
     const auto& s = trainer.stats();
     std::fprintf(
@@ -75,10 +96,18 @@ void setup_tokenizer(CLI::App& root) {
   };
   auto e = std::make_shared<encode_args>();
   auto* encode = cmd->add_subcommand("encode", "Print the ids and pieces a tokenizer.json gives a text");
-  encode->add_option("--tokenizer", e->tokenizer, "tokenizer.json")->required();
-  encode->add_option("--text", e->text, "text to encode");
-  encode->add_option("--input", e->input, "file to encode instead of --text");
-  encode->callback([e] {
+  encode->add_option("--tokenizer", e->tokenizer, "tokenizer.json")->required()->check(CLI::ExistingFile);
+  auto* text_opt = encode->add_option("--text", e->text, "text to encode");
+  auto* input = encode->add_option("--input", e->input, "file to encode instead of --text")
+                    ->excludes(text_opt)
+                    ->check(CLI::ExistingFile);
+  set_examples(encode,
+               {"moxi tokenizer encode --tokenizer models/moxi-tiny/tokenizer.json --text 'wc -l notes.txt'",
+                "moxi tokenizer encode --tokenizer tokenizer.json --input corpus.txt"},
+               "docs/tasks.md");
+  encode->callback([e, text_opt, input] {
+    if (text_opt->count() == 0 && input->count() == 0)
+      throw usage_error("give the text to encode: --text TEXT or --input FILE");
     const auto tok = formats::tokenizer::from_hf_json_file(e->tokenizer);
     const std::string text = e->input.empty() ? e->text : read_all(e->input);
     const auto ids = tok.encode(text);

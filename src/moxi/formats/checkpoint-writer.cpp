@@ -114,8 +114,8 @@ std::string normalize_dir(std::string dir) {
 checkpoint_writer::checkpoint_writer(std::string out_dir, std::vector<tensor_spec> specs, int num_shards,
                                      std::map<std::string, std::string> metadata)
     : out_dir_(normalize_dir(std::move(out_dir))), metadata_(std::move(metadata)) {
-  const std::string what = "checkpoint_writer '" + out_dir_ + "'";
-  if (out_dir_.empty()) throw error("checkpoint_writer: empty output directory");
+  const std::string what = "writing checkpoint '" + out_dir_ + "'";
+  if (out_dir_.empty()) throw error("writing a checkpoint: empty output directory");
   if (specs.empty()) throw error(what + ": no tensors to write");
   if (num_shards < 1) throw error(what + ": num_shards must be >= 1, got " + std::to_string(num_shards));
   if (path_exists(out_dir_))
@@ -203,7 +203,7 @@ checkpoint_writer::~checkpoint_writer() {
 const std::string& checkpoint_writer::shard_name_of(std::string_view name) const {
   auto it = by_name_.find(name);
   if (it == by_name_.end())
-    throw error("checkpoint_writer '" + out_dir_ + "': no tensor named '" + std::string(name) +
+    throw error("writing checkpoint '" + out_dir_ + "': no tensor named '" + std::string(name) +
                 "' was specified");
   return shards_[tensors_[it->second].shard].name;
 }
@@ -212,7 +212,7 @@ void checkpoint_writer::write(std::string_view name, const void* data, size_t nb
   // Writers are fed tensor by tensor, so this is where a long `moxi init`/`quantize` stops when asked;
   // the unwinding destroys the writer, which removes the temp directory.
   check_interrupt();
-  const std::string what = "checkpoint_writer '" + out_dir_ + "'";
+  const std::string what = "writing checkpoint '" + out_dir_ + "'";
   if (committed_) throw error(what + ": write of tensor '" + std::string(name) + "' after commit");
   auto it = by_name_.find(name);
   if (it == by_name_.end())
@@ -234,7 +234,7 @@ void checkpoint_writer::write(std::string_view name, const void* data, size_t nb
 }
 
 void checkpoint_writer::add_file(const std::string& relative_name, const std::string& contents) {
-  const std::string what = "checkpoint_writer '" + out_dir_ + "'";
+  const std::string what = "writing checkpoint '" + out_dir_ + "'";
   if (committed_) throw error(what + ": add_file '" + relative_name + "' after commit");
   bool plain = !relative_name.empty() && relative_name != "." && relative_name != ".." &&
                relative_name.find('/') == std::string::npos && relative_name.find('\0') == std::string::npos;
@@ -251,7 +251,7 @@ void checkpoint_writer::add_file(const std::string& relative_name, const std::st
 }
 
 void checkpoint_writer::commit() {
-  const std::string what = "checkpoint_writer '" + out_dir_ + "'";
+  const std::string what = "writing checkpoint '" + out_dir_ + "'";
   if (committed_) throw error(what + ": commit called twice");
   std::vector<std::string> missing;
   for (const auto& t : tensors_)
@@ -291,7 +291,7 @@ void checkpoint_writer::commit() {
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<tensor_spec, const void*>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  const std::string what = "write_safetensors '" + path + "'";
+  const std::string what = "writing '" + path + "'";
   std::vector<size_t> order(tensors.size());
   std::vector<uint64_t> bytes(tensors.size());
   std::set<std::string_view> seen;

@@ -79,12 +79,20 @@ int main(int argc, char** argv) {
   sft->add_option("--out", a.out,
                   "run directory: checkpoints, log, tokenizer (resumed when it has a checkpoint)");
   sft->add_option("--export", a.export_dir, "where the final model goes (default OUT/model)");
-  sft->add_option("--steps", a.steps, "training steps before QAT");
-  sft->add_option("--qat-steps", a.qat_steps, "QAT steps at the end");
-  sft->add_option("--batch-size", a.batch_size, "conversations per step");
-  sft->add_option("--lr", a.lr, "peak learning rate");
-  sft->add_option("--seed", a.seed, "seed of the initialization and the data order");
-  sft->add_option("--threads", a.threads, "torch threads (0: all cores)");
+  sft->add_option("--steps", a.steps, "training steps before QAT")->check(CLI::NonNegativeNumber);
+  sft->add_option("--qat-steps", a.qat_steps, "QAT steps at the end")->check(CLI::NonNegativeNumber);
+  sft->add_option("--batch-size", a.batch_size, "conversations per step")->check(CLI::PositiveNumber);
+  sft->add_option("--lr", a.lr, "peak learning rate")->check(CLI::PositiveNumber);
+  sft->add_option("--seed", a.seed, "seed of the initialization and the data order")
+      ->check(CLI::NonNegativeNumber);
+  sft->add_option("--threads", a.threads, "torch threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  sft->footer(
+      "EXAMPLES:\n  moxi train sft --recipe recipes/moxi-tiny.json --out run\n"
+      "  moxi train sft --recipe recipes/moxi-tiny.json --out run --steps 200 --set eval.every=50\n\n"
+      "Documentation: docs/train.md in the moxi source tree.");
+  app.footer(
+      "EXAMPLES:\n  moxi train sft --recipe recipes/moxi-tiny.json --out run\n\n"
+      "Documentation: docs/train.md in the moxi source tree.");
   sft->add_option("--set", a.set, "any recipe field, dotted: --set eval.every=50 (value as JSON)");
   sft->add_flag("--override", a.run.override_recipe,
                 "resume even though steps, lr, data, ... differ from the run's saved recipe (the new values "
@@ -100,7 +108,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // a usage error exits 2, as in `moxi` (docs/design.md §3)
   } catch (const moxi::train::interrupted& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "moxi train: %s\n", e.what());
