@@ -16,6 +16,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/run-moxi.h"
 #include "common/temp-dir.h"
 #include "moxi/train/interrupt.h"
 #include "moxi/train/recipe.h"
@@ -53,29 +54,11 @@ std::string write_recipe(const std::string& dir, int64_t steps) {
   return path;
 }
 
-pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-int wait_exit(pid_t pid) {
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+using moxi::testing::spawn_logged;  // common/run-moxi.h
+using moxi::testing::wait_exit;
 
 int run(const std::vector<std::string>& args, const std::string& log) {
-  return wait_exit(spawn(args, log));
+  return wait_exit(spawn_logged(args, log));
 }
 
 std::vector<std::string> train_cmd(const std::string& recipe, const std::string& out,
@@ -121,7 +104,7 @@ TEST(RunDir, SecondTrainingOnTheSameRunDirectoryIsRefusedWithTheFirstOnesPid) {
   moxi::testing::temp_dir tmp("moxi-run-lock");
   const auto recipe = write_recipe(tmp.path(), 100000);  // runs until killed
   const std::string out = tmp / "run";
-  const pid_t first = spawn(train_cmd(recipe, out), tmp / "first.log");
+  const pid_t first = spawn_logged(train_cmd(recipe, out), tmp / "first.log");
   ASSERT_TRUE(wait_for([&] { return logged_step(out) >= 1; })) << read(tmp / "first.log");
 
   ASSERT_EQ(run(train_cmd(recipe, out), tmp / "second.log"), 1) << read(tmp / "second.log");
@@ -276,7 +259,7 @@ TEST(RunDir, InterruptedRunCheckpointsAndPrintsTheCommandThatResumesIt) {
   const auto recipe = write_recipe(tmp.path(), 24);
   const std::string out = tmp / "run";
   std::vector<std::string> cmd = {kBinary + "/moxi", "train", "sft", "--recipe", recipe, "--out", out};
-  const pid_t pid = spawn(cmd, tmp / "a.log");
+  const pid_t pid = spawn_logged(cmd, tmp / "a.log");
   ASSERT_TRUE(wait_for([&] { return logged_step(out) >= 3; })) << read(tmp / "a.log");
   ::kill(pid, SIGINT);
   ASSERT_EQ(wait_exit(pid), 128 + SIGINT) << read(tmp / "a.log");

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/run-moxi.h"
 #include "common/temp-dir.h"
 #include "moxi/train/model.h"
 #include "moxi/train/recipe.h"
@@ -54,26 +55,8 @@ std::string write_recipe(const std::string& dir, int64_t steps, int64_t qat_step
   return path;
 }
 
-pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-int wait_exit(pid_t pid) {
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+using moxi::testing::spawn_logged;  // common/run-moxi.h
+using moxi::testing::wait_exit;
 
 int64_t latest_step(const std::string& out) {
   const std::string p = out + "/checkpoints/latest";
@@ -90,10 +73,10 @@ TEST(SftRun, KilledAndResumedRunEndsWithExactlyTheUninterruptedParameters) {
     return std::vector<std::string>{trainer, "sft", "--recipe", recipe, "--out", out};
   };
   const std::string a = tmp / "a", b = tmp / "b";
-  ASSERT_EQ(wait_exit(spawn(cmd(a), tmp / "a.log")), 0) << read(tmp / "a.log");
+  ASSERT_EQ(wait_exit(spawn_logged(cmd(a), tmp / "a.log")), 0) << read(tmp / "a.log");
 
   // Kill the second run once it has checkpointed step 4 (it is then somewhere in steps 5..12).
-  const pid_t pid = spawn(cmd(b), tmp / "b1.log");
+  const pid_t pid = spawn_logged(cmd(b), tmp / "b1.log");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (latest_step(b) < 4 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -103,7 +86,7 @@ TEST(SftRun, KilledAndResumedRunEndsWithExactlyTheUninterruptedParameters) {
   ASSERT_GE(killed_at, 4);
   ASSERT_LT(killed_at, 12) << "the run finished before it could be killed";
 
-  ASSERT_EQ(wait_exit(spawn(cmd(b), tmp / "b2.log")), 0) << read(tmp / "b2.log");
+  ASSERT_EQ(wait_exit(spawn_logged(cmd(b), tmp / "b2.log")), 0) << read(tmp / "b2.log");
   EXPECT_NE(read(tmp / "b2.log").find("resuming from"), std::string::npos) << read(tmp / "b2.log");
   ASSERT_EQ(latest_step(a), 12);
   ASSERT_EQ(latest_step(b), 12);
@@ -149,12 +132,12 @@ TEST(SftRun, ShortRunLowersTheHeldOutLossAndExportsAServableModel) {
 
 TEST(SftRun, MoxiTrainRunsTheTrainerOrExplainsThatItIsMissing) {
   moxi::testing::temp_dir tmp("moxi-train-cli");
-  ASSERT_EQ(wait_exit(spawn({kBinary + "/moxi", "train", "sft", "--help"}, tmp / "help.log")), 0);
+  ASSERT_EQ(wait_exit(spawn_logged({kBinary + "/moxi", "train", "sft", "--help"}, tmp / "help.log")), 0);
   EXPECT_NE(read(tmp / "help.log").find("--recipe"), std::string::npos) << read(tmp / "help.log");
   // A moxi without moxi-train next to it (a build without libtorch).
   fs::copy_file(kBinary + "/moxi", tmp / "moxi");
   fs::permissions(tmp / "moxi", fs::perms::owner_exec, fs::perm_options::add);
-  ASSERT_EQ(wait_exit(spawn({tmp / "moxi", "train", "sft"}, tmp / "missing.log")), 1);
+  ASSERT_EQ(wait_exit(spawn_logged({tmp / "moxi", "train", "sft"}, tmp / "missing.log")), 1);
   EXPECT_NE(read(tmp / "missing.log").find("built without libtorch"), std::string::npos)
       << read(tmp / "missing.log");
 }
