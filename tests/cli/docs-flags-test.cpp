@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/read-file.h"
 #include "common/run-moxi.h"
 #include "common/temp-dir.h"
 
@@ -21,11 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read(const std::string& path) {
-  std::stringstream ss;
-  ss << std::ifstream(path, std::ios::binary).rdbuf();
-  return ss.str();
-}
+using moxi::testing::read_file;  // common/read-file.h
 
 // The code of a markdown text: each line of a fenced block (indented lines joined to the line before, a
 // trailing backslash joined to the next), and each inline code span (which may wrap across lines).
@@ -284,7 +281,7 @@ TEST_F(DocsFlags, EveryCommandAndFlagTheDocsNameExists) {
   std::vector<std::string> problems;
   size_t checked = 0;
   for (const auto& f : files) {
-    const auto code = code_of(read(f));
+    const auto code = code_of(read_file(f));
     for (const auto& c : code)
       for (const auto& w : words_of(c)) checked += is_moxi(w);
     const auto p = check_code(code, fs::path(f).filename().string(), helps, skip_train);

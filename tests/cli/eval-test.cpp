@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/read-file.h"
 #include "common/run-moxi.h"
 #include "common/temp-dir.h"
 
@@ -24,11 +25,7 @@ result run(const std::string& args, const std::string& dir) {
   return moxi::testing::run_moxi(args, "", dir);
 }
 
-std::string read(const std::string& path) {
-  std::stringstream ss;
-  ss << std::ifstream(path, std::ios::binary).rdbuf();
-  return ss.str();
-}
+using moxi::testing::read_file;  // common/read-file.h
 
 class EvalCli : public moxi::testing::temp_dir_test {
  protected:
@@ -42,7 +39,7 @@ class EvalCli : public moxi::testing::temp_dir_test {
       r = run(std::string("data --domain ") + d + " --split test --n 2 --seed 3 --out " + path(d) + ".jsonl",
               dir_);
       ASSERT_EQ(r.code, 0) << r.err;
-      all += read(path(d) + ".jsonl");
+      all += read_file(path(d) + ".jsonl");
     }
     std::ofstream(path("tasks.jsonl")) << all;
   }
@@ -75,7 +72,7 @@ TEST_F(EvalCli, JsonReportCountsTheTasksPerDomain) {
   EXPECT_EQ(j.at("overall").at("n").get<int>(), 6);
   EXPECT_EQ(j.at("max_tokens").get<int>(), 6);
   // --out holds the same records, one per line.
-  std::istringstream lines(read(path("records.jsonl")));
+  std::istringstream lines(read_file(path("records.jsonl")));
   std::string line;
   size_t i = 0;
   while (std::getline(lines, line)) EXPECT_EQ(nlohmann::json::parse(line), j.at("records").at(i++));
@@ -131,7 +128,8 @@ TEST_F(EvalCli, JsonReportCountsTheTasksPerDomain) {
 }
 
 TEST_F(EvalCli, BadInputIsAClearError) {
-  std::ofstream(path("bad.jsonl")) << read(path("math.jsonl")) << "{\"id\": \"x\", \"domain\": \"math\"}\n";
+  std::ofstream(path("bad.jsonl")) << read_file(path("math.jsonl"))
+                                   << "{\"id\": \"x\", \"domain\": \"math\"}\n";
   auto r = run("eval --model " + path("m") + " --tasks " + path("bad.jsonl"), dir_);
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find(path("bad.jsonl") + ":3: field 'split'"), std::string::npos) << r.err;

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/read-file.h"
 #include "common/run-moxi.h"
 #include "common/temp-dir.h"
 #include "moxi/formats/checkpoint.h"
@@ -37,11 +38,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read(const std::string& path) {
-  std::stringstream ss;
-  ss << std::ifstream(path, std::ios::binary).rdbuf();
-  return ss.str();
-}
+using moxi::testing::read_file;  // common/read-file.h
 
 std::vector<std::string> entries(const std::string& dir) {
   std::vector<std::string> v;
@@ -59,7 +56,7 @@ std::string join(const std::vector<std::string>& v) {
 // Mount points at or below `dir` (/proc/self/mountinfo field 5).
 std::vector<std::string> mounts_below(const std::string& dir) {
   std::vector<std::string> v;
-  std::istringstream in(read("/proc/self/mountinfo"));
+  std::istringstream in(read_file("/proc/self/mountinfo"));
   for (std::string line; std::getline(in, line);) {
     std::istringstream f(line);
     std::string id, parent, dev, root, point;
@@ -82,13 +79,13 @@ std::vector<proc_info> children() {
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = read("/proc/" + name + "/stat");
+    const std::string stat = read_file("/proc/" + name + "/stat");
     const size_t close = stat.rfind(')');
     if (close == std::string::npos) continue;
     char state = 0;
     int ppid = 0;
     if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) != 2 || ppid != self) continue;
-    std::string cmd = read("/proc/" + name + "/cmdline");
+    std::string cmd = read_file("/proc/" + name + "/cmdline");
     for (auto& c : cmd)
       if (c == '\0') c = ' ';
     v.push_back({std::stoi(name), state, cmd});
@@ -100,7 +97,7 @@ std::vector<proc_info> children() {
 std::vector<std::string> cgroups_of(pid_t moxi) {
   std::vector<std::string> found;
   const std::string prefix = "moxi-sb-" + std::to_string(moxi) + "-";
-  std::istringstream in(read("/proc/self/cgroup"));
+  std::istringstream in(read_file("/proc/self/cgroup"));
   for (std::string line; std::getline(in, line);) {
     const size_t a = line.find(':'), b = line.find(':', a + 1);
     if (a == std::string::npos || b == std::string::npos) continue;
@@ -197,8 +194,8 @@ class Interrupts : public moxi::testing::temp_dir_test {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    o.out = read(path("logs/out"));
-    o.err = read(path("logs/err"));
+    o.out = read_file(path("logs/out"));
+    o.err = read_file(path("logs/err"));
     return o;
   }
 
@@ -298,7 +295,7 @@ TEST_F(Interrupts, EvalLeavesNoWorkspaceProcessOrMount) {
         std::string("data --domain ") + d + " --split test --n 3 --seed 5 --out " + path(d) + ".jsonl", "",
         path("logs"));
     ASSERT_EQ(r.code, 0) << r.err;
-    tasks += read(path(d) + ".jsonl");
+    tasks += read_file(path(d) + ".jsonl");
   }
   std::ofstream(path("tasks.jsonl")) << tasks;
   const std::vector<std::string> args = {"eval",
@@ -328,7 +325,7 @@ TEST_F(Interrupts, EvalLeavesNoWorkspaceProcessOrMount) {
 // A larger-than-tiny config (more experts) so that writing takes long enough to be interrupted, in BF16
 // so that quantize accepts its checkpoint.
 std::string write_config(const std::string& path) {
-  auto c = nlohmann::json::parse(read(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json"));
+  auto c = nlohmann::json::parse(read_file(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json"));
   c.erase("quantization_config");
   c["num_experts"] = 64;
   c["moe_intermediate_size"] = 128;

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "common/read-file.h"
 #include "common/run-moxi.h"
 #include "common/temp-dir.h"
 
@@ -30,11 +31,7 @@ namespace {
 
 using result = moxi::testing::command_result;
 
-std::string read(const std::string& path) {
-  std::stringstream ss;
-  ss << std::ifstream(path, std::ios::binary).rdbuf();
-  return ss.str();
-}
+using moxi::testing::read_file;  // common/read-file.h
 
 std::string cfg(const char* name) {
   return std::string(MOXI_SOURCE_DIR) + "/configs/" + name;
@@ -140,30 +137,30 @@ TEST_F(Usage, ProgressLinesOffATerminalHaveNoCarriageReturns) {
 TEST_F(Usage, ExistingOutputsAreRefusedUnlessForce) {
   // A file output: data.
   ASSERT_EQ(run("data --domain math --n 2 --seed 1 --out " + path("t.jsonl")).code, 0);
-  const std::string first = read(path("t.jsonl"));
+  const std::string first = read_file(path("t.jsonl"));
   expect_usage_error("data --domain math --n 2 --seed 2 --out " + path("t.jsonl"), "already exists");
-  EXPECT_EQ(read(path("t.jsonl")), first);
+  EXPECT_EQ(read_file(path("t.jsonl")), first);
   ASSERT_EQ(run("data --domain math --n 2 --seed 2 --out " + path("t.jsonl") + " --force").code, 0);
   ASSERT_EQ(run("data --domain math --n 2 --seed 2 --out " + path("fresh.jsonl")).code, 0);
-  EXPECT_EQ(read(path("t.jsonl")), read(path("fresh.jsonl")));
-  EXPECT_NE(read(path("t.jsonl")), first);
+  EXPECT_EQ(read_file(path("t.jsonl")), read_file(path("fresh.jsonl")));
+  EXPECT_NE(read_file(path("t.jsonl")), first);
   expect_usage_error("data --domain math --n 2 --out " + dir_ + " --force", "is a directory");
 
   // A directory output: init, then logits (a file) from it.
   ASSERT_EQ(run("init --config " + cfg("tiny-seed.json") + " --out " + path("ck") + " --seed 1").code, 0);
   const std::string shard = path("ck/model-00001-of-00001.safetensors");
   ASSERT_TRUE(fs::exists(shard));
-  const std::string seed1 = read(shard);
+  const std::string seed1 = read_file(shard);
   const auto r = run("init --config " + cfg("tiny-seed.json") + " --out " + path("ck") + " --seed 2");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find(path("ck") + "' already exists (--force replaces it)"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("checkpoint_writer"), std::string::npos) << "no internal names: " << r.err;
-  EXPECT_EQ(read(shard), seed1);
+  EXPECT_EQ(read_file(shard), seed1);
   ASSERT_EQ(run("init --config " + cfg("tiny-seed.json") + " --out " + path("ck") + " --seed 2 --force").code,
             0);
   ASSERT_EQ(run("init --config " + cfg("tiny-seed.json") + " --out " + path("ck2") + " --seed 2").code, 0);
-  EXPECT_EQ(read(shard), read(path("ck2/model-00001-of-00001.safetensors")));
-  EXPECT_NE(read(shard), seed1);
+  EXPECT_EQ(read_file(shard), read_file(path("ck2/model-00001-of-00001.safetensors")));
+  EXPECT_NE(read_file(shard), seed1);
   for (const auto& e : fs::directory_iterator(dir_))
     EXPECT_EQ(e.path().filename().string().find(".new-"), std::string::npos) << "left behind: " << e.path();
 
@@ -172,16 +169,16 @@ TEST_F(Usage, ExistingOutputsAreRefusedUnlessForce) {
   std::ofstream(path("notes/todo.txt")) << "keep me";
   expect_usage_error("init --config " + cfg("tiny-seed.json") + " --out " + path("notes") + " --force",
                      "not a checkpoint directory");
-  EXPECT_EQ(read(path("notes/todo.txt")), "keep me");
+  EXPECT_EQ(read_file(path("notes/todo.txt")), "keep me");
 
   ASSERT_EQ(run("logits -m " + path("ck") + " --tokens 1,2,3 --out " + path("l.safetensors")).code, 0);
-  const std::string logits = read(path("l.safetensors"));
+  const std::string logits = read_file(path("l.safetensors"));
   expect_usage_error("logits -m " + path("ck") + " --tokens 1,2 --out " + path("l.safetensors"),
                      "already exists");
-  EXPECT_EQ(read(path("l.safetensors")), logits);
+  EXPECT_EQ(read_file(path("l.safetensors")), logits);
   ASSERT_EQ(run("logits -m " + path("ck") + " --tokens 1,2 --out " + path("l.safetensors") + " --force").code,
             0);
-  EXPECT_NE(read(path("l.safetensors")), logits);
+  EXPECT_NE(read_file(path("l.safetensors")), logits);
   expect_usage_error("logits -m " + path("ck") + " --tokens 1,2 --out " + path("nowhere/l.safetensors"),
                      "nowhere");
 
@@ -191,7 +188,7 @@ TEST_F(Usage, ExistingOutputsAreRefusedUnlessForce) {
   expect_usage_error("quantize " + path("bf16") + " " + path("q"), "already exists");
   const auto q = run("quantize " + path("bf16") + " " + path("q") + " --force --activations bf16");
   EXPECT_EQ(q.code, 0) << q.err;
-  const auto qc = nlohmann::json::parse(read(path("q/config.json"))).at("quantization_config");
+  const auto qc = nlohmann::json::parse(read_file(path("q/config.json"))).at("quantization_config");
   EXPECT_EQ(qc.at("activation_format"), "bf16") << "the new checkpoint is in place: " << qc;
   EXPECT_EQ(run("inspect " + path("q")).code, 0);
 }
@@ -242,14 +239,14 @@ TEST_F(Usage, ServeTakesThePositionalModelDirectory) {
   bool exited = false;
   for (int i = 0; i < 1200 && text.find("http://") == std::string::npos && !exited; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    text = read(log);
+    text = read_file(log);
     exited = ::waitpid(pid, &status, WNOHANG) == pid;
   }
   if (!exited) {
     ::kill(pid, SIGTERM);
     ::waitpid(pid, &status, 0);
   }
-  text = read(log);
+  text = read_file(log);
   EXPECT_NE(text.find("moxi serve: my-model on http://127.0.0.1:"), std::string::npos) << text;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << text;
 }

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/read-file.h"
 #include "common/run-moxi.h"
 #include "common/temp-dir.h"
 #include "moxi/train/interrupt.h"
@@ -28,12 +29,7 @@ namespace {
 
 const std::string kSource = MOXI_SOURCE_DIR, kBinary = MOXI_BINARY_DIR;
 
-std::string read(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using moxi::testing::read_file;  // common/read-file.h
 
 // tiny-seed (KDA + Gated DSA, MoE, MTP, MXFP4 experts) on 24 terminal chats, no held-out data (no pass-rate
 // evaluation), a checkpoint every 2 steps, no QAT.
@@ -71,7 +67,7 @@ std::vector<std::string> train_cmd(const std::string& recipe, const std::string&
 int64_t latest_step(const std::string& out) {
   const std::string p = out + "/checkpoints/latest";
   if (!fs::exists(p)) return -1;
-  const auto s = read(p);
+  const auto s = read_file(p);
   return s.rfind("step-", 0) == 0 ? std::stoll(s.substr(5)) : -1;
 }
 
@@ -105,10 +101,10 @@ TEST(RunDir, SecondTrainingOnTheSameRunDirectoryIsRefusedWithTheFirstOnesPid) {
   const auto recipe = write_recipe(tmp.path(), 100000);  // runs until killed
   const std::string out = tmp / "run";
   const pid_t first = spawn_logged(train_cmd(recipe, out), tmp / "first.log");
-  ASSERT_TRUE(wait_for([&] { return logged_step(out) >= 1; })) << read(tmp / "first.log");
+  ASSERT_TRUE(wait_for([&] { return logged_step(out) >= 1; })) << read_file(tmp / "first.log");
 
-  ASSERT_EQ(run(train_cmd(recipe, out), tmp / "second.log"), 1) << read(tmp / "second.log");
-  const auto msg = read(tmp / "second.log");
+  ASSERT_EQ(run(train_cmd(recipe, out), tmp / "second.log"), 1) << read_file(tmp / "second.log");
+  const auto msg = read_file(tmp / "second.log");
   EXPECT_TRUE(contains(msg, "in use by another training (PID " + std::to_string(first) + ",")) << msg;
   EXPECT_FALSE(contains(msg, "sft: step")) << "the second run trained:\n" << msg;
 
@@ -125,30 +121,30 @@ TEST(RunDir, ResumeWithAnotherScheduleIsRefusedUnlessOverridden) {
   moxi::testing::temp_dir tmp("moxi-run-override");
   const auto recipe = write_recipe(tmp.path(), 4);
   const std::string out = tmp / "run";
-  ASSERT_EQ(run(train_cmd(recipe, out), tmp / "a.log"), 0) << read(tmp / "a.log");
+  ASSERT_EQ(run(train_cmd(recipe, out), tmp / "a.log"), 0) << read_file(tmp / "a.log");
   ASSERT_EQ(latest_step(out), 4);
-  const auto log_before = read(out + "/log.jsonl");
+  const auto log_before = read_file(out + "/log.jsonl");
 
   ASSERT_EQ(run(train_cmd(recipe, out, {"--steps", "6", "--lr", "0.01"}), tmp / "b.log"), 1)
-      << read(tmp / "b.log");
-  const auto msg = read(tmp / "b.log");
+      << read_file(tmp / "b.log");
+  const auto msg = read_file(tmp / "b.log");
   EXPECT_TRUE(contains(msg, "optimizer.steps: 4 -> 6")) << msg;
   EXPECT_TRUE(contains(msg, "optimizer.lr: 0.003 -> 0.01")) << msg;
   EXPECT_TRUE(contains(msg, "--override")) << msg;
   EXPECT_EQ(latest_step(out), 4);
-  EXPECT_EQ(read(out + "/log.jsonl"), log_before) << "a refused resume wrote to the run's log";
+  EXPECT_EQ(read_file(out + "/log.jsonl"), log_before) << "a refused resume wrote to the run's log";
 
   // What does not shape the training may change freely.
   ASSERT_EQ(run(train_cmd(recipe, out, {"--set", "log_every=3", "--threads", "1"}), tmp / "c.log"), 0)
-      << read(tmp / "c.log");
+      << read_file(tmp / "c.log");
 
   ASSERT_EQ(run(train_cmd(recipe, out, {"--steps", "6", "--override"}), tmp / "d.log"), 0)
-      << read(tmp / "d.log");
-  EXPECT_TRUE(contains(read(tmp / "d.log"), "resuming from")) << read(tmp / "d.log");
+      << read_file(tmp / "d.log");
+  EXPECT_TRUE(contains(read_file(tmp / "d.log"), "resuming from")) << read_file(tmp / "d.log");
   EXPECT_EQ(latest_step(out), 6);
   EXPECT_EQ(logged_step(out), 6);
   // The accepted values became the run's recipe: the same command resumes without --override.
-  ASSERT_EQ(run(train_cmd(recipe, out, {"--steps", "6"}), tmp / "e.log"), 0) << read(tmp / "e.log");
+  ASSERT_EQ(run(train_cmd(recipe, out, {"--steps", "6"}), tmp / "e.log"), 0) << read_file(tmp / "e.log");
 }
 
 TEST(RunDir, ExportNeverReplacesAModelDirectoryTheRunDidNotWrite) {
@@ -160,25 +156,28 @@ TEST(RunDir, ExportNeverReplacesAModelDirectoryTheRunDidNotWrite) {
   std::ofstream(model + "/model.safetensors") << "weights";
   std::ofstream(model + "/README.md") << "# the card\n";
 
-  ASSERT_EQ(run(train_cmd(recipe, tmp / "a", {"--export", model}), tmp / "a.log"), 1) << read(tmp / "a.log");
-  const auto msg = read(tmp / "a.log");
+  ASSERT_EQ(run(train_cmd(recipe, tmp / "a", {"--export", model}), tmp / "a.log"), 1)
+      << read_file(tmp / "a.log");
+  const auto msg = read_file(tmp / "a.log");
   EXPECT_TRUE(contains(msg, "already holds a model (config.json, model.safetensors)")) << msg;
   EXPECT_TRUE(contains(msg, "--force")) << msg;
   EXPECT_FALSE(fs::exists(tmp / "a/checkpoints/latest")) << "refused only after training";
-  EXPECT_EQ(read(model + "/config.json"), "{\"the\": \"user's model\"}\n");
-  EXPECT_EQ(read(model + "/model.safetensors"), "weights");
+  EXPECT_EQ(read_file(model + "/config.json"), "{\"the\": \"user's model\"}\n");
+  EXPECT_EQ(read_file(model + "/model.safetensors"), "weights");
 
   // --force replaces the model files and leaves the rest.
   ASSERT_EQ(run(train_cmd(recipe, tmp / "a", {"--export", model, "--force"}), tmp / "b.log"), 0)
-      << read(tmp / "b.log");
-  EXPECT_TRUE(nlohmann::json::parse(read(model + "/config.json")).contains("model_type"));
-  EXPECT_EQ(read(model + "/README.md"), "# the card\n");
+      << read_file(tmp / "b.log");
+  EXPECT_TRUE(nlohmann::json::parse(read_file(model + "/config.json")).contains("model_type"));
+  EXPECT_EQ(read_file(model + "/README.md"), "# the card\n");
   // The run may export there again (a resume, a rerun): it wrote that model itself ...
-  ASSERT_EQ(run(train_cmd(recipe, tmp / "a", {"--export", model}), tmp / "c.log"), 0) << read(tmp / "c.log");
+  ASSERT_EQ(run(train_cmd(recipe, tmp / "a", {"--export", model}), tmp / "c.log"), 0)
+      << read_file(tmp / "c.log");
   // ... another run may not.
-  const auto exported = read(model + "/model.safetensors");
-  ASSERT_EQ(run(train_cmd(recipe, tmp / "b", {"--export", model}), tmp / "d.log"), 1) << read(tmp / "d.log");
-  EXPECT_EQ(read(model + "/model.safetensors"), exported);
+  const auto exported = read_file(model + "/model.safetensors");
+  ASSERT_EQ(run(train_cmd(recipe, tmp / "b", {"--export", model}), tmp / "d.log"), 1)
+      << read_file(tmp / "d.log");
+  EXPECT_EQ(read_file(model + "/model.safetensors"), exported);
 }
 
 TEST(RunDir, OutMovesTheExportAndTheBundledRecipesExportUnderRuns) {
@@ -235,23 +234,24 @@ TEST(RunDir, EveryCheckpointIsAModelDirectoryTheEnginesToolsLoad) {
   moxi::testing::temp_dir tmp("moxi-run-ckpt");
   const auto recipe = write_recipe(tmp.path(), 2);
   const std::string out = tmp / "run";
-  ASSERT_EQ(run(train_cmd(recipe, out), tmp / "train.log"), 0) << read(tmp / "train.log");
+  ASSERT_EQ(run(train_cmd(recipe, out), tmp / "train.log"), 0) << read_file(tmp / "train.log");
   const std::string ckpt = out + "/checkpoints/step-00000002";
   for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                         "generation_config.json"})
     EXPECT_TRUE(fs::exists(ckpt + "/" + f)) << f;
-  EXPECT_TRUE(contains(read(ckpt + "/tokenizer_config.json"), "<|assistant|>")) << "no chat template";
+  EXPECT_TRUE(contains(read_file(ckpt + "/tokenizer_config.json"), "<|assistant|>")) << "no chat template";
 
-  ASSERT_EQ(run({kBinary + "/moxi", "inspect", ckpt}, tmp / "inspect.log"), 0) << read(tmp / "inspect.log");
+  ASSERT_EQ(run({kBinary + "/moxi", "inspect", ckpt}, tmp / "inspect.log"), 0)
+      << read_file(tmp / "inspect.log");
   ASSERT_EQ(run({kBinary + "/moxi", "generate", "--model", ckpt, "--prompt", "ls", "--max-tokens", "2"},
                 tmp / "generate.log"),
             0)
-      << read(tmp / "generate.log");
+      << read_file(tmp / "generate.log");
   // The export (MXFP4 experts) is loadable too, and the run's config keeps its quantization: training
   // resumed from a checkpoint still quantizes in QAT and exports MXFP4 (SftRun.KilledAndResumed...).
   ASSERT_EQ(run({kBinary + "/moxi", "inspect", out + "/model"}, tmp / "inspect-export.log"), 0)
-      << read(tmp / "inspect-export.log");
-  EXPECT_TRUE(contains(read(out + "/model/config.json"), "quantization_config"));
+      << read_file(tmp / "inspect-export.log");
+  EXPECT_TRUE(contains(read_file(out + "/model/config.json"), "quantization_config"));
 }
 
 TEST(RunDir, InterruptedRunCheckpointsAndPrintsTheCommandThatResumesIt) {
@@ -260,10 +260,10 @@ TEST(RunDir, InterruptedRunCheckpointsAndPrintsTheCommandThatResumesIt) {
   const std::string out = tmp / "run";
   std::vector<std::string> cmd = {kBinary + "/moxi", "train", "sft", "--recipe", recipe, "--out", out};
   const pid_t pid = spawn_logged(cmd, tmp / "a.log");
-  ASSERT_TRUE(wait_for([&] { return logged_step(out) >= 3; })) << read(tmp / "a.log");
+  ASSERT_TRUE(wait_for([&] { return logged_step(out) >= 3; })) << read_file(tmp / "a.log");
   ::kill(pid, SIGINT);
-  ASSERT_EQ(wait_exit(pid), 128 + SIGINT) << read(tmp / "a.log");
-  const auto msg = read(tmp / "a.log");
+  ASSERT_EQ(wait_exit(pid), 128 + SIGINT) << read_file(tmp / "a.log");
+  const auto msg = read_file(tmp / "a.log");
   const int64_t stopped = latest_step(out);
   ASSERT_GE(stopped, 3) << msg;
   ASSERT_LT(stopped, 24) << "the run finished before it could be interrupted";
@@ -271,8 +271,8 @@ TEST(RunDir, InterruptedRunCheckpointsAndPrintsTheCommandThatResumesIt) {
   EXPECT_TRUE(contains(msg, "interrupted after step " + std::to_string(stopped))) << msg;
   EXPECT_TRUE(contains(msg, "moxi train sft --recipe " + recipe + " --out " + out + "\n")) << msg;
 
-  ASSERT_EQ(run(cmd, tmp / "b.log"), 0) << read(tmp / "b.log");
-  EXPECT_TRUE(contains(read(tmp / "b.log"), "resuming from")) << read(tmp / "b.log");
+  ASSERT_EQ(run(cmd, tmp / "b.log"), 0) << read_file(tmp / "b.log");
+  EXPECT_TRUE(contains(read_file(tmp / "b.log"), "resuming from")) << read_file(tmp / "b.log");
   EXPECT_EQ(latest_step(out), 24);
 }
 

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/read-file.h"
 #include "common/run-moxi.h"
 #include "common/temp-dir.h"
 #include "moxi/train/model.h"
@@ -25,12 +26,7 @@ namespace {
 
 const std::string kSource = MOXI_SOURCE_DIR, kBinary = MOXI_BINARY_DIR;
 
-std::string read(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using moxi::testing::read_file;  // common/read-file.h
 
 // A recipe for a few seconds of training: tiny-seed (KDA + Gated DSA, MoE, MTP, MXFP4 experts), terminal
 // tasks, a tokenizer trained on them, checkpoints every 2 steps, a QAT phase at the end.
@@ -61,7 +57,7 @@ using moxi::testing::wait_exit;
 int64_t latest_step(const std::string& out) {
   const std::string p = out + "/checkpoints/latest";
   if (!fs::exists(p)) return -1;
-  const auto s = read(p);
+  const auto s = read_file(p);
   return s.rfind("step-", 0) == 0 ? std::stoll(s.substr(5)) : -1;
 }
 
@@ -73,7 +69,7 @@ TEST(SftRun, KilledAndResumedRunEndsWithExactlyTheUninterruptedParameters) {
     return std::vector<std::string>{trainer, "sft", "--recipe", recipe, "--out", out};
   };
   const std::string a = tmp / "a", b = tmp / "b";
-  ASSERT_EQ(wait_exit(spawn_logged(cmd(a), tmp / "a.log")), 0) << read(tmp / "a.log");
+  ASSERT_EQ(wait_exit(spawn_logged(cmd(a), tmp / "a.log")), 0) << read_file(tmp / "a.log");
 
   // Kill the second run once it has checkpointed step 4 (it is then somewhere in steps 5..12).
   const pid_t pid = spawn_logged(cmd(b), tmp / "b1.log");
@@ -81,13 +77,13 @@ TEST(SftRun, KilledAndResumedRunEndsWithExactlyTheUninterruptedParameters) {
   while (latest_step(b) < 4 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ::kill(pid, SIGKILL);
-  ASSERT_EQ(wait_exit(pid), 128 + SIGKILL) << read(tmp / "b1.log");
+  ASSERT_EQ(wait_exit(pid), 128 + SIGKILL) << read_file(tmp / "b1.log");
   const int64_t killed_at = latest_step(b);
   ASSERT_GE(killed_at, 4);
   ASSERT_LT(killed_at, 12) << "the run finished before it could be killed";
 
-  ASSERT_EQ(wait_exit(spawn_logged(cmd(b), tmp / "b2.log")), 0) << read(tmp / "b2.log");
-  EXPECT_NE(read(tmp / "b2.log").find("resuming from"), std::string::npos) << read(tmp / "b2.log");
+  ASSERT_EQ(wait_exit(spawn_logged(cmd(b), tmp / "b2.log")), 0) << read_file(tmp / "b2.log");
+  EXPECT_NE(read_file(tmp / "b2.log").find("resuming from"), std::string::npos) << read_file(tmp / "b2.log");
   ASSERT_EQ(latest_step(a), 12);
   ASSERT_EQ(latest_step(b), 12);
   const auto ma = train::train_model::load(a + "/checkpoints/step-00000012");
@@ -100,7 +96,7 @@ TEST(SftRun, KilledAndResumedRunEndsWithExactlyTheUninterruptedParameters) {
   }
   EXPECT_EQ(compared, int64_t(ma.manifest().size()));
   // The exports (after QAT) are byte-identical too.
-  EXPECT_EQ(read(a + "/model/model.safetensors"), read(b + "/model/model.safetensors"));
+  EXPECT_EQ(read_file(a + "/model/model.safetensors"), read_file(b + "/model/model.safetensors"));
 }
 
 TEST(SftRun, ShortRunLowersTheHeldOutLossAndExportsAServableModel) {
@@ -133,13 +129,13 @@ TEST(SftRun, ShortRunLowersTheHeldOutLossAndExportsAServableModel) {
 TEST(SftRun, MoxiTrainRunsTheTrainerOrExplainsThatItIsMissing) {
   moxi::testing::temp_dir tmp("moxi-train-cli");
   ASSERT_EQ(wait_exit(spawn_logged({kBinary + "/moxi", "train", "sft", "--help"}, tmp / "help.log")), 0);
-  EXPECT_NE(read(tmp / "help.log").find("--recipe"), std::string::npos) << read(tmp / "help.log");
+  EXPECT_NE(read_file(tmp / "help.log").find("--recipe"), std::string::npos) << read_file(tmp / "help.log");
   // A moxi without moxi-train next to it (a build without libtorch).
   fs::copy_file(kBinary + "/moxi", tmp / "moxi");
   fs::permissions(tmp / "moxi", fs::perms::owner_exec, fs::perm_options::add);
   ASSERT_EQ(wait_exit(spawn_logged({tmp / "moxi", "train", "sft"}, tmp / "missing.log")), 1);
-  EXPECT_NE(read(tmp / "missing.log").find("built without libtorch"), std::string::npos)
-      << read(tmp / "missing.log");
+  EXPECT_NE(read_file(tmp / "missing.log").find("built without libtorch"), std::string::npos)
+      << read_file(tmp / "missing.log");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <numbers>
 
+#include "common/read-file.h"
 #include "common/temp-dir.h"
 #include "moxi/base/error.h"
 #include "moxi/eval/task-generator.h"
@@ -35,12 +36,7 @@ namespace {
 
 const std::string kSource = MOXI_SOURCE_DIR;
 
-std::string read(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using moxi::testing::read_file;  // common/read-file.h
 
 formats::model_config tiny_seed() {
   return model::load_model_config(kSource + "/configs/tiny-seed.json");
@@ -48,7 +44,7 @@ formats::model_config tiny_seed() {
 
 formats::chat_template moxi_tiny_template() {
   return formats::chat_template::from_tokenizer_config_json(
-      {{"chat_template", read(kSource + "/configs/chat-templates/moxi-tiny.jinja")},
+      {{"chat_template", read_file(kSource + "/configs/chat-templates/moxi-tiny.jinja")},
        {"bos_token", "<|bos|>"},
        {"eos_token", "<|eos|>"}},
       "moxi-tiny.jinja");
@@ -280,11 +276,11 @@ TEST(Export, EngineServesTheExportWithTheTrainersQatLogits) {
   fs::create_directories(dir);
   { std::ofstream(dir + "/README.md") << "kept\n"; }
   train::export_model(m, a, dir);
-  EXPECT_EQ(read(dir + "/README.md"), "kept\n");
-  const auto tc = nlohmann::json::parse(read(dir + "/tokenizer_config.json"));
+  EXPECT_EQ(read_file(dir + "/README.md"), "kept\n");
+  const auto tc = nlohmann::json::parse(read_file(dir + "/tokenizer_config.json"));
   EXPECT_EQ(tc.at("chat_template"), a.chat_template);
   EXPECT_EQ(tc.at("bos_token"), "<|bos|>");
-  const auto gc = nlohmann::json::parse(read(dir + "/generation_config.json"));
+  const auto gc = nlohmann::json::parse(read_file(dir + "/generation_config.json"));
   EXPECT_EQ(gc.at("eos_token_id"), nlohmann::json::array({2, 2}));
 
   const auto engine = model::model::load(dir);
