@@ -219,12 +219,12 @@ void expect_same_merges(const trained& t) {
 }
 
 TEST(BpeTrainer, MergesEqualTheReference) {
-  for (auto split : {bpe_split::llama3, bpe_split::gpt2}) {
+  for (auto split : {bpe_split::llama3, bpe_split::llama3_digits, bpe_split::gpt2}) {
     bpe_train_options o;
     o.vocab_size = 256 + 7 + 120;
     o.split = split;
     auto t = train_both(corpus(), o);
-    SCOPED_TRACE(split == bpe_split::llama3 ? "llama3" : "gpt2");
+    SCOPED_TRACE(moxi::formats::to_string(split));
     EXPECT_GT(t.model.merges.size(), 60u);
     expect_same_merges(t);
   }
@@ -273,8 +273,8 @@ TEST(BpeTrainer, StopsWhenNoPairIsFrequentEnough) {
 }
 
 TEST(BpeTrainer, WrittenJsonLoadsAndEncodesLikeTheReference) {
-  for (auto split : {bpe_split::llama3, bpe_split::gpt2}) {
-    SCOPED_TRACE(split == bpe_split::llama3 ? "llama3" : "gpt2");
+  for (auto split : {bpe_split::llama3, bpe_split::llama3_digits, bpe_split::gpt2}) {
+    SCOPED_TRACE(moxi::formats::to_string(split));
     bpe_train_options o;
     o.vocab_size = 256 + 7 + 150;
     o.split = split;
@@ -349,3 +349,47 @@ TEST(BpeTrainer, FewMegabytesInSeconds) {
 }
 
 }  // namespace
+
+// The digit split: trained on text full of numbers (where the llama3 split would merge "12", "123", ...),
+// the written tokenizer spells every number digit by digit (each token holding a digit is exactly that one
+// byte) and decodes back to the same text, for every number 0..99999 and a few long ones.
+TEST(BpeTrainer, DigitSplitSpellsEveryNumberDigitByDigit) {
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text += "What is " + std::to_string(i * 37 % 1000) + " + 12? Answer: 123.\n";
+  bpe_train_options o;
+  o.vocab_size = 256 + 7 + 200;
+  o.split = bpe_split::llama3_digits;
+  moxi::formats::bpe_trainer trainer(o);
+  trainer.add_text(text);
+  const auto model = trainer.train();
+  const auto tok =
+      moxi::formats::tokenizer::from_hf_json(moxi::formats::bpe_to_hf_json(model), "digits.json");
+  auto check = [&](const std::string& s) {
+    const auto ids = tok.encode(s);
+    for (auto id : ids) {
+      const std::string_view b = tok.token_bytes(id);
+      const bool has_digit = b.find_first_of("0123456789") != std::string_view::npos;
+      if (has_digit) {
+        ASSERT_EQ(b.size(), 1u) << "token '" << b << "' of '" << s << "' joins a digit";
+      }
+    }
+    ASSERT_EQ(tok.decode(ids), s);
+  };
+  for (int n = 0; n < 100000; ++n) check(std::to_string(n));
+  for (const std::string s : {"-42", "3.14159", "x=1000000007;", "1,234,567", " 99 bottles", "a1b22c333",
+                              "12345678901234567890", "Answer: 432\n"})
+    check(s);
+  // The same text under the llama3 split does merge digits (so the test can tell the two apart).
+  o.split = bpe_split::llama3;
+  moxi::formats::bpe_trainer grouped(o);
+  grouped.add_text(text);
+  const auto m3 = grouped.train();
+  const auto tok3 = moxi::formats::tokenizer::from_hf_json(moxi::formats::bpe_to_hf_json(m3), "llama3.json");
+  EXPECT_EQ(tok3.encode("123").size(), 1u);
+}
+
+TEST(BpeTrainer, SplitNamesRoundTrip) {
+  for (auto s : {bpe_split::llama3, bpe_split::llama3_digits, bpe_split::gpt2})
+    EXPECT_EQ(moxi::formats::parse_bpe_split(moxi::formats::to_string(s), "test"), s);
+  EXPECT_THROW(moxi::formats::parse_bpe_split("digits", "recipe.json: tokenizer.split"), moxi::error);
+}

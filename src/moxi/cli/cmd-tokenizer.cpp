@@ -47,8 +47,10 @@ void setup_tokenizer(CLI::App& root) {
       ->capture_default_str();
   auto outs = std::make_shared<output_paths>(train);
   outs->add("--out", t->out, "tokenizer.json to write (atomically)", output_paths::kind::file)->required();
-  train->add_option("--split", t->split, "pre-tokenizer: llama3 or gpt2")
-      ->check(CLI::IsMember({"llama3", "gpt2"}))
+  train
+      ->add_option("--split", t->split,
+                   "pre-tokenizer: llama3, llama3-digits (numbers digit by digit) or gpt2")
+      ->check(CLI::IsMember({"llama3", "llama3-digits", "gpt2"}))
       ->capture_default_str();
   train->add_option("--min-frequency", t->min_frequency, "do not merge pairs seen fewer times")
       ->check(integer_in(1, int64_t(1) << 62))
@@ -67,7 +69,7 @@ void setup_tokenizer(CLI::App& root) {
     formats::bpe_train_options o;
     o.vocab_size = t->vocab_size;
     o.min_frequency = t->min_frequency;
-    o.split = t->split == "gpt2" ? formats::bpe_split::gpt2 : formats::bpe_split::llama3;
+    o.split = formats::parse_bpe_split(t->split, "--split");
     if (!t->specials.empty()) o.special_tokens = t->specials;
     formats::bpe_trainer trainer(o);
     for (const auto& path : t->inputs) trainer.add_text(read_all(path), path);

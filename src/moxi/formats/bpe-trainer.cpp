@@ -18,6 +18,10 @@ namespace {
 // Llama-3's pre-tokenizer regex, verbatim from its tokenizer.json (Split, Isolated).
 const char* const kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Llama-3's regex with single-digit numbers (\p{N}{1,3} -> \p{N}), as HF's Digits(individual_digits)
+// pre-tokenizer would split them.
+const char* const kLlama3DigitsPattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 // The pattern HF's ByteLevel pre-tokenizer applies with use_regex=true (and tokenizer.cpp with it).
 const char* const kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -36,7 +40,34 @@ struct heap_entry {
 }  // namespace
 
 const char* bpe_split_pattern(bpe_split split) {
-  return split == bpe_split::llama3 ? kLlama3Pattern : kGpt2Pattern;
+  switch (split) {
+    case bpe_split::llama3:
+      return kLlama3Pattern;
+    case bpe_split::llama3_digits:
+      return kLlama3DigitsPattern;
+    case bpe_split::gpt2:
+      return kGpt2Pattern;
+  }
+  return kLlama3Pattern;
+}
+
+const char* to_string(bpe_split split) {
+  switch (split) {
+    case bpe_split::llama3:
+      return "llama3";
+    case bpe_split::llama3_digits:
+      return "llama3-digits";
+    case bpe_split::gpt2:
+      return "gpt2";
+  }
+  return "llama3";
+}
+
+bpe_split parse_bpe_split(const std::string& name, const std::string& what) {
+  for (auto s : {bpe_split::llama3, bpe_split::llama3_digits, bpe_split::gpt2}) {
+    if (name == to_string(s)) return s;
+  }
+  throw error(what + ": unknown pre-tokenizer split '" + name + "' (accepted: llama3, llama3-digits, gpt2)");
 }
 
 std::vector<std::string> default_special_tokens() {
@@ -248,11 +279,11 @@ std::string bpe_to_hf_json(const bpe_model& model) {
   const ojson byte_level = {
       {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
   ojson pre;
-  if (model.split == bpe_split::llama3) {
+  if (model.split != bpe_split::gpt2) {
     pre = {{"type", "Sequence"},
            {"pretokenizers",
             {{{"type", "Split"},
-              {"pattern", {{"Regex", bpe_split_pattern(bpe_split::llama3)}}},
+              {"pattern", {{"Regex", bpe_split_pattern(model.split)}}},
               {"behavior", "Isolated"},
               {"invert", false}},
              byte_level}}};

@@ -15,9 +15,15 @@ namespace moxi::formats {
 // The pre-tokenizer split the trainer applies and writes into tokenizer.json, both through the PCRE2
 // wrapper the loader uses, so training pieces and encoding pieces are the same.
 enum class bpe_split {
-  llama3,  // Split(Llama-3 regex, Isolated) + ByteLevel(use_regex=false): digits in groups of 1-3
-  gpt2,    // ByteLevel(use_regex=true): GPT-2's regex
+  llama3,         // Split(Llama-3 regex, Isolated) + ByteLevel(use_regex=false): digits in groups of 1-3
+  llama3_digits,  // the same with \p{N} in place of \p{N}{1,3}: every digit its own piece, so no merge
+                  // ever joins digits and every number is spelled digit by digit (learnable arithmetic)
+  gpt2,           // ByteLevel(use_regex=true): GPT-2's regex
 };
+
+// Parses "llama3", "llama3-digits" or "gpt2"; throws moxi::error naming `what` and the accepted values.
+bpe_split parse_bpe_split(const std::string& name, const std::string& what);
+const char* to_string(bpe_split split);
 
 // The regex of a split (the Llama-3 one verbatim from its tokenizer.json; GPT-2's from the HF ByteLevel).
 const char* bpe_split_pattern(bpe_split split);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "moxi/base/error.h"
+#include "moxi/formats/bpe-trainer.h"
 
 namespace moxi::train {
 
@@ -131,7 +132,9 @@ recipe parse_recipe(const json& j, const std::string& source, const std::string&
     reader t(top.at("tokenizer"), top.field("tokenizer"));
     t.get("path", r.tokenizer);
     t.get("min_frequency", r.tokenizer_min_frequency);
+    t.get("split", r.tokenizer_split);
     t.finish();
+    formats::parse_bpe_split(r.tokenizer_split, t.field("split"));
   }
   top.get("chat_template", r.chat_template);
   top.get("end_token", r.end_token);
@@ -281,7 +284,7 @@ json to_json(const recipe& r) {
   j["model"] = json::object();
   if (!r.config.empty()) j["model"]["config"] = r.config;
   if (!r.init.empty()) j["model"]["init"] = r.init;
-  j["tokenizer"] = {{"min_frequency", r.tokenizer_min_frequency}};
+  j["tokenizer"] = {{"min_frequency", r.tokenizer_min_frequency}, {"split", r.tokenizer_split}};
   if (!r.tokenizer.empty()) j["tokenizer"]["path"] = r.tokenizer;
   j["chat_template"] = r.chat_template;
   j["end_token"] = r.end_token;

@@ -32,9 +32,10 @@ struct recipe {
 
   // Tokenizer: a tokenizer.json to use, or (empty) one trained on the training conversations.
   std::string tokenizer;
-  int64_t tokenizer_min_frequency = 2;  // vocabulary size = the model config's vocab_size
-  std::string chat_template;            // Jinja file; empty = moxi-tiny's (formats::moxi_tiny_chat_template)
-  std::string end_token = "<|end|>";    // the template's end of turn: the reply is trained up to it
+  int64_t tokenizer_min_frequency = 2;     // vocabulary size = the model config's vocab_size
+  std::string tokenizer_split = "llama3";  // pre-tokenizer of a trained one: llama3, llama3-digits, gpt2
+  std::string chat_template;          // Jinja file; empty = moxi-tiny's (formats::moxi_tiny_chat_template)
+  std::string end_token = "<|end|>";  // the template's end of turn: the reply is trained up to it
 
   std::vector<data_source> train_data, eval_data;
   int64_t max_tokens = 512;  // conversations longer than this (prompt + reply, tokens) are skipped

@@ -147,6 +147,7 @@ std::string train_tokenizer(const recipe& r, const formats::model_config& c,
   formats::bpe_train_options o;
   o.vocab_size = c.vocab_size;
   o.min_frequency = r.tokenizer_min_frequency;
+  o.split = formats::parse_bpe_split(r.tokenizer_split, r.source + ": tokenizer.split");
   formats::bpe_trainer t(o);
   for (const auto& task : tasks) {
     const auto parts = render_chat(task, tpl, r.end_token);
