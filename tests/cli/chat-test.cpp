@@ -143,6 +143,55 @@ TEST_F(Chat, RepliesStayInsideTheModelsContext) {
   EXPECT_EQ(t[0].at("prompt_tokens").get<int>() + t[0].at("reply_tokens").get<int>(), 40);
 }
 
+// moxi-small's template: a past reply renders exactly as the generation prompt followed by what the model
+// generated and its end marker, so the rendered history of turn n is a prefix of turn n+1's prompt, and
+// `moxi chat` prefills only what follows the previous reply (the end marker and the new user turn).
+TEST_F(Chat, MoxiSmallTemplateSecondTurnPrefillsOnlyTheNewMessage) {
+  {
+    std::ifstream in(path("m") + "/tokenizer_config.json");
+    auto cfg = nlohmann::json::parse(in);
+    std::stringstream t;
+    t << std::ifstream(std::string(MOXI_SOURCE_DIR) + "/configs/chat-templates/moxi-small.jinja").rdbuf();
+    cfg["chat_template"] = t.str();
+    std::ofstream(path("m") + "/tokenizer_config.json") << cfg.dump();
+  }
+  // The template alone, on conversations with a system turn and several exchanges. The expected text of
+  // the first one is written out by hand.
+  auto conv =
+      nlohmann::ordered_json::array({msg("system", "Be brief."), msg("user", "count lines in a.txt")});
+  EXPECT_EQ(render(conv),
+            "<|bos|><|system|>Be brief.<|end|>\n<|user|>count lines in a.txt<|end|>\n<|assistant|>");
+  for (const std::string reply : {"wc -l a.txt", "Hello! I run shell commands.", "x"}) {
+    const std::string prompt = render(conv);
+    auto next = conv;
+    next.push_back(msg("assistant", reply));
+    const std::string history = render(next, false);
+    EXPECT_EQ(history, prompt + reply + "<|end|>\n") << "a past reply is the generation prompt + the reply";
+    next.push_back(msg("user", "and the words?"));
+    EXPECT_EQ(render(next).substr(0, history.size()), history) << "turn n's history prefixes turn n+1";
+    conv = next;
+  }
+
+  const std::string input = "count the lines in notes.txt\nand the words?\n";
+  const auto r = run("chat --model " + path("m") + " --max-tokens 3 --show-prompt", input, dir_);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto t = turns(r.err);
+  ASSERT_EQ(t.size(), 2u) << r.err;
+  const auto tok = moxi::formats::tokenizer::from_hf_json_file(path("m") + "/tokenizer.json");
+  const std::string first = t[0].at("prompt").get<std::string>() + t[0].at("reply").get<std::string>();
+  const std::string second = t[1].at("prompt").get<std::string>();
+  ASSERT_EQ(second.substr(0, first.size()), first);
+  // What is prefilled is the text after the first prompt and reply, plus at most the reply's last token:
+  // a reply cut by the length limit ends with a token that was sampled but never fed (a stopped reply's
+  // last token is the end marker, part of that text).
+  const size_t suffix = tok.encode(second.substr(first.size())).size();
+  const size_t cut = t[0].at("finish_reason") == "length" ? 1 : 0;
+  EXPECT_GE(t[1].at("prefilled_tokens").get<size_t>(), suffix) << r.err;
+  EXPECT_LE(t[1].at("prefilled_tokens").get<size_t>(), suffix + cut) << r.err;
+  EXPECT_EQ(t[1].at("reused_tokens").get<size_t>() + t[1].at("prefilled_tokens").get<size_t>(),
+            tok.encode(second).size());
+}
+
 TEST_F(Chat, MissingDefaultModelIsAClearError) {
   for (const char* sub : {"chat", "generate --prompt hi"}) {
     const auto r = run(sub, "hi\n", dir_, "MOXI_MODEL=" + path("nowhere"));
