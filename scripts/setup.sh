@@ -9,6 +9,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libseccomp-dev libxxhash-dev libpcre2-dev bubblewrap libcpp-httplib-dev libboost1.74-dev
   prometheus libtorch-dev
+  libopenblas0-openmp  # libtorch's BLAS: OpenBLAS instead of the reference libblas3 (several x on the trainer)
   python3  # the code-domain checkers run candidate programs and their tests with it (in the sandbox)
 )
 
