@@ -9,8 +9,9 @@
 
 namespace moxi::eval {
 
-enum class domain { math, terminal, code };
-enum class split { train, test };
+enum class domain { math, terminal, code, chat };
+// length: math only, operands longer than any train operand (docs/tasks.md); never part of test.
+enum class split { train, test, length };
 
 const char* to_string(domain d);
 const char* to_string(split s);
