@@ -106,8 +106,9 @@ bool math_combo_is_test(const std::string& tmpl, int64_t a, int64_t b, int64_t c
   return h % 100 < 15;
 }
 
-// Operand sizes. train/test: 1-3 digits (1: 20 %, 2: 40 %, 3: 40 %), multipliers 1-2 digits (2/3, 1/3);
-// length: 4-5 digits, multipliers as in train.
+// Operand sizes. train/test: 1-3 digits (1: 20 %, 2: 40 %, 3: 40 %); multipliers (b of mul, travel, div)
+// 1-2 digits (2/3, 1/3), with a two-digit multiplier only times a 1-2 digit number; the multiplier of
+// shop and mixed 1 digit. length: the operands 4-5 digits, multipliers as in train.
 int64_t with_digits(rng& r, int64_t d) {
   int64_t lo = 1;
   for (int64_t i = 1; i < d; ++i) lo *= 10;
@@ -363,13 +364,19 @@ task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template
     a = draw_operand(r, length);
     b = draw_operand(r, length);
     c = draw_operand(r, length);
-    if (tmpl == "mul" || tmpl == "travel" || tmpl == "shop" || tmpl == "div") b = draw_multiplier(r);
+    // A two-digit multiplier only for single products of at most two digits (mul, travel, div); the
+    // worked form of larger products would cost long replies.
+    if (tmpl == "mul" || tmpl == "travel" || tmpl == "div") {
+      b = draw_multiplier(r);
+      if (!length && b >= 10 && a >= 100) a = with_digits(r, r.range(1, 2));
+    }
+    if (tmpl == "shop") b = with_digits(r, 1);
     if (tmpl == "mixed") {
       form = int(r.range(0, 2));
       if (form == 1) {
-        b = draw_multiplier(r);  // a * b - c
+        b = with_digits(r, 1);  // a * b - c
       } else {
-        c = draw_multiplier(r);  // (a + b) * c, a + b * c
+        c = with_digits(r, 1);  // (a + b) * c, a + b * c
       }
     }
     if (tmpl == "shop" && c > a * b) c = r.range(1, a * b);  // never sells more than there is
