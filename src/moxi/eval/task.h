@@ -1,4 +1,4 @@
-// Verifiable tasks (math, terminal, code) as the generator writes them and the checkers, SFT, RL and
+// Verifiable tasks (math, terminal, code, chat) as the generator writes them and the checkers, SFT, RL and
 // `moxi eval` read them: one JSON object per line (docs/tasks.md has the format).
 #pragma once
 
