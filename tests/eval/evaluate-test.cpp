@@ -89,6 +89,8 @@ std::string scripted_reply(const task& t, size_t i) {
       return fenced("sh", right ? t.reference : "ls /no-such-directory");
     case domain::code:
       return fenced("python", right ? t.reference : t.program);  // the program with its bug
+    case domain::chat:
+      return right ? t.reference : "ls -la";
   }
   return "";
 }

@@ -64,14 +64,7 @@ struct rule {
 };
 const std::map<std::string, rule>& rules() {
   static const std::map<std::string, rule> r = {
-      // math
-      {"add", {{"a", "b"}, 2, 99, 100, 999}},
-      {"sub", {{"a", "b"}, 2, 99, 100, 999}},
-      {"mul", {{"a", "b"}, 2, 99, 100, 999}},
-      {"mixed", {{"a", "b", "c"}, 2, 99, 100, 999}},
-      {"shop", {{"a", "b", "c"}, 2, 99, 100, 999}},
-      {"travel", {{"a", "b"}, 2, 99, 100, 999}},
-      {"wallet", {{"a", "b", "c"}, 2, 99, 100, 999}},
+      // math holds out operand combinations and phrasing families, not ranges: math-chat-test.cpp
       // terminal
       {"count_lines", {{"lines"}, 3, 40, 41, 99}},
       {"word_count", {{"lines"}, 3, 40, 41, 99}},
@@ -144,7 +137,7 @@ TEST(TaskGenerator, TestSplitHoldsOutTemplatesAndRanges) {
       EXPECT_TRUE(test_templates.count(info.name)) << info.name;
       EXPECT_EQ(train_templates.count(info.name), info.test_only ? 0u : 1u) << info.name;
       EXPECT_EQ(kTestOnly.count(info.name) == 1, info.test_only) << info.name;
-      if (!info.test_only) {
+      if (!info.test_only && d != domain::math) {
         EXPECT_TRUE(rules().count(info.name)) << "no restated rule for " << info.name;
       }
     }
@@ -221,7 +214,8 @@ TEST(TaskGenerator, MathAnswersAreTheValueOfTheirExpressionAndPrompt) {
       const int64_t v = p.sum();
       EXPECT_EQ(p.i, t.expression.size()) << t.expression;
       EXPECT_EQ(std::to_string(v), t.answer) << t.id << ": " << t.expression;
-      EXPECT_EQ(t.reference, t.answer);
+      // The worked reference ends with the answer (its lines: math-chat-test.cpp).
+      EXPECT_EQ(t.reference.substr(t.reference.rfind('\n') + 1), "Answer: " + t.answer);
       // Every number of the expression is stated in the prompt, so the prompt determines the answer.
       std::istringstream in(t.expression);
       for (std::string tok; in >> tok;) {

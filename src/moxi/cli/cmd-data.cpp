@@ -16,7 +16,7 @@ namespace moxi::cli {
 namespace {
 
 void setup_data(CLI::App& root) {
-  auto* cmd = root.add_subcommand("data", "Generate verifiable tasks (math, terminal, code) as JSONL");
+  auto* cmd = root.add_subcommand("data", "Generate verifiable tasks (math, terminal, code, chat) as JSONL");
   struct args {
     std::string domain, split = "train", out;
     size_t n = 100;
@@ -24,11 +24,13 @@ void setup_data(CLI::App& root) {
     bool verify = false;
   };
   auto a = std::make_shared<args>();
-  cmd->add_option("--domain", a->domain, "math, terminal or code")
+  cmd->add_option("--domain", a->domain, "math, terminal, code or chat")
       ->required()
-      ->check(CLI::IsMember({"math", "terminal", "code"}));
-  cmd->add_option("--split", a->split, "train or test (test holds out templates and parameter ranges)")
-      ->check(CLI::IsMember({"train", "test"}))
+      ->check(CLI::IsMember({"math", "terminal", "code", "chat"}));
+  cmd->add_option(
+         "--split", a->split,
+         "train, test (holds out templates, parameters, phrasings) or length (math: longer operands)")
+      ->check(CLI::IsMember({"train", "test", "length"}))
       ->capture_default_str();
   cmd->add_option("--n", a->n, "number of tasks")->check(integer_in(1, 10'000'000))->capture_default_str();
   cmd->add_option("--seed", a->seed, "generator seed")->check(unsigned_integer())->capture_default_str();

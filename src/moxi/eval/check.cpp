@@ -14,6 +14,7 @@
 #include <future>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -272,17 +273,106 @@ check_result compare_terminal(const task& t, const outcome& ref, const outcome& 
   return r;
 }
 
+// The final answer is the number on the last non-empty line ("Answer: 42", "= 42", "42", "The answer is
+// 42."): a worked reply whose last line is wrong fails even if the right number appears earlier.
 check_result check_math(const task& t, std::string_view candidate) {
   check_result r;
-  const auto got = extract_number(candidate);
+  const auto lines = split_lines(candidate);
+  std::string last;
+  for (auto it = lines.rbegin(); it != lines.rend() && last.empty(); ++it) last = trim(*it);
+  const auto got = extract_number(last);
   if (!got) {
-    r.detail = "no number in the answer";
+    r.detail = last.empty() ? "no number in the answer" : "no number on the last line";
     return r;
   }
   const long double want = std::strtold(t.answer.c_str(), nullptr);
   const long double have = std::strtold(got->c_str(), nullptr);
   r.pass = std::fabs(double(have - want)) <= 1e-9 * std::max(1.0, std::fabs(double(want)));
   r.detail = *got + (r.pass ? " == " : " != ") + t.answer;
+  return r;
+}
+
+// Words a command or a program starts with: a chat reply that starts with one is not prose.
+const std::set<std::string>& command_words() {
+  static const std::set<std::string> w = {
+      "ls",      "cd",    "cat",    "echo", "grep",    "find",  "wc",     "head",  "tail",  "sort",
+      "uniq",    "mkdir", "cp",     "mv",   "rm",      "sed",   "awk",    "touch", "chmod", "chown",
+      "pwd",     "du",    "df",     "cut",  "tr",      "xargs", "sudo",   "git",   "pip",   "python",
+      "python3", "bash",  "sh",     "curl", "wget",    "tar",   "printf", "ln",    "diff",  "def",
+      "import",  "print", "export", "apt",  "apt-get", "rmdir", "nano",   "vim",   "kill",  "ps"};
+  return w;
+}
+
+// What the reply to each intent must say: any one of the words (lowercase, matched as whole words).
+const std::map<std::string, std::vector<std::string>>& chat_key_words() {
+  static const std::vector<std::string> can = {"shell",      "command", "commands", "terminal",
+                                               "python",     "program", "programs", "code",
+                                               "arithmetic", "math",    "sums",     "numbers"};
+  static const std::map<std::string, std::vector<std::string>> k = {
+      {"greeting", {"hello", "hi", "hey", "greetings", "morning", "evening", "afternoon", "welcome"}},
+      {"capabilities", can},
+      {"identity", {"moxi", "assistant", "model"}},
+      {"help", can},
+      {"usage", can},
+      {"thanks", {"welcome", "glad", "problem", "pleasure", "anytime"}},
+      {"how_are_you", {"fine", "well", "good", "great", "ok", "okay"}},
+      {"goodbye", {"bye", "goodbye", "later", "care", "soon"}},
+  };
+  return k;
+}
+
+// A chat reply passes when it is prose, not a command or code (no fence, no shell operators or prompt,
+// no leading command word), has at least 3 words, ends a sentence, and says the intent's key point.
+check_result check_chat(const task& t, std::string_view candidate) {
+  check_result r;
+  const std::string text = trim(candidate);
+  std::vector<std::string> words;  // lowercase, letters, digits and ' - _ only
+  {
+    std::istringstream in(text);
+    for (std::string w; in >> w;) {
+      std::string clean;
+      for (char c : w) {
+        const auto u = static_cast<unsigned char>(c);
+        if (std::isalnum(u) || c == '\'' || c == '-' || c == '_') clean += char(std::tolower(u));
+      }
+      if (!clean.empty()) words.push_back(clean);
+    }
+  }
+  for (const char* marker :
+       {"```", "$ ", "&&", "||", " | ", ">>", " > ", "();", "def ", "import ", "#!", "\t"}) {
+    if (text.find(marker) != std::string::npos) {
+      r.detail = std::string("looks like code or a command ('") + marker + "')";
+      return r;
+    }
+  }
+  if (text.rfind("./", 0) == 0 || text.rfind("/", 0) == 0 ||
+      (!text.empty() && command_words().count(text.substr(0, text.find_first_of(" \n"))))) {
+    r.detail = "starts with a command: " + text.substr(0, text.find_first_of(" \n"));
+    return r;
+  }
+  if (words.size() < 3) {
+    r.detail = "fewer than 3 words";
+    return r;
+  }
+  if (std::string(".!?").find(text.back()) == std::string::npos) {
+    r.detail = "does not end a sentence";
+    return r;
+  }
+  const std::string intent = t.params.is_object() ? t.params.value("intent", "") : "";
+  auto it = chat_key_words().find(intent);
+  if (it == chat_key_words().end()) {
+    r.error = true;
+    r.detail = "unknown chat intent '" + intent + "'";
+    return r;
+  }
+  for (const auto& w : words) {
+    if (std::find(it->second.begin(), it->second.end(), w) != it->second.end()) {
+      r.pass = true;
+      r.detail = "prose, says '" + w + "' (" + intent + ")";
+      return r;
+    }
+  }
+  r.detail = "prose, but misses the point of '" + intent + "'";
   return r;
 }
 
@@ -461,6 +551,9 @@ std::vector<check_result> checker::check_chunk(
       switch (t.domain) {
         case domain::math:
           results[i] = check_math(t, cand);
+          break;
+        case domain::chat:
+          results[i] = check_chat(t, cand);
           break;
         case domain::terminal: {
           const bool snap = t.compare == compare_mode::files;

@@ -1,6 +1,7 @@
 // Checkers for generated tasks: the reward of RL and the pass/fail of `moxi eval`. Math answers are
-// compared as numbers; terminal commands and code fixes are RUN in the sandbox (moxi::sandbox) with tight
-// limits, a terminal command on a fresh copy of the task's file tree next to the reference command.
+// compared as numbers (the last line's number); chat replies must be prose that answers the intent; terminal
+// commands and code fixes are RUN in the sandbox (moxi::sandbox) with tight limits, a terminal command on a
+// fresh copy of the task's file tree next to the reference command.
 #pragma once
 
 #include <memory>

@@ -1,5 +1,6 @@
-// Deterministic generator of verifiable tasks for SFT, RL and evaluation (`moxi data`): math with numeric
-// answers, terminal requests checked by running commands, and one-bug Python programs checked by a test.
+// Deterministic generator of verifiable tasks for SFT, RL and evaluation (`moxi data`): math with worked
+// references ending in "Answer: N", terminal requests checked by running commands, one-bug Python programs
+// checked by a test, and plain chat (greetings, questions about the assistant) answered in prose.
 #pragma once
 
 #include <cstdint>
@@ -10,9 +11,10 @@
 
 namespace moxi::eval {
 
-// n tasks of one domain and split. Item i depends only on (domain, split, seed, i), through a portable
-// generator (no std:: distributions, whose output differs between standard libraries), so the same
-// arguments give byte-identical JSONL on every machine and --n 10 is a prefix of --n 100.
+// n tasks of one domain and split (split::length: math only, else moxi::error). Item i depends only on
+// (domain, split, seed, i), through a portable generator (no std:: distributions, whose output differs
+// between standard libraries), so the same arguments give byte-identical JSONL on every machine and --n 10 is
+// a prefix of --n 100.
 std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed);
 
 // A generator template and where it appears: `shared` templates appear in both splits, with the test

@@ -21,25 +21,37 @@ const char* to_string(domain d) {
       return "terminal";
     case domain::code:
       return "code";
+    case domain::chat:
+      return "chat";
   }
   return "?";
 }
 
 const char* to_string(split s) {
-  return s == split::train ? "train" : "test";
+  switch (s) {
+    case split::train:
+      return "train";
+    case split::test:
+      return "test";
+    case split::length:
+      return "length";
+  }
+  return "?";
 }
 
 domain parse_domain(std::string_view s) {
   if (s == "math") return domain::math;
   if (s == "terminal") return domain::terminal;
   if (s == "code") return domain::code;
-  throw error("unknown domain '" + std::string(s) + "' (math, terminal or code)");
+  if (s == "chat") return domain::chat;
+  throw error("unknown domain '" + std::string(s) + "' (math, terminal, code or chat)");
 }
 
 split parse_split(std::string_view s) {
   if (s == "train") return split::train;
   if (s == "test") return split::test;
-  throw error("unknown split '" + std::string(s) + "' (train or test)");
+  if (s == "length") return split::length;
+  throw error("unknown split '" + std::string(s) + "' (train, test or length)");
 }
 
 const char* to_string(compare_mode m) {
@@ -78,6 +90,9 @@ nlohmann::json to_json(const task& t) {
     }
     case domain::code:
       check = {{"kind", "python-test"}, {"program", t.program}, {"test", t.test}};
+      break;
+    case domain::chat:
+      check = {{"kind", "prose"}};  // the intent is params.intent
       break;
   }
   return {{"id", t.id},
@@ -145,6 +160,8 @@ task task_from_json(const nlohmann::json& j, const std::string& where) {
     case domain::code:
       t.program = str(c, "program", cw);
       t.test = str(c, "test", cw);
+      break;
+    case domain::chat:
       break;
   }
   return t;

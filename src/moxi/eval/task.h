@@ -1,4 +1,4 @@
-// Verifiable tasks (math, terminal, code) as the generator writes them and the checkers, SFT, RL and
+// Verifiable tasks (math, terminal, code, chat) as the generator writes them and the checkers, SFT, RL and
 // `moxi eval` read them: one JSON object per line (docs/tasks.md has the format).
 #pragma once
 
@@ -9,8 +9,9 @@
 
 namespace moxi::eval {
 
-enum class domain { math, terminal, code };
-enum class split { train, test };
+enum class domain { math, terminal, code, chat };
+// length: math only, operands longer than any train operand (docs/tasks.md); never part of test.
+enum class split { train, test, length };
 
 const char* to_string(domain d);
 const char* to_string(split s);
