@@ -195,6 +195,27 @@ TEST(Check, CodeReferencesPassUnfixedProgramsFail) {
   EXPECT_NE(results[2].detail.find("AssertionError"), std::string::npos) << results[2].detail;
 }
 
+// The hand-written prompt set (tasks/user-prompts.jsonl): every reference passes its own checker, and a
+// reply that does nothing does not.
+TEST(Check, UserPromptReferencesPass) {
+  const auto tasks = read_jsonl(std::string(MOXI_SOURCE_DIR) + "/tasks/user-prompts.jsonl");
+  std::vector<std::pair<const task*, std::string>> items;
+  for (const auto& t : tasks) {
+    items.emplace_back(&t, t.reference);
+    items.emplace_back(&t, t.domain == domain::math   ? "I do not know."
+                           : t.domain == domain::code ? t.program
+                                                      : "true");
+  }
+  const auto results = shared_checker().check_all(items);
+  ASSERT_EQ(results.size(), items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const task& t = *items[i].first;
+    EXPECT_FALSE(results[i].error) << t.id << ": " << results[i].detail;
+    EXPECT_EQ(results[i].pass, i % 2 == 0)
+        << t.id << " candidate `" << items[i].second << "`: " << results[i].detail;
+  }
+}
+
 TEST(Check, MathComparesTheLastNumber) {
   for (auto s : {split::train, split::test}) {
     for (const auto& t : generate_tasks(domain::math, s, 200, 13)) {

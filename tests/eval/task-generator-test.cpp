@@ -442,4 +442,31 @@ TEST(TaskGenerator, HistoryRoundTripsAndBadHistoryIsRejected) {
   }
 }
 
+// The hand-written prompt set: large enough, well formed, and worded unlike anything the generator makes
+// (its references are run through their checkers in check-test.cpp).
+TEST(TaskGenerator, UserPromptSetLoadsAndIsNotGenerated) {
+  const auto tasks = read_jsonl(std::string(MOXI_SOURCE_DIR) + "/tasks/user-prompts.jsonl");
+  std::map<domain, int> per_domain;
+  std::set<std::string> ids, prompts;
+  for (const auto& t : tasks) {
+    ++per_domain[t.domain];
+    EXPECT_TRUE(ids.insert(t.id).second) << "repeated id " << t.id;
+    EXPECT_TRUE(prompts.insert(t.prompt).second) << "repeated prompt " << t.prompt;
+    EXPECT_EQ(t.split, split::test) << t.id;
+    EXPECT_EQ(t.template_name, "user") << t.id;
+    if (t.domain == domain::terminal) {
+      EXPECT_FALSE(t.files.empty()) << t.id;
+    }
+  }
+  EXPECT_GE(per_domain[domain::terminal] + per_domain[domain::code], 40);
+  EXPECT_GE(per_domain[domain::math], 10);
+  for (auto d : kDomains) {
+    for (auto s : {split::train, split::test}) {
+      for (const auto& t : generate_tasks(d, s, 2000, 1)) {
+        EXPECT_FALSE(prompts.count(t.prompt)) << t.id << " generates a hand-written prompt: " << t.prompt;
+      }
+    }
+  }
+}
+
 }  // namespace
