@@ -29,13 +29,11 @@ int64_t param_i(const task& t, const char* key) {
   return t.params.at(key).get<int64_t>();
 }
 
-// The file a terminal task is about: the last word of the reference that names a file of the tree.
+// The file a terminal task is about (params "file"), as a shell word: quoted when it has a space.
 std::string target_file(const task& t) {
-  std::string best;
-  for (const auto& f : t.files) {
-    if (t.reference.find(" " + f.path) != std::string::npos) best = f.path;
-  }
-  return best;
+  if (!t.params.contains("file")) return "";
+  const std::string f = param_s(t, "file");
+  return f.find(' ') == std::string::npos ? f : "'" + f + "'";
 }
 
 struct cases {
@@ -80,10 +78,8 @@ cases terminal_cases(const task& t) {
              "mkdir " + d + " && for x in *.txt; do cp \"$x\" " + d + "/; done"}};
   }
   if (n == "rename") {
-    // "mv FROM TO"
-    const std::string from = t.reference.substr(3, t.reference.rfind(' ') - 3);
-    const std::string to = t.reference.substr(t.reference.rfind(' ') + 1);
-    return {{"cp " + from + " " + to, "touch " + to}, {"cp " + from + " " + to + " && rm " + from}};
+    const std::string to = param_s(t, "to");
+    return {{"cp " + f + " " + to, "touch " + to}, {"cp " + f + " " + to + " && rm " + f}};
   }
   if (n == "append") {
     const std::string text =
@@ -92,14 +88,32 @@ cases terminal_cases(const task& t) {
   }
   if (n == "unique_count")
     return {{"wc -l " + f, "sort " + f + " | wc -l"}, {"sort " + f + " | uniq | wc -l"}};
-  if (n == "delete_ext")
-    return {{"find . -name '*.tmp' -delete", "rm -f *.txt"},
-            {"rm *.tmp", "find . -maxdepth 1 -name '*.tmp' -delete"}};
+  if (n == "delete_ext") {
+    const auto e = param_s(t, "ext");
+    return {{"find . -name '*." + e + "' -delete", "rm -f *.txt *.log *.md"},
+            {"rm *." + e, "find . -maxdepth 1 -name '*." + e + "' -delete"}};
+  }
   if (n == "replace_word") {
     const auto a = param_s(t, "from"), b = param_s(t, "to");
     return {{"sed 's/" + a + "/" + b + "/g' " + f,
              "sed -i 's/" + a + "/" + b + "/' " + f + " && sed -i 's/" + b + "/" + a + "/' " + f},
             {"sed 's/" + a + "/" + b + "/g' " + f + " > x.new && mv x.new " + f}};
+  }
+  if (n == "total_lines") {
+    const auto e = param_s(t, "ext");
+    return {{"find . -name '*." + e + "' | xargs cat | wc -l", "ls *." + e + " | wc -l"},
+            {"cat *." + e + " | grep -c ''", "awk 'END {print NR}' *." + e}};
+  }
+  if (n == "followup") {
+    const std::string op = param_s(t, "op");
+    std::vector<std::string> right;
+    if (op == "count_lines") right.push_back("wc -l < " + f);
+    if (op == "head_n" || op == "tail_n")
+      right.push_back("cat " + f + " | " + (op == "head_n" ? "head" : "tail") + " -n " +
+                      std::to_string(param_i(t, "k")));
+    std::vector<std::string> wrong;
+    if (op == "count_lines" || op == "word_count" || op == "unique_count") wrong.push_back("cat " + f);
+    return {wrong, right};
   }
   if (n == "largest_file")
     return {{"ls -S | tail -n 1", "ls"}, {"ls -S | head -1", "ls -S -p | grep -v / | head -n 1"}};
@@ -179,6 +193,27 @@ TEST(Check, CodeReferencesPassUnfixedProgramsFail) {
   }
   // The unfixed program's failure names the assertion.
   EXPECT_NE(results[2].detail.find("AssertionError"), std::string::npos) << results[2].detail;
+}
+
+// The hand-written prompt set (tasks/user-prompts.jsonl): every reference passes its own checker, and a
+// reply that does nothing does not.
+TEST(Check, UserPromptReferencesPass) {
+  const auto tasks = read_jsonl(std::string(MOXI_SOURCE_DIR) + "/tasks/user-prompts.jsonl");
+  std::vector<std::pair<const task*, std::string>> items;
+  for (const auto& t : tasks) {
+    items.emplace_back(&t, t.reference);
+    items.emplace_back(&t, t.domain == domain::math   ? "I do not know."
+                           : t.domain == domain::code ? t.program
+                                                      : "true");
+  }
+  const auto results = shared_checker().check_all(items);
+  ASSERT_EQ(results.size(), items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const task& t = *items[i].first;
+    EXPECT_FALSE(results[i].error) << t.id << ": " << results[i].detail;
+    EXPECT_EQ(results[i].pass, i % 2 == 0)
+        << t.id << " candidate `" << items[i].second << "`: " << results[i].detail;
+  }
 }
 
 TEST(Check, MathComparesTheLastNumber) {

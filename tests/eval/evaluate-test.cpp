@@ -95,12 +95,26 @@ std::string scripted_reply(const task& t, size_t i) {
   return "";
 }
 
+// The conversation a task is, restated: its history's turns, then its prompt as the final user turn.
+nlohmann::ordered_json conversation(const task& t) {
+  auto turns = nlohmann::ordered_json::array();
+  for (const auto& h : t.history) turns.push_back({{"role", h.role}, {"content", h.content}});
+  turns.push_back({{"role", "user"}, {"content", t.prompt}});
+  return turns;
+}
+
 TEST(Evaluate, ScriptedRepliesGiveExactlyTheCheckersPassCounts) {
   std::vector<task> tasks;
   for (auto d : {domain::math, domain::terminal, domain::code}) {
     const size_t n = d == domain::code ? 4 : 6;
     for (auto& t : generate_tasks(d, split::test, n, 11)) tasks.push_back(t);
   }
+  // A follow-up (index 16, so it gets its reference): the earlier turns come before the prompt, and only
+  // the final reply is checked.
+  task followup = generate_tasks(domain::terminal, split::test, 8, 11).back();
+  followup.id = "terminal-with-history";
+  followup.history = {{"user", "What is in this directory?"}, {"assistant", "ls"}};
+  tasks.push_back(followup);
   // A task whose reference command fails cannot judge anything: an error, not a fail.
   task broken = generate_tasks(domain::terminal, split::test, 7, 11).back();
   broken.id = "terminal-broken-reference";
@@ -144,14 +158,16 @@ TEST(Evaluate, ScriptedRepliesGiveExactlyTheCheckersPassCounts) {
   o.max_tokens = 4096;
   const eval_report r = evaluate(m, tasks, o);
 
-  // Every prompt the model saw is the template's rendering of the task as one user turn.
+  // Every prompt the model saw is the template's rendering of the task's conversation.
   std::set<std::string> expected_prompts;
   for (const auto& t : tasks) {
     formats::render_options ro;
     ro.add_generation_prompt = true;
-    expected_prompts.insert(
-        tpl.render(nlohmann::ordered_json::array({{{"role", "user"}, {"content", t.prompt}}}), ro));
+    expected_prompts.insert(tpl.render(conversation(t), ro));
   }
+  formats::render_options gen;
+  gen.add_generation_prompt = true;
+  EXPECT_NE(tpl.render(conversation(followup), gen).find("What is in this directory?"), std::string::npos);
   EXPECT_EQ(std::set<std::string>(prompts_seen.begin(), prompts_seen.end()), expected_prompts);
   EXPECT_EQ(prompts_seen.size(), tasks.size());
 
@@ -171,16 +187,16 @@ TEST(Evaluate, ScriptedRepliesGiveExactlyTheCheckersPassCounts) {
   // Even tasks got their reference, odd ones a wrong reply; the broken-reference task is an error.
   EXPECT_EQ(r.by_domain.at(domain::math).n, 6);
   EXPECT_EQ(r.by_domain.at(domain::math).passed, 3);
-  EXPECT_EQ(r.by_domain.at(domain::terminal).n, 7);
-  EXPECT_EQ(r.by_domain.at(domain::terminal).passed, 3);
+  EXPECT_EQ(r.by_domain.at(domain::terminal).n, 8);
+  EXPECT_EQ(r.by_domain.at(domain::terminal).passed, 4);
   EXPECT_EQ(r.by_domain.at(domain::terminal).errors, 1);
-  EXPECT_DOUBLE_EQ(r.by_domain.at(domain::terminal).pass_rate(), 3.0 / 6.0);
+  EXPECT_DOUBLE_EQ(r.by_domain.at(domain::terminal).pass_rate(), 4.0 / 7.0);
   EXPECT_EQ(r.by_domain.at(domain::code).n, 4);
   EXPECT_EQ(r.by_domain.at(domain::code).passed, 2);
-  EXPECT_EQ(r.overall.n, 17);
-  EXPECT_EQ(r.overall.passed, 8);
+  EXPECT_EQ(r.overall.n, 18);
+  EXPECT_EQ(r.overall.passed, 9);
   EXPECT_EQ(r.overall.errors, 1);
-  EXPECT_DOUBLE_EQ(r.overall.pass_rate(), 8.0 / 16.0);
+  EXPECT_DOUBLE_EQ(r.overall.pass_rate(), 9.0 / 17.0);
 
   // Per template: the even tasks of each template passed (the broken-reference task is its error).
   std::map<std::string, pass_stats> want_templates;
@@ -205,7 +221,7 @@ TEST(Evaluate, ScriptedRepliesGiveExactlyTheCheckersPassCounts) {
     EXPECT_EQ(back.records[i].pass, r.records[i].pass);
     EXPECT_EQ(back.records[i].error, r.records[i].error);
   }
-  EXPECT_EQ(back.overall.passed, 8);
+  EXPECT_EQ(back.overall.passed, 9);
   EXPECT_EQ(back.by_domain.at(domain::terminal).errors, 1);
 }
 
@@ -254,8 +270,7 @@ TEST(Evaluate, RandomCheckpointRepliesEqualAnIndependentGreedyDecoderWithAnyWork
   for (size_t i = 0; i < tasks.size(); ++i) {
     formats::render_options ro;
     ro.add_generation_prompt = true;
-    const auto prompt = lm.tok.encode(lm.chat->render(
-        nlohmann::ordered_json::array({{{"role", "user"}, {"content", tasks[i].prompt}}}), ro));
+    const auto prompt = lm.tok.encode(lm.chat->render(conversation(tasks[i]), ro));
     const std::string want = reference_greedy(lm.model, lm.tok, prompt, lm.stop_tokens, o.max_tokens);
     EXPECT_EQ(one.records[i].reply, want) << tasks[i].id;
     EXPECT_EQ(three.records[i].reply, want) << tasks[i].id;

@@ -57,38 +57,58 @@ TEST(TaskGenerator, AtomicWriteAndReadBack) {
   EXPECT_THROW(task_from_json(j, "x"), moxi::error);
 }
 
-// The held-out rules of docs/tasks.md, restated: template -> (param, train range, test range).
+// The held-out rules of docs/tasks.md, restated: template -> (params, train ranges, test ranges). Terminal
+// and code ranges interleave (the test range lies between train's), so no number length is test-only.
+using span = std::pair<int64_t, int64_t>;
 struct rule {
   std::vector<std::string> keys;
-  int64_t train_lo, train_hi, test_lo, test_hi;
+  std::vector<span> train, test;
 };
 const std::map<std::string, rule>& rules() {
   static const std::map<std::string, rule> r = {
       // math holds out operand combinations and phrasing families, not ranges: math-chat-test.cpp
       // terminal
-      {"count_lines", {{"lines"}, 3, 40, 41, 99}},
-      {"word_count", {{"lines"}, 3, 40, 41, 99}},
-      {"head_n", {{"k"}, 1, 5, 6, 12}},
-      {"grep_lines", {{"matches"}, 1, 3, 4, 6}},
-      {"find_larger", {{"kb"}, 1, 2, 3, 4}},
-      {"count_ext", {{"matches"}, 1, 3, 4, 6}},
-      {"sort_lines", {{"lines"}, 3, 15, 16, 30}},
-      {"mkdir_copy", {{"files"}, 1, 2, 3, 4}},
-      {"rename", {{"stem_length"}, 3, 6, 7, 12}},
-      {"append", {{"words"}, 1, 3, 4, 6}},
+      {"count_lines", {{"lines"}, {{3, 40}, {71, 99}}, {{41, 70}}}},
+      {"word_count", {{"lines"}, {{3, 40}, {71, 99}}, {{41, 70}}}},
+      {"head_n", {{"k"}, {{1, 5}, {11, 20}}, {{6, 10}}}},
+      {"tail_n", {{"k"}, {{1, 5}, {11, 20}}, {{6, 10}}}},
+      {"grep_lines", {{"matches"}, {{1, 2}, {5, 6}}, {{3, 4}}}},
+      {"find_larger", {{"kb"}, {{1, 2}, {5, 5}}, {{3, 4}}}},
+      {"count_ext", {{"matches"}, {{1, 2}, {5, 6}}, {{3, 4}}}},
+      {"sort_lines", {{"lines"}, {{3, 10}, {21, 30}}, {{11, 20}}}},
+      {"mkdir_copy", {{"files"}, {{1, 2}, {5, 5}}, {{3, 4}}}},
+      {"rename", {{"stem_length"}, {{3, 6}, {10, 12}}, {{7, 9}}}},
+      {"append", {{"words"}, {{1, 2}, {5, 6}}, {{3, 4}}}},
+      {"unique_count", {{"distinct"}, {{2, 3}, {7, 8}}, {{4, 6}}}},
+      {"delete_ext", {{"files"}, {{1, 2}, {5, 6}}, {{3, 4}}}},
+      {"replace_word", {{"matches"}, {{1, 2}, {5, 6}}, {{3, 4}}}},
+      {"followup", {{}, {}, {}}},  // held out by phrasing family and file names only
       // code
-      {"sum_to", {{"n"}, 2, 30, 31, 200}},
-      {"count_above", {{"t"}, 2, 50, 51, 500}},
-      {"max_of", {{"k"}, 2, 50, 51, 500}},
-      {"factorial", {{"n"}, 2, 8, 9, 15}},
-      {"average", {{"k"}, 2, 50, 51, 500}},
-      {"clamp", {{"lo"}, 2, 50, 51, 500}},
+      {"sum_to", {{"n"}, {{2, 30}, {101, 200}}, {{31, 100}}}},
+      {"count_above", {{"t"}, {{2, 50}, {201, 500}}, {{51, 200}}}},
+      {"max_of", {{"k"}, {{2, 50}, {201, 500}}, {{51, 200}}}},
+      {"factorial", {{"n"}, {{2, 8}, {13, 15}}, {{9, 12}}}},
+      {"average", {{"k"}, {{2, 50}, {201, 500}}, {{51, 200}}}},
+      {"clamp", {{"lo"}, {{2, 50}, {201, 500}}, {{51, 200}}}},
   };
   return r;
 }
-const std::set<std::string> kTestOnly = {"div",           "ages",          "tail_n",       "unique_count",
-                                         "delete_ext",    "replace_word",  "largest_file", "count_vowels",
-                                         "to_fahrenheit", "second_largest"};
+const std::set<std::string> kTestOnly = {"div",          "ages",          "largest_file",  "total_lines",
+                                         "count_vowels", "to_fahrenheit", "second_largest"};
+
+// The phrasing families of docs/tasks.md, restated: domain -> (train families, test-only families).
+const std::map<domain, std::pair<std::set<std::string>, std::set<std::string>>>& family_rules() {
+  static const std::map<domain, std::pair<std::set<std::string>, std::set<std::string>>> f = {
+      {domain::terminal, {{"imperative", "question", "terse", "polite"}, {"indirect", "casual"}}},
+      {domain::code, {{"formal", "imperative", "terse", "question"}, {"story", "casual"}}},
+  };
+  return f;
+}
+
+bool in_spans(int64_t v, const std::vector<span>& spans) {
+  return std::any_of(spans.begin(), spans.end(),
+                     [&](const span& s) { return v >= s.first && v <= s.second; });
+}
 
 std::vector<int64_t> values(const nlohmann::json& v) {
   if (v.is_array()) {
@@ -103,6 +123,14 @@ std::string base_name(const std::string& path) {
   return path.substr(path.rfind('/') + 1);
 }
 
+// Every directory component of a relative path ("a/b/c.txt" -> a, b).
+std::vector<std::string> dir_parts(const std::string& path) {
+  std::vector<std::string> v;
+  for (size_t at = 0, slash; (slash = path.find('/', at)) != std::string::npos; at = slash + 1)
+    v.push_back(path.substr(at, slash - at));
+  return v;
+}
+
 TEST(TaskGenerator, TestSplitHoldsOutTemplatesAndRanges) {
   for (auto d : kDomains) {
     SCOPED_TRACE(to_string(d));
@@ -115,8 +143,9 @@ TEST(TaskGenerator, TestSplitHoldsOutTemplatesAndRanges) {
       train_prompts.insert(t.prompt);
       for (const auto& f : t.files) {
         train_names.insert(base_name(f.path));
-        if (f.path.find('/') != std::string::npos) train_dirs.insert(f.path.substr(0, f.path.find('/')));
+        for (const auto& part : dir_parts(f.path)) train_dirs.insert(part);
       }
+      if (t.params.contains("dir")) train_dirs.insert(t.params["dir"].get<std::string>());
       EXPECT_EQ(t.split, split::train);
       EXPECT_FALSE(kTestOnly.count(t.template_name)) << t.id << " uses held-out template " << t.template_name;
     }
@@ -127,9 +156,12 @@ TEST(TaskGenerator, TestSplitHoldsOutTemplatesAndRanges) {
       for (const auto& f : t.files) {
         EXPECT_FALSE(train_names.count(base_name(f.path)))
             << t.id << ": " << f.path << " is a train file name";
-        if (f.path.find('/') != std::string::npos) {
-          EXPECT_FALSE(train_dirs.count(f.path.substr(0, f.path.find('/')))) << t.id << ": " << f.path;
+        for (const auto& part : dir_parts(f.path)) {
+          EXPECT_FALSE(train_dirs.count(part)) << t.id << ": " << f.path;
         }
+      }
+      if (t.params.contains("dir")) {
+        EXPECT_FALSE(train_dirs.count(t.params["dir"].get<std::string>())) << t.id;
       }
     }
     // Every template is exercised; the test split has held-out templates and the shared ones.
@@ -151,8 +183,8 @@ TEST(TaskGenerator, TestSplitHoldsOutTemplatesAndRanges) {
         for (const auto& key : r.keys) {
           ASSERT_TRUE(t.params.contains(key)) << t.id << " lacks param " << key;
           for (int64_t v : values(t.params[key])) {
-            EXPECT_GE(v, is_test ? r.test_lo : r.train_lo) << t.id << " " << key;
-            EXPECT_LE(v, is_test ? r.test_hi : r.train_hi) << t.id << " " << key;
+            EXPECT_TRUE(in_spans(v, is_test ? r.test : r.train)) << t.id << " " << key << " = " << v;
+            EXPECT_FALSE(in_spans(v, is_test ? r.train : r.test)) << t.id << " " << key << " = " << v;
           }
         }
       }
@@ -250,6 +282,182 @@ TEST(TaskGenerator, ItemsCarryWhatTheirCheckerNeeds) {
         EXPECT_NE(t.program, t.reference) << t.id;
         EXPECT_NE(t.prompt.find(t.program), std::string::npos) << t.id;
         EXPECT_NE(t.test.find("from solution import"), std::string::npos);
+      }
+    }
+  }
+}
+
+TEST(TaskGenerator, PhrasingFamiliesAreHeldOutLikeTemplates) {
+  for (const auto& [d, rule] : family_rules()) {
+    SCOPED_TRACE(to_string(d));
+    const auto& [train_families, test_families] = rule;
+    for (const auto& f : families(d)) {
+      EXPECT_EQ(f.test_only ? test_families.count(f.name) : train_families.count(f.name), 1u) << f.name;
+    }
+    EXPECT_EQ(families(d).size(), train_families.size() + test_families.size());
+    std::map<std::string, std::set<std::string>> seen;  // split -> families
+    std::set<std::string> train_requests;
+    for (auto s : {split::train, split::test}) {
+      for (const auto& t : generate_tasks(d, s, 600, s == split::train ? 3 : 4)) {
+        ASSERT_TRUE(t.params.contains("family")) << t.id;
+        const std::string f = t.params["family"].get<std::string>();
+        seen[to_string(s)].insert(f);
+        EXPECT_EQ((s == split::train ? train_families : test_families).count(f), 1u) << t.id << ": " << f;
+        // The request (the prompt without a code task's program) is never one train asked.
+        const std::string request = t.prompt.substr(0, t.prompt.find("\n\n"));
+        if (s == split::train) train_requests.insert(request);
+        if (s == split::test) {
+          EXPECT_FALSE(train_requests.count(request)) << t.id << ": " << request;
+        }
+      }
+    }
+    EXPECT_EQ(seen["train"], train_families);
+    EXPECT_EQ(seen["test"], test_families);
+  }
+  EXPECT_TRUE(families(domain::math).empty());
+}
+
+// The shell word for a path, restated: single quotes around anything beyond [A-Za-z0-9._/-].
+std::string quoted(const std::string& path) {
+  for (char c : path) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '/' && c != '-')
+      return "'" + path + "'";
+  }
+  return path;
+}
+
+TEST(TaskGenerator, FileNamesAreVariedQuotedAndNamedInTheRequest) {
+  for (auto s : {split::train, split::test}) {
+    std::set<std::string> exts;
+    int spaced = 0, nested = 0, digits = 0, dashed = 0, dotted = 0, about_a_file = 0;
+    for (const auto& t : generate_tasks(domain::terminal, s, 1000, 6)) {
+      for (const auto& f : t.files) {
+        const std::string name = base_name(f.path);
+        exts.insert(name.substr(name.rfind('.') + 1));
+        const std::string stem = name.substr(0, name.rfind('.'));
+        spaced += name.find(' ') != std::string::npos;
+        nested += dir_parts(f.path).size() >= 2;
+        digits += std::any_of(stem.begin(), stem.end(), [](char c) { return std::isdigit(c); });
+        dashed += stem.find_first_of("-_") != std::string::npos;
+        dotted += stem.find('.') != std::string::npos;
+      }
+      if (!t.params.contains("file")) continue;
+      ++about_a_file;
+      const std::string file = t.params["file"].get<std::string>();
+      EXPECT_TRUE(
+          std::any_of(t.files.begin(), t.files.end(), [&](const file_entry& f) { return f.path == file; }))
+          << t.id << ": " << file;
+      // The command names the file as one shell word, and the conversation names it for the model to copy.
+      EXPECT_NE(t.reference.find(" " + quoted(file)), std::string::npos) << t.id << ": " << t.reference;
+      std::string said = t.prompt;
+      for (const auto& m : t.history) said += "\n" + m.content;
+      EXPECT_NE(said.find(file), std::string::npos) << t.id << ": " << file << " not in " << said;
+    }
+    EXPECT_GE(exts.size(), 12u);
+    EXPECT_GT(spaced, 0);
+    EXPECT_GT(nested, 0);
+    EXPECT_GT(digits, 0);
+    EXPECT_GT(dashed, 0);
+    EXPECT_GT(dotted, 0);
+    EXPECT_GT(about_a_file, 300);
+  }
+}
+
+TEST(TaskGenerator, FollowUpsContinueAConversationOnTheSameTree) {
+  for (auto s : {split::train, split::test}) {
+    const auto tasks = generate_tasks(domain::terminal, s, 1000, 8);
+    int followups = 0;
+    std::set<std::string> kinds;
+    for (const auto& t : tasks) {
+      if (t.template_name != "followup") {
+        EXPECT_TRUE(t.history.empty()) << t.id;
+        continue;
+      }
+      ++followups;
+      kinds.insert(t.params["followup"].get<std::string>());
+      ASSERT_EQ(t.history.size(), 2u) << t.id;
+      EXPECT_EQ(t.history[0].role, "user");
+      EXPECT_EQ(t.history[1].role, "assistant");
+      // The first request was about a file of this tree, and its answer names that file.
+      bool names_a_file = false;
+      for (const auto& f : t.files)
+        names_a_file |= t.history[1].content.find(quoted(f.path)) != std::string::npos;
+      EXPECT_TRUE(names_a_file) << t.id << ": " << t.history[1].content;
+      EXPECT_NE(t.history[1].content, "") << t.id;
+      const auto j = to_json(t);
+      EXPECT_EQ(to_json(task_from_json(j, "x")), j);
+    }
+    // About 15 % (1000 draws: well inside 8..25 %).
+    EXPECT_GE(followups, 80);
+    EXPECT_LE(followups, 250);
+    EXPECT_EQ(kinds, (std::set<std::string>{"other_file", "other_count", "part_of_it"}));
+  }
+}
+
+TEST(TaskGenerator, HistoryRoundTripsAndBadHistoryIsRejected) {
+  task t = generate_tasks(domain::terminal, split::train, 1, 1)[0];
+  t.history = {{"user", "count lines in a.txt"}, {"assistant", "wc -l a.txt"}};
+  moxi::testing::temp_dir dir;
+  const std::string path = dir / "h.jsonl";
+  write_file_atomic(path, to_jsonl({t}));
+  const auto back = read_jsonl(path);
+  ASSERT_EQ(back.size(), 1u);
+  ASSERT_EQ(back[0].history.size(), 2u);
+  EXPECT_EQ(back[0].history[1].content, "wc -l a.txt");
+  EXPECT_EQ(to_jsonl(back), to_jsonl({t}));
+  // The key is written only when there is history.
+  task single = t;
+  single.history.clear();
+  EXPECT_EQ(to_jsonl({single}).find("\"history\""), std::string::npos);
+  EXPECT_LT(to_jsonl({t}).find("\"history\""), to_jsonl({t}).find("\"prompt\""));
+
+  using nlohmann::json;
+  const json user = {{"role", "user"}, {"content", "u"}},
+             assistant = {{"role", "assistant"}, {"content", "a"}};
+  const std::vector<std::pair<json, std::string>> bad = {
+      {json::object(), "not an array"},
+      {json::array({user}), "must end with an assistant turn"},
+      {json::array({assistant, user}), "history[0].role"},
+      {json::array({user, user}), "history[1].role"},
+      {json::array({user, {{"role", "system"}, {"content", "s"}}}), "'system'"},
+      {json::array({user, {{"role", "assistant"}}}), "history[1]: field 'content'"},
+      {json::array({user, 7}), "history[1] is not an object"},
+  };
+  for (const auto& [h, want] : bad) {
+    auto j = to_json(t);
+    j["history"] = h;
+    try {
+      task_from_json(j, "f.jsonl:3");
+      ADD_FAILURE() << "accepted history " << h.dump();
+    } catch (const moxi::error& e) {
+      EXPECT_NE(std::string(e.what()).find("f.jsonl:3: history"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The hand-written prompt set: large enough, well formed, and worded unlike anything the generator makes
+// (its references are run through their checkers in check-test.cpp).
+TEST(TaskGenerator, UserPromptSetLoadsAndIsNotGenerated) {
+  const auto tasks = read_jsonl(std::string(MOXI_SOURCE_DIR) + "/tasks/user-prompts.jsonl");
+  std::map<domain, int> per_domain;
+  std::set<std::string> ids, prompts;
+  for (const auto& t : tasks) {
+    ++per_domain[t.domain];
+    EXPECT_TRUE(ids.insert(t.id).second) << "repeated id " << t.id;
+    EXPECT_TRUE(prompts.insert(t.prompt).second) << "repeated prompt " << t.prompt;
+    EXPECT_EQ(t.split, split::test) << t.id;
+    EXPECT_EQ(t.template_name, "user") << t.id;
+    if (t.domain == domain::terminal) {
+      EXPECT_FALSE(t.files.empty()) << t.id;
+    }
+  }
+  EXPECT_GE(per_domain[domain::terminal] + per_domain[domain::code], 40);
+  EXPECT_GE(per_domain[domain::math], 10);
+  for (auto d : kDomains) {
+    for (auto s : {split::train, split::test}) {
+      for (const auto& t : generate_tasks(d, s, 2000, 1)) {
+        EXPECT_FALSE(prompts.count(t.prompt)) << t.id << " generates a hand-written prompt: " << t.prompt;
       }
     }
   }

@@ -37,7 +37,7 @@ std::string write_recipe(const std::string& dir, int64_t steps, int64_t qat_step
       {"model", {{"config", kSource + "/configs/tiny-seed.json"}}},
       {"chat_template", kSource + "/configs/chat-templates/moxi-tiny.jinja"},
       {"data",
-       {{"train", {{{"domain", "terminal"}, {"n", 24}, {"seed", 1}}}},
+       {{"train", {{{"domain", "terminal"}, {"n", 64}, {"seed", 1}}}},
         {"eval", {{{"domain", "terminal"}, {"split", "test"}, {"n", 8}, {"seed", 2}}}},
         {"max_tokens", 96}}},
       {"optimizer",

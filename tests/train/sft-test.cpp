@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -141,6 +142,8 @@ TEST(AdamW, WeightDecayReachesMatricesButNotNormsBiasesOrEmbeddings) {
 TEST(SftData, LossMaskCoversTheReplyAndItsEndTokenOnly) {
   const auto tpl = moxi_tiny_template();
   const auto tasks = eval::generate_tasks(eval::domain::terminal, eval::split::train, 8, 5);
+  ASSERT_TRUE(std::any_of(tasks.begin(), tasks.end(), [](const eval::task& t) { return !t.history.empty(); }))
+      << "the sample should hold a follow-up";
   const auto tok = small_tokenizer(tasks, tpl);
   for (const auto& t : tasks) {
     const auto s = train::make_sample(t, tpl, tok, "<|end|>");
@@ -150,8 +153,13 @@ TEST(SftData, LossMaskCoversTheReplyAndItsEndTokenOnly) {
       (s.target[j] ? reply : prompt).push_back(token_id(s.tokens[j]));
     // Targets are one run at the end: the prompt first, then the reply.
     for (size_t j = 0; j + 1 < s.target.size(); ++j) EXPECT_LE(s.target[j], s.target[j + 1]) << t.id;
-    // The prompt is what the model sees at inference: moxi-tiny's user turn and generation prompt.
-    EXPECT_EQ(tok.decode(prompt), "<|bos|><|user|>" + t.prompt + "<|end|>\n<|assistant|>\n") << t.id;
+    // The prompt is what the model sees at inference: moxi-tiny's turns (a follow-up's history first, an
+    // assistant turn that is not the last closed with <|eos|>) and the generation prompt.
+    std::string turns;
+    for (const auto& h : t.history)
+      turns += "<|" + h.role + "|>" + h.content + "<|end|>" + (h.role == "assistant" ? "<|eos|>" : "") + "\n";
+    EXPECT_EQ(tok.decode(prompt), "<|bos|>" + turns + "<|user|>" + t.prompt + "<|end|>\n<|assistant|>\n")
+        << t.id;
     // The reply is the reference and the end-of-turn token, nothing of the prompt and nothing after.
     EXPECT_EQ(tok.decode(reply), t.reference + "<|end|>") << t.id;
     EXPECT_EQ(reply.back(), *tok.find("<|end|>"));

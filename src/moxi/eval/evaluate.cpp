@@ -24,9 +24,11 @@
 namespace moxi::eval {
 namespace {
 
-// One task: its prompt as the single user turn, rendered with the generation prompt, decoded greedily.
+// One task: its history's turns, then its prompt as the final user turn, rendered with the generation
+// prompt, decoded greedily.
 void generate_reply(const eval_model& m, const task& t, int64_t max_tokens, task_record& rec) {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (const auto& h : t.history) messages.push_back({{"role", h.role}, {"content", h.content}});
   messages.push_back({{"role", "user"}, {"content", t.prompt}});
   formats::render_options ro;
   ro.add_generation_prompt = true;

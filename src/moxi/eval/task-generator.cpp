@@ -477,47 +477,411 @@ task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// phrasing families, typos and parameter ranges shared by the terminal and code domains
+
+// A union of integer ranges; draws are uniform over its members. Held-out ranges interleave with train's
+// (head_n k: train 1..5 and 11..20, test 6..10), so the test split never asks for a number length that
+// train never shows.
+using ranges = std::vector<irange>;
+
+int64_t draw(rng& r, const ranges& rs) {
+  int64_t total = 0;
+  for (const auto& x : rs) total += x.hi - x.lo + 1;
+  int64_t i = r.range(0, total - 1);
+  for (const auto& x : rs) {
+    if (i <= x.hi - x.lo) return x.lo + i;
+    i -= x.hi - x.lo + 1;
+  }
+  MOXI_ASSERT(false, "empty range");
+}
+
+// Phrasings are grouped into families (a way of asking: question, terse request, ...); a held-out family
+// is used only by the test split, so test prompts are worded in ways train never shows.
+const std::vector<family_info>& terminal_families() {
+  static const std::vector<family_info> f = {
+      {"imperative", false}, {"question", false}, {"terse", false},
+      {"polite", false},     {"indirect", true},  {"casual", true},
+  };
+  return f;
+}
+
+const std::vector<family_info>& code_families() {
+  static const std::vector<family_info> f = {
+      {"formal", false},   {"imperative", false}, {"terse", false},
+      {"question", false}, {"story", true},       {"casual", true},
+  };
+  return f;
+}
+
+const std::string& pick_family(rng& r, const std::vector<family_info>& all, split s) {
+  std::vector<const std::string*> names;
+  for (const auto& f : all) {
+    if (f.test_only == (s == split::test)) names.push_back(&f.name);
+  }
+  return *r.pick(names);
+}
+
+// Words that name commands or units stay intact: a typo there changes what is asked.
+bool typo_candidate(const std::string& w) {
+  static const std::set<std::string> keep = {"grep", "sort",  "head",   "tail",
+                                             "find", "mkdir", "rename", "sed"};
+  if (w.size() < 5 || keep.count(w)) return false;
+  return std::all_of(w.begin(), w.end(), [](char c) { return c >= 'a' && c <= 'z'; });
+}
+
+// With probability 1/10, one typo (two letters swapped, one dropped or one doubled) in one word of the
+// phrasing's own text: placeholders, quoted text, names and numbers are never touched.
+std::string maybe_typo(rng& r, const std::string& text) {
+  if (r.range(0, 9) != 0) return text;
+  std::vector<std::pair<size_t, size_t>> words;  // [begin, end) of candidate words
+  for (size_t i = 0; i < text.size();) {
+    const size_t end = text.find(' ', i);
+    const size_t e = end == std::string::npos ? text.size() : end;
+    size_t we = e;
+    while (we > i && std::string(",.?!:;").find(text[we - 1]) != std::string::npos) --we;
+    if (typo_candidate(text.substr(i, we - i))) words.emplace_back(i, we);
+    i = e + 1;
+  }
+  if (words.empty()) return text;
+  const auto [b, e] = words[size_t(r.range(0, int64_t(words.size()) - 1))];
+  std::string w = text.substr(b, e - b);
+  const size_t at = size_t(r.range(1, int64_t(w.size()) - 2));  // the first and last letters stay
+  switch (r.range(0, 2)) {
+    case 0:
+      std::swap(w[at], w[at + 1]);
+      break;
+    case 1:
+      w.erase(at, 1);
+      break;
+    default:
+      w.insert(at, 1, w[at]);
+      break;
+  }
+  return text.substr(0, b) + w + text.substr(e);
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // terminal
 
 const std::vector<template_info>& terminal_templates() {
   static const std::vector<template_info> t = {
-      {"count_lines", false, "lines of the file: train 3..40, test 41..99"},
-      {"word_count", false, "lines of the file: train 3..40, test 41..99"},
-      {"head_n", false, "k: train 1..5, test 6..12"},
-      {"grep_lines", false, "matching lines: train 1..3, test 4..6"},
-      {"find_larger", false, "threshold in KB: train 1..2, test 3..4"},
+      {"count_lines", false, "lines of the file: train 3..40 and 71..99, test 41..70"},
+      {"word_count", false, "lines of the file: train 3..40 and 71..99, test 41..70"},
+      {"head_n", false, "k: train 1..5 and 11..20, test 6..10"},
+      {"tail_n", false, "k: train 1..5 and 11..20, test 6..10"},
+      {"grep_lines", false, "matching lines: train 1..2 and 5..6, test 3..4"},
+      {"find_larger", false, "threshold in KB: train 1, 2 and 5, test 3..4"},
       {"count_ext", false,
-       "matching files: train 1..3, test 4..6; extension: train txt/log/md/csv, test json/ini/yaml"},
-      {"sort_lines", false, "lines of the file: train 3..15, test 16..30"},
-      {"mkdir_copy", false, ".txt files to copy: train 1..2, test 3..4"},
-      {"rename", false, "characters of the new name's stem: train 3..6, test 7..12"},
-      {"append", false, "words in the appended line: train 1..3, test 4..6"},
-      {"tail_n", true, "test only"},
-      {"unique_count", true, "test only"},
-      {"delete_ext", true, "test only"},
-      {"replace_word", true, "test only"},
+       "matching files: train 1..2 and 5..6, test 3..4; extension: train txt/log/md/csv/py/sh/dat/xml, test "
+       "json/ini/yaml/conf"},
+      {"sort_lines", false, "lines of the file: train 3..10 and 21..30, test 11..20"},
+      {"mkdir_copy", false, ".txt files to copy: train 1..2 and 5, test 3..4"},
+      {"rename", false, "characters of the new name's stem: train 3..6 and 10..12, test 7..9"},
+      {"append", false, "words in the appended line: train 1..2 and 5..6, test 3..4"},
+      {"unique_count", false, "distinct lines: train 2..3 and 7..8, test 4..6"},
+      {"delete_ext", false, "files to delete: train 1..2 and 5..6, test 3..4"},
+      {"replace_word", false, "lines with the word: train 1..2 and 5..6, test 3..4"},
+      {"followup", false, "phrasing family only (a second request about the first one's tree)"},
       {"largest_file", true, "test only"},
+      {"total_lines", true, "test only"},
   };
   return t;
 }
 
-// Name pools differ by split, so no test file tree reuses a train file name.
+// template -> family -> phrasings. Placeholders: {f} file, {g} second file or new name, {k} number,
+// {w} word, {e} extension, {d} directory, {t} text, {a} and {b} words, {x} lines/words, {p} first/last.
+using phrasing_table = std::map<std::string, std::map<std::string, std::vector<std::string>>>;
+
+const phrasing_table& terminal_phrasings() {
+  static const phrasing_table t = {
+      {"count_lines",
+       {{"imperative",
+         {"Count the lines of {f}.", "Print the number of lines in {f}.", "Show how many lines {f} has."}},
+        {"question",
+         {"How many lines are in {f}?", "How many lines does {f} have?", "What is the line count of {f}?"}},
+        {"terse", {"count lines in {f}", "line count {f}", "lines in {f}", "count the lines in {f}"}},
+        {"polite",
+         {"Could you count the lines in {f}, please?", "Please tell me how many lines {f} contains."}},
+        {"indirect", {"I need to know how many lines {f} has.", "I'd like the number of lines in {f}."}},
+        {"casual", {"hey whats the line count of {f}", "how long is {f} in lines?"}}}},
+      {"word_count",
+       {{"imperative", {"Count the words in {f}.", "Print the number of words in {f}."}},
+        {"question", {"How many words does {f} contain?", "What is the word count of {f}?"}},
+        {"terse", {"count words in {f}", "word count {f}", "words in {f}"}},
+        {"polite", {"Could you count the words in {f}?", "Please tell me how many words are in {f}."}},
+        {"indirect", {"I need the number of words in {f}.", "I want to know how many words {f} has."}},
+        {"casual", {"hey how many words r in {f}", "quick one: word count of {f}?"}}}},
+      {"head_n",
+       {{"imperative", {"Show the first {k} lines of {f}.", "Print the first {k} lines of {f}."}},
+        {"question", {"What are the first {k} lines of {f}?", "What do the first {k} lines of {f} say?"}},
+        {"terse", {"first {k} lines of {f}", "head {k} lines {f}", "show first {k} lines {f}"}},
+        {"polite",
+         {"Please print the first {k} lines of {f}.", "Could you show me the first {k} lines in {f}?"}},
+        {"indirect",
+         {"I want to see the beginning of {f}, just the first {k} lines.",
+          "I need the top {k} lines of {f}."}},
+        {"casual", {"hey show me the first {k} lines from {f}", "lemme see the first {k} lines of {f}"}}}},
+      {"tail_n",
+       {{"imperative", {"Show the last {k} lines of {f}.", "Print the last {k} lines of {f}."}},
+        {"question", {"What are the last {k} lines of {f}?", "What do the final {k} lines of {f} say?"}},
+        {"terse", {"last {k} lines of {f}", "tail {k} lines {f}", "show last {k} lines {f}"}},
+        {"polite",
+         {"Please print the last {k} lines of {f}.", "Could you show me the last {k} lines in {f}?"}},
+        {"indirect",
+         {"I want to see the end of {f}, just the last {k} lines.", "I need the bottom {k} lines of {f}."}},
+        {"casual", {"hey show me the last {k} lines from {f}", "lemme see the last {k} lines of {f}"}}}},
+      {"grep_lines",
+       {{"imperative",
+         {"Show the lines of {f} that contain '{w}'.", "Print every line of {f} containing the word {w}."}},
+        {"question", {"Which lines of {f} mention {w}?", "Which lines in {f} contain '{w}'?"}},
+        {"terse", {"lines with {w} in {f}", "grep {w} in {f}", "find {w} in {f}"}},
+        {"polite",
+         {"Please show me every line in {f} that contains {w}.",
+          "Could you print the lines of {f} with '{w}' in them?"}},
+        {"indirect",
+         {"I need to see every line of {f} where {w} appears.",
+          "I'm looking for the lines that mention {w} in {f}."}},
+        {"casual", {"hey which lines in {f} have {w}", "pull out the {w} lines from {f}"}}}},
+      {"find_larger",
+       {{"imperative",
+         {"List the files larger than {k} KB in this directory and its subdirectories.",
+          "Find all files bigger than {k} KB, searching subdirectories too."}},
+        {"question",
+         {"Which files here are bigger than {k} KB, including subdirectories?",
+          "What files over {k} KB are there in this directory tree?"}},
+        {"terse",
+         {"files over {k} KB, recursive", "find files larger than {k}KB recursively",
+          "list files bigger than {k} KB incl subdirs"}},
+        {"polite",
+         {"Please list every file above {k} KB here and in subfolders.",
+          "Could you find the files larger than {k} KB (subdirectories included)?"}},
+        {"indirect",
+         {"I need a list of all files bigger than {k} KB anywhere under this directory.",
+          "I'm trying to find which files exceed {k} KB, subdirectories too."}},
+        {"casual",
+         {"hey what files are over {k} KB in here (recursive)",
+          "any files bigger than {k} KB around here? check subdirs too"}}}},
+      {"count_ext",
+       {{"imperative",
+         {"Count the .{e} files here, including subdirectories.",
+          "Print how many .{e} files there are in this directory tree."}},
+        {"question",
+         {"How many .{e} files are there in this directory and its subdirectories?",
+          "How many {e} files are in this directory tree?"}},
+        {"terse",
+         {"count .{e} files recursively", "number of .{e} files incl subdirs",
+          "how many .{e} files, subdirs too"}},
+        {"polite",
+         {"Could you count all the .{e} files, subfolders included?",
+          "Please tell me how many .{e} files this directory tree has."}},
+        {"indirect",
+         {"I need the total number of .{e} files here and below.",
+          "I want to know how many .{e} files exist in this directory tree."}},
+        {"casual",
+         {"hey how many .{e} files do i have in here, subfolders too",
+          "quick count of .{e} files incl subfolders?"}}}},
+      {"sort_lines",
+       {{"imperative",
+         {"Print the lines of {f} sorted alphabetically.", "Sort the lines of {f} and print them."}},
+        {"question",
+         {"What does {f} look like with its lines sorted?", "Can you print {f} in sorted order?"}},
+        {"terse", {"sort {f}", "sort lines of {f}", "{f} sorted alphabetically"}},
+        {"polite",
+         {"Please print {f} with the lines in alphabetical order.",
+          "Could you sort the lines of {f} for me?"}},
+        {"indirect", {"I need the lines of {f} in alphabetical order.", "I'd like to see {f} sorted."}},
+        {"casual", {"hey sort {f} alphabetically pls", "show {f} but sorted a-z"}}}},
+      {"mkdir_copy",
+       {{"imperative",
+         {"Create a directory named {d} and copy every .txt file of this directory into it.",
+          "Make a new directory {d} and copy all .txt files from the current directory into it."}},
+        {"question",
+         {"Can you make a folder {d} and copy the .txt files from here into it?",
+          "How do I create {d} and copy this directory's .txt files into it?"}},
+        {"terse",
+         {"mkdir {d} and copy txt files into it", "new dir {d}, copy *.txt there",
+          "copy all .txt files into new folder {d}"}},
+        {"polite",
+         {"Please create a directory called {d} and copy every .txt file from here into it.",
+          "Could you make a {d} directory and put copies of the .txt files here in it?"}},
+        {"indirect",
+         {"I want a new folder {d} holding copies of all the .txt files in this directory.",
+          "I need the .txt files from here backed up into a new directory {d}."}},
+        {"casual",
+         {"hey make a folder {d} and copy the txt files here into it",
+          "back up the .txt files in here to a new dir {d}"}}}},
+      {"rename",
+       {{"imperative", {"Rename {f} to {g}.", "Change the name of {f} to {g}."}},
+        {"question", {"How do I rename {f} to {g}?", "Can you rename {f} as {g}?"}},
+        {"terse", {"rename {f} to {g}", "mv {f} {g}", "{f} -> {g}"}},
+        {"polite", {"Please rename {f} to {g}.", "Could you change the name of {f} to {g}?"}},
+        {"indirect", {"I'd like {f} to be called {g} from now on.", "I need {f} renamed to {g}."}},
+        {"casual", {"hey rename {f} to {g} pls", "call {f} {g} instead"}}}},
+      {"append",
+       {{"imperative", {"Append the line '{t}' to {f}.", "Add a line saying '{t}' at the end of {f}."}},
+        {"question",
+         {"Can you add the line '{t}' to the end of {f}?", "How do I append '{t}' as a new line to {f}?"}},
+        {"terse", {"append '{t}' to {f}", "add line '{t}' to {f}", "echo '{t}' onto end of {f}"}},
+        {"polite",
+         {"Please add '{t}' as a new last line of {f}.", "Could you append the line '{t}' to {f}?"}},
+        {"indirect",
+         {"I need a new line '{t}' at the bottom of {f}.",
+          "I want '{t}' added to the end of {f} as its own line."}},
+        {"casual", {"hey stick '{t}' at the end of {f}", "add '{t}' to the bottom of {f} pls"}}}},
+      {"unique_count",
+       {{"imperative", {"Count the unique lines of {f}.", "Print the number of distinct lines in {f}."}},
+        {"question", {"How many distinct lines are in {f}?", "How many different lines does {f} have?"}},
+        {"terse", {"count unique lines in {f}", "number of distinct lines {f}", "unique line count {f}"}},
+        {"polite",
+         {"Could you count how many unique lines {f} has?",
+          "Please tell me the number of distinct lines in {f}."}},
+        {"indirect",
+         {"I need to know how many different lines {f} has, ignoring repeats.",
+          "I want the count of unique lines in {f}."}},
+        {"casual",
+         {"hey how many unique lines in {f}", "{f} has duplicates, how many distinct lines are there?"}}}},
+      {"delete_ext",
+       {{"imperative",
+         {"Delete every .{e} file in this directory, but not in its subdirectories.",
+          "Remove the .{e} files of the current directory (leave subdirectories alone)."}},
+        {"question",
+         {"Can you delete the .{e} files here, without touching subdirectories?",
+          "How do I remove all .{e} files in this directory only (not subdirectories)?"}},
+        {"terse",
+         {"delete .{e} files here, not subdirs", "rm all .{e} files in current dir only",
+          "remove *.{e} (top level only)"}},
+        {"polite",
+         {"Please delete the .{e} files in this directory and leave the subdirectories alone.",
+          "Could you remove every .{e} file here (not in subfolders)?"}},
+        {"indirect",
+         {"I want the .{e} files in this folder gone, but keep the ones in subfolders.",
+          "I need to clean up the .{e} files at the top level of this directory."}},
+        {"casual",
+         {"hey get rid of the .{e} files in here, just this folder not subfolders",
+          "nuke the .{e} files in the current dir only"}}}},
+      {"replace_word",
+       {{"imperative",
+         {"In {f}, replace every occurrence of '{a}' with '{b}'.",
+          "Change every '{a}' in {f} to '{b}', editing the file in place."}},
+        {"question",
+         {"Can you replace all '{a}' with '{b}' in {f}, in place?",
+          "How do I change every {a} to {b} inside {f}?"}},
+        {"terse",
+         {"replace {a} with {b} in {f}", "sed {a} -> {b} in {f} in place", "{a} to {b} everywhere in {f}"}},
+        {"polite",
+         {"Please replace each '{a}' in {f} with '{b}' (edit the file).",
+          "Could you swap every {a} for {b} in {f}?"}},
+        {"indirect",
+         {"I need every {a} in {f} changed to {b}, in the file itself.",
+          "I want {f} edited so that it says {b} wherever it says {a}."}},
+        {"casual", {"hey swap {a} for {b} everywhere in {f}", "fix {f}: every {a} should be {b}"}}}},
+      {"largest_file",
+       {{"imperative",
+         {"Print the name of the largest file in this directory (not in subdirectories).",
+          "Show the biggest file in the current directory, subdirectories excluded."}},
+        {"question",
+         {"Which file in the current directory is the biggest? Print its name.",
+          "What is the largest file here (top level only)?"}},
+        {"terse",
+         {"largest file here", "biggest file in this dir, name only", "name of largest file in current dir"}},
+        {"polite",
+         {"Please print the name of the biggest file in this directory.",
+          "Could you tell me which file here is the largest?"}},
+        {"indirect",
+         {"I need to know which file in this directory takes the most space.",
+          "I want the name of the largest file in this folder (ignore subfolders)."}},
+        {"casual",
+         {"hey whats the biggest file in here", "which file is hogging the most space in this dir?"}}}},
+      {"total_lines",
+       {{"imperative",
+         {"Count the lines of all .{e} files in this directory together.",
+          "Print the total number of lines in the .{e} files here (not subdirectories)."}},
+        {"question",
+         {"How many lines do the .{e} files in this directory have altogether?",
+          "What is the total line count of this directory's .{e} files?"}},
+        {"terse",
+         {"total lines in all .{e} files here", "count lines of every .{e} file together",
+          "sum of lines in *.{e}"}},
+        {"polite",
+         {"Could you count all the lines across the .{e} files in this directory?",
+          "Please tell me how many lines the .{e} files here have in total."}},
+        {"indirect",
+         {"I need one number: the lines of every .{e} file in this folder added up.",
+          "I want the combined line count of the .{e} files here."}},
+        {"casual",
+         {"hey how many lines in all the .{e} files here combined",
+          "total line count for the .{e} files in this dir?"}}}},
+  };
+  return t;
+}
+
+// Follow-up requests (the conversation already holds a first request and its command): kind -> family ->
+// phrasings. other_file: the same operation on {g}; other_count: {x} (lines/words) of the same file;
+// part_of_it: the {p} (first/last) {k} lines of the same file.
+const phrasing_table& followup_phrasings() {
+  static const phrasing_table t = {
+      {"other_file",
+       {{"imperative", {"Now do the same for {g}.", "Do the same with {g}."}},
+        {"question", {"What about {g}?", "And for {g}?"}},
+        {"terse", {"same for {g}", "now {g}"}},
+        {"polite", {"Could you do the same for {g}, please?", "Thanks! Now the same for {g} please."}},
+        {"indirect", {"I need the same thing for {g} too.", "I'd like that for {g} as well."}},
+        {"casual", {"cool, now {g}", "do that again but for {g}"}}}},
+      {"other_count",
+       {{"imperative", {"Now count the {x} of it.", "Now count its {x} too."}},
+        {"question", {"And the {x}?", "How many {x} does it have?"}},
+        {"terse", {"and {x}", "now {x}"}},
+        {"polite", {"Could you count its {x} as well, please?", "Thanks, now the {x} please."}},
+        {"indirect",
+         {"I also need the number of {x} in that file.", "I'd like the {x} of the same file too."}},
+        {"casual", {"ok and the {x}?", "what about {x}"}}}},
+      {"part_of_it",
+       {{"imperative", {"Now show the {p} {k} lines of it.", "Print the {p} {k} lines of that file."}},
+        {"question", {"What are the {p} {k} lines of it?", "And what about the {p} {k} lines of it?"}},
+        {"terse", {"{p} {k} lines of it", "now the {p} {k} lines"}},
+        {"polite", {"Could you also show me its {p} {k} lines?", "Thanks, now the {p} {k} lines please."}},
+        {"indirect",
+         {"I also want to see the {p} {k} lines of that file.", "I need its {p} {k} lines as well."}},
+        {"casual", {"ok show me the {p} {k} lines of it", "lemme see the {p} {k} lines of that one"}}}},
+  };
+  return t;
+}
+
+// What follows a terminal request; "" = nothing. Drawn as the item's last step, so it does not change
+// which command is asked for.
+const std::vector<std::string> kCommandSuffixes = {
+    "Reply with one shell command.",
+    "Reply with one shell command.",
+    "Just the command.",
+    "one command please",
+    "Answer with a single shell command.",
+    "Give me the shell command.",
+    "(one command)",
+    "",
+    "",
+};
+
+// Name pools differ by split, so no test file tree reuses a train file or directory name: every stem and
+// directory is built from its split's words (disjoint lists), with digits, dashes, underscores and dots.
 struct name_pools {
   std::vector<std::string> stems, dirs, words, new_dirs;
 };
 
 const name_pools& pools(split s) {
   static const name_pools train = {
-      {"notes", "log", "todo", "report", "data", "ideas", "list", "draft", "summary", "plan"},
-      {"docs", "src", "archive"},
+      {"notes",  "todo",  "report", "data",    "ideas",  "draft", "summary", "plan",  "budget", "results",
+       "config", "setup", "readme", "changes", "output", "input", "users",   "sales", "server", "client"},
+      {"docs", "src", "app", "archive", "build", "assets", "lib", "scripts", "logs", "home"},
       {"error", "warning", "ticket", "status", "result", "update"},
-      {"backup", "copies", "saved"},
+      {"backup", "copies", "saved", "export", "bundle"},
   };
   static const name_pools test = {
-      {"journal", "events", "inventory", "letters", "minutes", "tasks", "memo", "records"},
-      {"misc", "work", "old"},
+      {"journal", "events", "inventory", "letters",  "minutes",  "tasks",    "memo",
+       "records", "ledger", "roster",    "agenda",   "metrics",  "schedule", "catalog",
+       "digest",  "sketch", "orders",    "contacts", "invoices", "routes"},
+      {"misc", "work", "old", "inbox", "shared", "tools", "media", "extra", "temp", "vendor"},
       {"failure", "urgent", "pending", "invoice", "delay", "notice"},
-      {"stash", "keep", "vault"},
+      {"stash", "keep", "hoard", "spare", "cache"},
   };
   return s == split::train ? train : test;
 }
@@ -527,7 +891,51 @@ const std::vector<std::string> kFiller = {
     "apple", "river", "stone", "cloud", "green", "quick", "table", "light",  "music", "paper",
     "north", "smile", "water", "happy", "bread", "chair", "dream", "field",  "house", "lemon",
     "metal", "ocean", "plant", "sound", "tiger", "voice", "wheat", "yellow", "zebra", "orange"};
-const std::vector<std::string> kExts = {"txt", "log", "md", "csv"};
+const std::vector<std::string> kExts = {"txt", "log",  "md",  "csv", "json", "yaml", "py",
+                                        "sh",  "conf", "dat", "ini", "xml",  "tsv",  "cfg"};
+// Extensions that only delete_ext's files have.
+const std::vector<std::string> kScratchExts = {"tmp", "bak", "swp", "old"};
+
+std::vector<std::string> exts_except(const std::vector<std::string>& drop) {
+  std::vector<std::string> v;
+  for (const auto& e : kExts) {
+    if (std::find(drop.begin(), drop.end(), e) == drop.end()) v.push_back(e);
+  }
+  return v;
+}
+
+// A file stem from the split's words: `notes`, `notes2`, `sales-plan`, `data_2024`, `report-2024.v2`, and,
+// when `spaced`, `my notes` style names with a space.
+std::string make_stem(rng& r, split s, bool spaced) {
+  const auto& w = pools(s).stems;
+  const std::string a = r.pick(w), b = r.pick(w);
+  if (spaced) return r.range(0, 1) ? a + " " + b : a + " " + S(r.range(1, 9));
+  switch (r.range(0, 9)) {
+    case 0:
+      return a + S(r.range(1, 99));
+    case 1:
+      return a + "-" + b;
+    case 2:
+      return a + "_" + b;
+    case 3:
+      return a + "-" + S(r.range(2015, 2026));
+    case 4:
+      return a + "_" + S(r.range(2015, 2026)) + ".v" + S(r.range(1, 9));
+    case 5:
+      return a + "." + b;
+    default:
+      return a;
+  }
+}
+
+// The path as a shell word: single-quoted when it has anything but letters, digits and ._/-.
+std::string shell_quote(const std::string& path) {
+  const bool plain = std::all_of(path.begin(), path.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '/' || c == '-';
+  });
+  return plain ? path : "'" + path + "'";
+}
 
 std::string filler_line(rng& r) {
   std::string line;
@@ -561,17 +969,25 @@ struct tree_builder {
     return std::any_of(files.begin(), files.end(), [&](const file_entry& f) { return f.path == path; });
   }
   // A fresh name `stem.ext` in dir ("" = top level) from the split's pool.
-  std::string fresh(const std::string& dir, const std::vector<std::string>& exts) {
+  std::string fresh(const std::string& dir, const std::vector<std::string>& exts, bool spaced = false) {
     for (;;) {
-      const std::string name = r.pick(pools(s).stems) + "." + r.pick(exts);
+      const std::string name = make_stem(r, s, spaced) + "." + r.pick(exts);
       const std::string path = dir.empty() ? name : dir + "/" + name;
       if (!exists(path)) return path;
     }
   }
-  std::string add(const std::string& dir, const std::vector<std::string>& exts, std::string content) {
-    const std::string path = fresh(dir, exts);
+  std::string add(const std::string& dir, const std::vector<std::string>& exts, std::string content,
+                  bool spaced = false) {
+    const std::string path = fresh(dir, exts, spaced);
     files.push_back({path, std::move(content)});
     return path;
+  }
+  // The file a single-file request is about: mostly at the top level, sometimes in the subdirectory or one
+  // level below it, and now and then with a space in its name.
+  std::string add_target(const std::vector<std::string>& exts, std::string content) {
+    const int64_t where = r.range(0, 19);
+    const std::string dir = where < 14 ? "" : where < 17 ? subdir : subdir + "/" + r.pick(pools(s).dirs);
+    return add(dir, exts, std::move(content), r.range(0, 11) == 0);
   }
   // 2..4 top-level files and one subdirectory with 1..2 files, all of 3..20 filler lines.
   void base(const std::vector<std::string>& exts, int top_min = 2, int top_max = 4) {
@@ -588,10 +1004,10 @@ struct tree_builder {
   }
 };
 
-// Sizes within a band around k*1000..k*1024 bytes (k = 1..5) are avoided so that "larger than k KB" has
+// Sizes within a band around k*1000..k*1024 bytes (k = 1..6) are avoided so that "larger than k KB" has
 // one answer whether KB means 1000 or 1024 bytes and however find rounds.
 bool ambiguous_size(size_t n) {
-  for (size_t k = 1; k <= 6; ++k) {
+  for (size_t k = 1; k <= 7; ++k) {
     if (n + 80 >= k * 1000 && n <= k * 1024 + 100) return true;
   }
   return false;
@@ -603,64 +1019,79 @@ std::string content_of_size(rng& r, size_t target) {
   return s;
 }
 
+// A terminal request before it is worded: the values its phrasings name, the reference command, and how
+// outcomes are compared. params["file"] is the file a single-file request is about.
 struct terminal_parts {
-  std::string prompt, reference;
+  std::map<std::string, std::string> vars;
+  std::string reference;
   compare_mode compare;
   json params;
 };
 
+// The command of a request about one file (the templates a follow-up can continue).
+std::string single_file_command(const std::string& tmpl, const std::string& file, int64_t k) {
+  const std::string f = shell_quote(file);
+  // `wc -l 'a b.txt'` prints "12 a b.txt", which is not one count and one word; `wc -l < F` prints the count.
+  const std::string wc_arg = file.find(' ') == std::string::npos ? f : "< " + f;
+  if (tmpl == "count_lines") return "wc -l " + wc_arg;
+  if (tmpl == "word_count") return "wc -w " + wc_arg;
+  if (tmpl == "head_n") return "head -n " + S(k) + " " + f;
+  if (tmpl == "tail_n") return "tail -n " + S(k) + " " + f;
+  if (tmpl == "sort_lines") return "sort " + f;
+  if (tmpl == "unique_count") return "sort -u " + f + " | wc -l";
+  MOXI_ASSERT(false, "not a single-file template");
+}
+
+compare_mode single_file_compare(const std::string& tmpl) {
+  return tmpl == "count_lines" || tmpl == "word_count" || tmpl == "unique_count" ? compare_mode::count
+                                                                                 : compare_mode::stdout_text;
+}
+
+// A file name as the prompt shows it: names with a space are quoted, as people write them.
+std::string shown(const std::string& path) {
+  return path.find(' ') == std::string::npos ? path : "'" + path + "'";
+}
+
 terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string& tmpl, tree_builder& tb) {
   const name_pools& P = pools(s);
-  auto rg = [&](irange train, irange test) {
-    return test_range ? r.range(test.lo, test.hi) : r.range(train.lo, train.hi);
-  };
-  auto phr = [&](std::vector<std::string> v, const std::map<std::string, std::string>& vars) {
-    return fill(r.pick(v), vars);
-  };
+  auto rg = [&](const ranges& train, const ranges& test) { return draw(r, test_range ? test : train); };
   terminal_parts p;
-  if (tmpl == "count_lines" || tmpl == "word_count") {
+  if (tmpl == "count_lines" || tmpl == "word_count" || tmpl == "head_n" || tmpl == "tail_n" ||
+      tmpl == "sort_lines") {
     tb.base(kExts);
-    const int64_t n = rg({3, 40}, {41, 99});
-    const std::string f = tb.add("", kExts, lines_text(filler_lines(r, n)));
-    p.params = {{"lines", n}};
-    p.compare = compare_mode::count;
-    if (tmpl == "count_lines") {
-      p.prompt =
-          phr({"Count the lines of {f}.", "How many lines are in {f}?", "Print the number of lines in {f}."},
-              {{"f", f}});
-      p.reference = "wc -l " + f;
+    int64_t n = 0, k = 0;
+    if (tmpl == "head_n" || tmpl == "tail_n") {
+      k = rg({{1, 5}, {11, 20}}, {{6, 10}});
+      n = k + r.range(2, 10);
+      p.params = {{"k", k}};
+    } else if (tmpl == "sort_lines") {
+      n = rg({{3, 10}, {21, 30}}, {{11, 20}});
+      p.params = {{"lines", n}};
     } else {
-      p.prompt = phr({"Count the words in {f}.", "How many words does {f} contain?"}, {{"f", f}});
-      p.reference = "wc -w " + f;
+      n = rg({{3, 40}, {71, 99}}, {{41, 70}});
+      p.params = {{"lines", n}};
     }
-  } else if (tmpl == "head_n" || tmpl == "tail_n") {
-    tb.base(kExts);
-    const int64_t k = rg({1, 5}, {6, 12});
-    const std::string f = tb.add("", kExts, lines_text(filler_lines(r, k + r.range(2, 10))));
-    p.params = {{"k", k}};
-    p.compare = compare_mode::stdout_text;
-    const bool head = tmpl == "head_n";
-    const std::map<std::string, std::string> vars = {{"f", f}, {"k", S(k)}, {"w", head ? "first" : "last"}};
-    p.prompt = phr({"Show the {w} {k} lines of {f}.", "Print the {w} {k} lines of {f}."}, vars);
-    p.reference = std::string(head ? "head" : "tail") + " -n " + S(k) + " " + f;
+    const std::string f = tb.add_target(kExts, lines_text(filler_lines(r, n)));
+    p.params["file"] = f;
+    p.vars = {{"f", shown(f)}, {"k", S(k)}};
+    p.compare = single_file_compare(tmpl);
+    p.reference = single_file_command(tmpl, f, k);
   } else if (tmpl == "grep_lines") {
     tb.base(kExts);
-    const int64_t m = rg({1, 3}, {4, 6});
+    const int64_t m = rg({{1, 2}, {5, 6}}, {{3, 4}});
     const std::string w = r.pick(P.words);
     auto lines = filler_lines(r, m + r.range(3, 10));
     std::vector<size_t> idx(lines.size());
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
     r.shuffle(idx);
     for (int64_t i = 0; i < m; ++i) lines[idx[size_t(i)]] += " " + w;
-    const std::string f = tb.add("", kExts, lines_text(lines));
-    p.params = {{"matches", m}, {"word", w}};
+    const std::string f = tb.add_target(kExts, lines_text(lines));
+    p.params = {{"matches", m}, {"word", w}, {"file", f}};
     p.compare = compare_mode::stdout_text;
-    p.prompt =
-        phr({"Show the lines of {f} that contain '{w}'.", "Print every line of {f} containing the word {w}."},
-            {{"f", f}, {"w", w}});
-    p.reference = "grep " + w + " " + f;
+    p.vars = {{"f", shown(f)}, {"w", w}};
+    p.reference = "grep " + w + " " + shell_quote(f);
   } else if (tmpl == "find_larger") {
-    const int64_t kb = rg({1, 2}, {3, 4});
+    const int64_t kb = rg({{1, 2}, {5, 5}}, {{3, 4}});
     tb.subdir = r.pick(P.dirs);
     const size_t limit = size_t(kb) * 1024;
     // At least one file on each side of the threshold, in both directories.
@@ -673,110 +1104,93 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     }
     p.params = {{"kb", kb}};
     p.compare = compare_mode::lines;
-    p.prompt = phr({"List the files larger than {k} KB in this directory and its subdirectories.",
-                    "Find all files bigger than {k} KB, searching subdirectories too."},
-                   {{"k", S(kb)}});
+    p.vars = {{"k", S(kb)}};
     p.reference = "find . -type f -size +" + S(kb) + "k";
   } else if (tmpl == "count_ext") {
     // The extension is named in the prompt, so the test split asks about extensions train never does.
-    const std::string e =
-        s == split::train ? r.pick(kExts) : r.pick(std::vector<std::string>{"json", "ini", "yaml"});
-    std::vector<std::string> others;
-    for (const auto& x : kExts) {
-      if (x != e) others.push_back(x);
-    }
-    tb.base(others);
-    const int64_t m = rg({1, 3}, {4, 6});
+    const std::string e = r.pick(
+        s == split::train ? std::vector<std::string>{"txt", "log", "md", "csv", "py", "sh", "dat", "xml"}
+                          : std::vector<std::string>{"json", "ini", "yaml", "conf"});
+    tb.base(exts_except({e}));
+    const int64_t m = rg({{1, 2}, {5, 6}}, {{3, 4}});
     for (int64_t i = 0; i < m; ++i)
       tb.add(i % 2 ? tb.subdir : "", {e}, lines_text(filler_lines(r, r.range(1, 5))));
     p.params = {{"matches", m}, {"ext", e}};
     p.compare = compare_mode::count;
-    p.prompt = phr({"How many .{e} files are there in this directory and its subdirectories?",
-                    "Count the .{e} files here, including subdirectories."},
-                   {{"e", e}});
+    p.vars = {{"e", e}};
     p.reference = "find . -type f -name '*." + e + "' | wc -l";
-  } else if (tmpl == "sort_lines") {
-    tb.base(kExts);
-    const int64_t n = rg({3, 15}, {16, 30});
-    const std::string f = tb.add("", kExts, lines_text(filler_lines(r, n)));
-    p.params = {{"lines", n}};
-    p.compare = compare_mode::stdout_text;
-    p.prompt = phr({"Print the lines of {f} sorted alphabetically.", "Sort the lines of {f} and print them."},
-                   {{"f", f}});
-    p.reference = "sort " + f;
   } else if (tmpl == "mkdir_copy") {
-    tb.base({"log", "md", "csv"});
-    const int64_t n = rg({1, 2}, {3, 4});
-    for (int64_t i = 0; i < n; ++i) tb.add("", {"txt"}, lines_text(filler_lines(r, r.range(1, 6))));
+    const auto others = exts_except({"txt"});
+    tb.base(others);
+    const int64_t n = rg({{1, 2}, {5, 5}}, {{3, 4}});
+    for (int64_t i = 0; i < n; ++i)
+      tb.add("", {"txt"}, lines_text(filler_lines(r, r.range(1, 6))), r.range(0, 9) == 0);
     tb.add(tb.subdir, {"txt"}, lines_text(filler_lines(r, r.range(1, 6))));  // must not be copied
-    const std::string d = r.pick(P.new_dirs);
+    const std::string d = r.pick(P.new_dirs) + (r.range(0, 3) == 0 ? S(r.range(1, 9)) : "");
     p.params = {{"files", n}, {"dir", d}};
     p.compare = compare_mode::files;
-    p.prompt = phr({"Create a directory named {d} and copy every .txt file of this directory into it.",
-                    "Make a new directory {d} and copy all .txt files from the current directory into it."},
-                   {{"d", d}});
+    p.vars = {{"d", d}};
     p.reference = "mkdir " + d + " && cp *.txt " + d + "/";
   } else if (tmpl == "rename") {
     tb.base(kExts);
     const std::string f = tb.files[0].path;
-    const int64_t len = rg({3, 6}, {7, 12});
+    const int64_t len = rg({{3, 6}, {10, 12}}, {{7, 9}});
     std::string stem;
     for (int64_t i = 0; i < len; ++i) stem += char('a' + r.range(0, 25));
     const std::string g = stem + "." + r.pick(kExts);
-    p.params = {{"stem_length", len}};
+    p.params = {{"stem_length", len}, {"file", f}, {"to", g}};
     p.compare = compare_mode::files;
-    p.prompt = phr({"Rename {f} to {g}.", "Change the name of {f} to {g}."}, {{"f", f}, {"g", g}});
-    p.reference = "mv " + f + " " + g;
+    p.vars = {{"f", shown(f)}, {"g", g}};
+    p.reference = "mv " + shell_quote(f) + " " + g;
   } else if (tmpl == "append") {
     tb.base(kExts);
     const std::string f = tb.files[size_t(r.range(0, 1))].path;
-    const int64_t m = rg({1, 3}, {4, 6});
+    const int64_t m = rg({{1, 2}, {5, 6}}, {{3, 4}});
     std::string text;
     for (int64_t i = 0; i < m; ++i) text += (i ? " " : "") + r.pick(i == 0 ? P.words : kFiller);
-    p.params = {{"words", m}};
+    p.params = {{"words", m}, {"file", f}};
     p.compare = compare_mode::files;
-    p.prompt = phr({"Append the line '{t}' to {f}.", "Add a line saying '{t}' at the end of {f}."},
-                   {{"f", f}, {"t", text}});
-    p.reference = "echo '" + text + "' >> " + f;
+    p.vars = {{"f", shown(f)}, {"t", text}};
+    p.reference = "echo '" + text + "' >> " + shell_quote(f);
   } else if (tmpl == "unique_count") {
     tb.base(kExts);
-    const int64_t distinct = r.range(2, 6);
+    const int64_t distinct = rg({{2, 3}, {7, 8}}, {{4, 6}});
     const auto pool = filler_lines(r, distinct);
     std::vector<std::string> lines = pool;  // every distinct line at least once
     const int64_t extra = r.range(2, 12);
     for (int64_t i = 0; i < extra; ++i) lines.push_back(r.pick(pool));
     r.shuffle(lines);
-    const std::string f = tb.add("", kExts, lines_text(lines));
-    p.params = {{"distinct", distinct}};
+    const std::string f = tb.add_target(kExts, lines_text(lines));
+    p.params = {{"distinct", distinct}, {"file", f}};
     p.compare = compare_mode::count;
-    p.prompt = phr({"How many distinct lines are in {f}?", "Count the unique lines of {f}."}, {{"f", f}});
-    p.reference = "sort -u " + f + " | wc -l";
+    p.vars = {{"f", shown(f)}};
+    p.reference = single_file_command(tmpl, f, 0);
   } else if (tmpl == "delete_ext") {
     tb.base(kExts);
-    const int64_t n = r.range(1, 3);
-    for (int64_t i = 0; i < n; ++i) tb.add("", {"tmp"}, lines_text(filler_lines(r, 2)));
-    tb.add(tb.subdir, {"tmp"}, lines_text(filler_lines(r, 2)));  // must survive
-    p.params = {{"files", n}};
+    const std::string e = r.pick(kScratchExts);
+    const int64_t n = rg({{1, 2}, {5, 6}}, {{3, 4}});
+    for (int64_t i = 0; i < n; ++i) tb.add("", {e}, lines_text(filler_lines(r, 2)), r.range(0, 9) == 0);
+    tb.add(tb.subdir, {e}, lines_text(filler_lines(r, 2)));  // must survive
+    p.params = {{"files", n}, {"ext", e}};
     p.compare = compare_mode::files;
-    p.prompt = phr({"Delete every .tmp file in this directory, but not in its subdirectories.",
-                    "Remove the .tmp files of the current directory (leave subdirectories alone)."},
-                   {});
-    p.reference = "rm -f *.tmp";
+    p.vars = {{"e", e}};
+    p.reference = "rm -f *." + e;
   } else if (tmpl == "replace_word") {
     tb.base(kExts);
     const std::string a = r.pick(P.words);
     std::string b = r.pick(P.words);
     while (b == a) b = r.pick(P.words);
-    auto lines = filler_lines(r, r.range(4, 10));
-    const int64_t m = r.range(1, 3);
-    for (int64_t i = 0; i < m; ++i) lines[size_t(r.range(0, int64_t(lines.size()) - 1))] += " " + a;
-    const std::string f = tb.add("", kExts, lines_text(lines));
-    p.params = {{"from", a}, {"to", b}};
+    auto lines = filler_lines(r, r.range(6, 10));
+    const int64_t m = rg({{1, 2}, {5, 6}}, {{3, 4}});
+    std::vector<size_t> idx(lines.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    r.shuffle(idx);
+    for (int64_t i = 0; i < m; ++i) lines[idx[size_t(i)]] += " " + a;
+    const std::string f = tb.add_target(kExts, lines_text(lines));
+    p.params = {{"from", a}, {"to", b}, {"matches", m}, {"file", f}};
     p.compare = compare_mode::files;
-    p.prompt = phr({"In {f}, replace every occurrence of '{a}' with '{b}'.",
-                    "Change every '{a}' in {f} to '{b}', editing the file in place."},
-                   {{"f", f}, {"a", a}, {"b", b}});
-    p.reference = "sed -i 's/" + a + "/" + b + "/g' " + f;
+    p.vars = {{"f", shown(f)}, {"a", a}, {"b", b}};
+    p.reference = "sed -i 's/" + a + "/" + b + "/g' " + shell_quote(f);
   } else if (tmpl == "largest_file") {
     tb.subdir = r.pick(P.dirs);
     // The largest file is over 6000 bytes so that directories (4096 bytes on most file systems) never
@@ -794,14 +1208,80 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     }
     p.params = json::object();
     p.compare = compare_mode::lines;
-    p.prompt = phr({"Print the name of the largest file in this directory (not in subdirectories).",
-                    "Which file in the current directory is the biggest? Print its name."},
-                   {});
     p.reference = "ls -S | head -n 1";
+  } else if (tmpl == "total_lines") {
+    // Composed from what train teaches: a glob (mkdir_copy, delete_ext) and a pipe into wc -l.
+    const std::string e = r.pick(kExts);
+    tb.base(exts_except({e}));
+    const int64_t n = r.range(2, 4);
+    int64_t total = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t lines = r.range(2, 15);
+      total += lines;
+      tb.add("", {e}, lines_text(filler_lines(r, lines)));
+    }
+    tb.add(tb.subdir, {e}, lines_text(filler_lines(r, r.range(2, 6))));  // not counted
+    p.params = {{"files", n}, {"ext", e}, {"lines", total}};
+    p.compare = compare_mode::count;
+    p.vars = {{"e", e}};
+    p.reference = "cat *." + e + " | wc -l";
   } else {
     MOXI_ASSERT(false, "unknown terminal template");
   }
   return p;
+}
+
+// Words one terminal request: a phrasing of the family (maybe with a typo), its values, and a suffix.
+std::string word_request(rng& r, const phrasing_table& table, const std::string& key,
+                         const std::string& family, const std::map<std::string, std::string>& vars) {
+  std::string text = fill(maybe_typo(r, r.pick(table.at(key).at(family))), vars);
+  std::string suffix = r.pick(kCommandSuffixes);
+  if (suffix.empty()) return text;
+  if (std::string(".?!)").find(text.back()) != std::string::npos) return text + " " + suffix;
+  // After a request without final punctuation: "count lines in a.txt, just the command".
+  if (suffix[0] >= 'A' && suffix[0] <= 'Z') suffix[0] = char(suffix[0] - 'A' + 'a');
+  return text + ", " + suffix;
+}
+
+// The templates a follow-up can continue: requests about one file that leave the tree as it is.
+const std::vector<std::string> kFollowable = {"count_lines", "word_count", "head_n",
+                                              "tail_n",      "sort_lines", "unique_count"};
+
+// A follow-up item: a first request on the tree and its reference command become the history; the prompt
+// asks for something more about the same tree, and only that is checked.
+void make_followup(rng& r, split s, bool test_range, const std::string& family, task& t, tree_builder& tb) {
+  const std::string first = r.pick(kFollowable);
+  auto p = make_terminal(r, s, test_range, first, tb);
+  t.history = {{"user", word_request(r, terminal_phrasings(), first, family, p.vars)},
+               {"assistant", p.reference}};
+  const std::string file = p.params["file"].get<std::string>();
+  std::vector<std::string> kinds = {"other_file", "part_of_it"};
+  if (first == "count_lines" || first == "word_count") kinds.push_back("other_count");
+  const std::string kind = r.pick(kinds);
+  std::map<std::string, std::string> vars;
+  std::string op = first, target = file;
+  int64_t k = p.params.value("k", int64_t(0));
+  if (kind == "other_file") {
+    std::vector<std::string> others;
+    for (const auto& f : tb.files) {
+      if (f.path != file) others.push_back(f.path);
+    }
+    target = r.pick(others);
+    vars["g"] = shown(target);
+  } else if (kind == "other_count") {
+    op = first == "count_lines" ? "word_count" : "count_lines";
+    vars["x"] = op == "count_lines" ? "lines" : "words";
+  } else {
+    op = r.range(0, 1) ? "head_n" : "tail_n";
+    k = draw(r, test_range ? ranges{{6, 10}} : ranges{{1, 5}, {11, 20}});
+    vars["p"] = op == "head_n" ? "first" : "last";
+    vars["k"] = S(k);
+  }
+  t.prompt = word_request(r, followup_phrasings(), kind, family, vars);
+  t.reference = single_file_command(op, target, k);
+  t.compare = single_file_compare(op);
+  t.params = {{"followup", kind}, {"first", first}, {"op", op}, {"file", target}};
+  if (op == "head_n" || op == "tail_n") t.params["k"] = k;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -809,12 +1289,12 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
 
 const std::vector<template_info>& code_templates() {
   static const std::vector<template_info> t = {
-      {"sum_to", false, "tested n: train 2..30, test 31..200"},
-      {"count_above", false, "threshold t: train 2..50, test 51..500"},
-      {"max_of", false, "magnitude k of the tested values: train 2..50, test 51..500"},
-      {"factorial", false, "tested n: train 2..8, test 9..15"},
-      {"average", false, "first tested value k: train 2..50, test 51..500"},
-      {"clamp", false, "lower bound lo: train 2..50, test 51..500"},
+      {"sum_to", false, "tested n: train 2..30 and 101..200, test 31..100"},
+      {"count_above", false, "threshold t: train 2..50 and 201..500, test 51..200"},
+      {"max_of", false, "magnitude k of the tested values: train 2..50 and 201..500, test 51..200"},
+      {"factorial", false, "tested n: train 2..8 and 13..15, test 9..12"},
+      {"average", false, "first tested value k: train 2..50 and 201..500, test 51..200"},
+      {"clamp", false, "lower bound lo: train 2..50 and 201..500, test 51..200"},
       {"count_vowels", true, "test only"},
       {"to_fahrenheit", true, "test only"},
       {"second_largest", true, "test only"},
@@ -835,12 +1315,12 @@ std::string py_list(const std::vector<int64_t>& v) {
 }
 
 code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
-  auto rg = [&](irange train, irange test) {
-    return test_range ? r.range(test.lo, test.hi) : r.range(train.lo, train.hi);
-  };
+  const ranges wide_train = {{2, 50}, {201, 500}}, wide_test = {{51, 200}};
+  auto wide = [&] { return draw(r, test_range ? wide_test : wide_train); };
   code_parts c;
   if (tmpl == "sum_to") {
-    const int64_t n1 = rg({2, 30}, {31, 200}), n2 = rg({2, 30}, {31, 200});
+    const ranges train = {{2, 30}, {101, 200}}, test = {{31, 100}};
+    const int64_t n1 = draw(r, test_range ? test : train), n2 = draw(r, test_range ? test : train);
     c.describe = "return the sum 1 + 2 + ... + n";
     c.buggy =
         "def sum_to(n):\n    \"\"\"Return 1 + 2 + ... + n.\"\"\"\n    total = 0\n    for i in range(1, n):\n"
@@ -851,7 +1331,7 @@ code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
                  {"sum_to(" + S(n2) + ")", S(n2 * (n2 + 1) / 2)}};
     c.params = {{"n", {n1, n2}}};
   } else if (tmpl == "count_above") {
-    const int64_t t = rg({2, 50}, {51, 500});
+    const int64_t t = wide();
     std::vector<int64_t> xs = {t, t + r.range(1, 9), t - r.range(1, 2), t + r.range(1, 9), t};
     r.shuffle(xs);
     int64_t want = 0;
@@ -866,7 +1346,7 @@ code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
                  {"count_above([], " + S(t) + ")", "0"}};
     c.params = {{"t", t}};
   } else if (tmpl == "max_of") {
-    const int64_t k = rg({2, 50}, {51, 500});
+    const int64_t k = wide();
     std::vector<int64_t> neg = {-k, -k - r.range(1, 9), -k - r.range(10, 20)};
     r.shuffle(neg);
     std::vector<int64_t> pos = {k, k + 3, 1};
@@ -880,7 +1360,7 @@ code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
     c.asserts = {{"max_of(" + py_list(neg) + ")", S(-k)}, {"max_of(" + py_list(pos) + ")", S(k + 3)}};
     c.params = {{"k", k}};
   } else if (tmpl == "factorial") {
-    const int64_t n = rg({2, 8}, {9, 15});
+    const int64_t n = draw(r, test_range ? ranges{{9, 12}} : ranges{{2, 8}, {13, 15}});
     int64_t f = 1;
     for (int64_t i = 2; i <= n; ++i) f *= i;
     c.describe = "return n! (the product 1 * 2 * ... * n)";
@@ -892,7 +1372,7 @@ code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
     c.asserts = {{"factorial(" + S(n) + ")", S(f)}, {"factorial(1)", "1"}};
     c.params = {{"n", n}};
   } else if (tmpl == "average") {
-    const int64_t k = rg({2, 50}, {51, 500});
+    const int64_t k = wide();
     c.describe = "return the arithmetic mean of a non-empty list";
     c.buggy =
         "def average(xs):\n    \"\"\"Return the arithmetic mean of the non-empty list xs.\"\"\"\n"
@@ -903,7 +1383,7 @@ code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
                  {"average([" + S(k) + ", " + S(k) + ", " + S(k + 3) + "])", S(k + 1)}};
     c.params = {{"k", k}};
   } else if (tmpl == "clamp") {
-    const int64_t lo = rg({2, 50}, {51, 500}), hi = lo + r.range(5, 40);
+    const int64_t lo = wide(), hi = lo + r.range(5, 40);
     c.describe = "limit x to the range [lo, hi]";
     c.buggy =
         "def clamp(x, lo, hi):\n    \"\"\"Return x limited to the range [lo, hi].\"\"\"\n"
@@ -957,6 +1437,41 @@ code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
     MOXI_ASSERT(false, "unknown code template");
   }
   return c;
+}
+
+// family -> ways to ask for the fix; the program follows the request. {desc} is what the program should
+// do, {ex} a call and {want} its value (a tested value, so the held-out range shows in the prompt too).
+const std::map<std::string, std::vector<std::string>>& code_phrasings() {
+  static const std::map<std::string, std::vector<std::string>> t = {
+      {"formal",
+       {"This Python program should {desc} (for example, {ex} should return {want}), but it has one bug. Fix "
+        "it "
+        "and reply with the whole corrected program.",
+        "The following Python function is meant to {desc}; {ex} should return {want}. It contains one bug. "
+        "Correct it and give the complete program."}},
+      {"imperative",
+       {"Fix the bug in this function. It should {desc}, and {ex} should return {want}. Reply with the whole "
+        "program.",
+        "Find and fix the bug: this code should {desc} ({ex} must return {want}). Return the full corrected "
+        "code."}},
+      {"terse",
+       {"fix the bug. should {desc}, {ex} -> {want}", "fix this code ({ex} should be {want})",
+        "bug fix pls: {ex} should return {want}"}},
+      {"question",
+       {"Can you find the bug in this function? It is supposed to {desc}, e.g. {ex} == {want}. Please give "
+        "me "
+        "the corrected program.",
+        "What is wrong with this code? It should {desc}, so {ex} ought to return {want}. Could you send the "
+        "fixed version?"}},
+      {"story",
+       {"I wrote this to {desc} but {ex} doesn't give {want}. What did I get wrong? Send the fixed code.",
+        "My function should {desc}. When I call {ex} I expect {want}, but I get something else. Please fix "
+        "it."}},
+      {"casual",
+       {"hey my code is broken, it's supposed to {desc}. {ex} should give {want}. can u fix it",
+        "this doesnt work lol, {ex} should be {want}. fix?"}},
+  };
+  return t;
 }
 
 // The test reads a one-line nonce from stdin before importing the candidate and prints it after every
@@ -1096,21 +1611,43 @@ const std::vector<template_info>& all_templates(domain d) {
   return math_templates();
 }
 
+const std::vector<family_info>& all_families(domain d) {
+  static const std::vector<family_info> none;
+  switch (d) {
+    case domain::terminal:
+      return terminal_families();
+    case domain::code:
+      return code_families();
+    default:
+      return none;
+  }
+}
+
 }  // namespace
 
 std::vector<template_info> templates(domain d) {
   return all_templates(d);
 }
 
+std::vector<family_info> families(domain d) {
+  return all_families(d);
+}
+
+// The share of terminal items that continue a conversation (docs/tasks.md "Follow-ups").
+constexpr int64_t kFollowupPercent = 15;
+
 std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed) {
   if (s == split::length && d != domain::math) throw error("the length split exists for math only");
   const auto& all = all_templates(d);
-  const auto names = names_for(all, s);
+  auto names = names_for(all, s);
+  // Follow-ups are drawn at their own rate, not as one template among many.
+  names.erase(std::remove(names.begin(), names.end(), "followup"), names.end());
   std::vector<task> out;
   out.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     rng r(mix(mix(mix(seed, uint64_t(d) + 1), uint64_t(s) + 7), i));
-    const std::string tmpl = r.pick(names);
+    const bool followup = d == domain::terminal && r.range(0, 99) < kFollowupPercent;
+    const std::string tmpl = followup ? "followup" : r.pick(names);
     const bool test_only = std::any_of(all.begin(), all.end(),
                                        [&](const template_info& t) { return t.name == tmpl && t.test_only; });
     // Shared templates draw their parameters from the held-out range in the test split; test-only
@@ -1124,11 +1661,17 @@ std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed) {
       }
       case domain::terminal: {
         tree_builder tb{r, s, {}, {}};
-        auto p = make_terminal(r, s, test_range, tmpl, tb);
-        t.prompt = p.prompt + " Reply with one shell command.";
-        t.reference = p.reference;
-        t.compare = p.compare;
-        t.params = p.params;
+        const std::string family = pick_family(r, terminal_families(), s);
+        if (followup) {
+          make_followup(r, s, test_range, family, t, tb);
+        } else {
+          auto p = make_terminal(r, s, test_range, tmpl, tb);
+          t.prompt = word_request(r, terminal_phrasings(), tmpl, family, p.vars);
+          t.reference = p.reference;
+          t.compare = p.compare;
+          t.params = p.params;
+        }
+        t.params["family"] = family;
         t.files = std::move(tb.files);
         std::sort(t.files.begin(), t.files.end(),
                   [](const file_entry& a, const file_entry& b) { return a.path < b.path; });
@@ -1136,14 +1679,16 @@ std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed) {
       }
       case domain::code: {
         auto c = make_code(r, test_range, tmpl);
-        // The example states a tested value, so the held-out parameter range shows in the prompt too.
-        t.prompt = "This Python program should " + c.describe + " (for example, " + c.asserts[0].first +
-                   " should return " + c.asserts[0].second +
-                   "), but it has one bug. Fix it and reply with the whole corrected program.\n\n" + c.buggy;
+        const std::string family = pick_family(r, code_families(), s);
+        const std::string request =
+            fill(maybe_typo(r, r.pick(code_phrasings().at(family))),
+                 {{"desc", c.describe}, {"ex", c.asserts[0].first}, {"want", c.asserts[0].second}});
+        t.prompt = request + "\n\n" + c.buggy;
         t.reference = c.fixed;
         t.program = c.buggy;
         t.test = python_test(tmpl, c);
         t.params = c.params;
+        t.params["family"] = family;
         break;
       }
       case domain::chat: {

@@ -27,4 +27,14 @@ struct template_info {
 };
 std::vector<template_info> templates(domain d);
 
+// A phrasing family: one way of asking (a question, a terse lowercase request, ...), with phrasings for
+// every template of its domain. `test_only` families word the test split alone, so it measures unseen
+// phrasings; train uses the others. The family of each item is in params["family"].
+struct family_info {
+  std::string name;
+  bool test_only = false;
+};
+// The terminal and code families; math has none (empty).
+std::vector<family_info> families(domain d);
+
 }  // namespace moxi::eval

@@ -95,14 +95,20 @@ nlohmann::json to_json(const task& t) {
       check = {{"kind", "prose"}};  // the intent is params.intent
       break;
   }
-  return {{"id", t.id},
-          {"domain", to_string(t.domain)},
-          {"split", to_string(t.split)},
-          {"template", t.template_name},
-          {"params", t.params},
-          {"prompt", t.prompt},
-          {"reference", t.reference},
-          {"check", check}};
+  nlohmann::json j = {{"id", t.id},
+                      {"domain", to_string(t.domain)},
+                      {"split", to_string(t.split)},
+                      {"template", t.template_name},
+                      {"params", t.params},
+                      {"prompt", t.prompt},
+                      {"reference", t.reference},
+                      {"check", check}};
+  if (!t.history.empty()) {
+    nlohmann::json h = nlohmann::json::array();
+    for (const auto& m : t.history) h.push_back({{"role", m.role}, {"content", m.content}});
+    j["history"] = h;
+  }
+  return j;
 }
 
 namespace {
@@ -111,6 +117,27 @@ std::string str(const nlohmann::json& j, const char* key, const std::string& whe
   auto it = j.find(key);
   if (it == j.end() || !it->is_string()) throw error(where + ": field '" + key + "' missing or not a string");
   return it->get<std::string>();
+}
+
+// "history": [{"role": "user", "content": ...}, {"role": "assistant", ...}, ...]: alternating, starting with
+// a user turn and ending with an assistant turn (the task's prompt is the next user turn).
+std::vector<message> history_from_json(const nlohmann::json& h, const std::string& where) {
+  const std::string hw = where + ": history";
+  if (!h.is_array()) throw error(hw + " is not an array");
+  std::vector<message> out;
+  for (size_t i = 0; i < h.size(); ++i) {
+    const std::string mw = hw + "[" + std::to_string(i) + "]";
+    if (!h[i].is_object()) throw error(mw + " is not an object");
+    message m{str(h[i], "role", mw), str(h[i], "content", mw)};
+    const char* want = i % 2 == 0 ? "user" : "assistant";
+    if (m.role != want)
+      throw error(mw + ".role: '" + m.role + "' where '" + want +
+                  "' is expected (turns alternate user, assistant, starting with user)");
+    out.push_back(std::move(m));
+  }
+  if (out.size() % 2 != 0)
+    throw error(hw + " must end with an assistant turn (the prompt is the next user turn)");
+  return out;
 }
 
 }  // namespace
@@ -127,6 +154,7 @@ task task_from_json(const nlohmann::json& j, const std::string& where) {
   }
   t.template_name = str(j, "template", where);
   t.params = j.value("params", nlohmann::json::object());
+  if (auto h = j.find("history"); h != j.end()) t.history = history_from_json(*h, where);
   t.prompt = str(j, "prompt", where);
   t.reference = str(j, "reference", where);
   auto it = j.find("check");
@@ -173,8 +201,9 @@ std::string to_jsonl(const std::vector<task>& tasks) {
     // Fixed key order for people reading the file: id and prompt first, the bulky check last.
     const auto j = to_json(t);
     nlohmann::ordered_json o;
-    for (const char* key : {"id", "domain", "split", "template", "params", "prompt", "reference", "check"}) {
-      o[key] = j[key];
+    for (const char* key :
+         {"id", "domain", "split", "template", "params", "history", "prompt", "reference", "check"}) {
+      if (j.contains(key)) o[key] = j[key];
     }
     out += o.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
     out += '\n';

@@ -34,12 +34,21 @@ struct file_entry {
   std::string content;
 };
 
+// One earlier turn of a conversation the task continues.
+struct message {
+  std::string role;  // "user" or "assistant"
+  std::string content;
+};
+
 struct task {
   std::string id;
   eval::domain domain = domain::math;
   eval::split split = split::train;
   std::string template_name;  // which generator template made it (the held-out rules are per template)
   nlohmann::json params;      // the sampled parameters the held-out ranges are stated in
+  // Earlier turns, oldest first (user, assistant, ..., assistant); the prompt is the final user turn and only
+  // the reply to it is checked. Empty for a single-turn task.
+  std::vector<message> history;
   std::string prompt;
   std::string reference;  // one correct solution: the number, the command, or the fixed program
 

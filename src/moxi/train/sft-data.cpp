@@ -27,10 +27,13 @@ std::vector<int64_t> to_ids(const std::vector<token_id>& ids) {
 chat_parts render_chat(const eval::task& t, const formats::chat_template& tpl, const std::string& end) {
   formats::render_options gen;
   gen.add_generation_prompt = true;
-  const auto prompt =
-      tpl.render(nlohmann::ordered_json::array({{{"role", "user"}, {"content", t.prompt}}}), gen);
-  const auto full = tpl.render(nlohmann::ordered_json::array(
-      {{{"role", "user"}, {"content", t.prompt}}, {{"role", "assistant"}, {"content", t.reference}}}));
+  // The task's history (earlier turns) comes first; only the reply to the final prompt is trained on.
+  auto turns = nlohmann::ordered_json::array();
+  for (const auto& h : t.history) turns.push_back({{"role", h.role}, {"content", h.content}});
+  turns.push_back({{"role", "user"}, {"content", t.prompt}});
+  const auto prompt = tpl.render(turns, gen);
+  turns.push_back({{"role", "assistant"}, {"content", t.reference}});
+  const auto full = tpl.render(turns);
   // The reply is what the conversation has after the point where it departs from the generation prompt. A
   // template may end its generation prompt with text the rendered turn does not repeat (moxi-tiny's
   // "<|assistant|>\n" vs "<|assistant|>content"); the model is trained after the prompt it gets at inference.
