@@ -43,12 +43,16 @@ formats::model_config tiny_seed() {
   return model::load_model_config(kSource + "/configs/tiny-seed.json");
 }
 
-formats::chat_template moxi_tiny_template() {
+formats::chat_template template_file(const std::string& name) {
   return formats::chat_template::from_tokenizer_config_json(
-      {{"chat_template", read_file(kSource + "/configs/chat-templates/moxi-tiny.jinja")},
+      {{"chat_template", read_file(kSource + "/configs/chat-templates/" + name)},
        {"bos_token", "<|bos|>"},
        {"eos_token", "<|eos|>"}},
-      "moxi-tiny.jinja");
+      name);
+}
+
+formats::chat_template moxi_tiny_template() {
+  return template_file("moxi-tiny.jinja");
 }
 
 // A BPE tokenizer (default specials: pad bos eos system user assistant end) trained on a few conversations.
@@ -57,8 +61,9 @@ formats::tokenizer small_tokenizer(const std::vector<eval::task>& tasks, const f
   o.vocab_size = 400;
   formats::bpe_trainer t(o);
   for (const auto& task : tasks) {
-    const auto p = train::render_chat(task, tpl, "<|end|>");
-    t.add_text(p.prompt + p.reply);
+    std::string text;
+    for (const auto& seg : train::render_chat(task, tpl, "<|end|>")) text += seg.text;
+    t.add_text(text);
   }
   return formats::tokenizer::from_hf_json(formats::bpe_to_hf_json(t.train()), "test");
 }
@@ -164,6 +169,43 @@ TEST(SftData, LossMaskCoversTheReplyAndItsEndTokenOnly) {
     EXPECT_EQ(tok.decode(reply), t.reference + "<|end|>") << t.id;
     EXPECT_EQ(reply.back(), *tok.find("<|end|>"));
   }
+}
+
+// A follow-up task (history: a request and its reply). Under moxi-small's template every reply is trained and
+// the tokens are exactly the whole conversation; under moxi-tiny's, whose generation prompt differs from a
+// rendered past reply, only the last reply is, after the whole conversation as its prompt.
+TEST(SftData, FollowUpsTrainEveryReplyWhenTheTemplateAllows) {
+  eval::task t;
+  t.id = "follow-up";
+  t.domain = eval::domain::terminal;
+  t.history = {{"user", "count lines in a.txt"}, {"assistant", "wc -l a.txt"}};
+  t.prompt = "and the words?";
+  t.reference = "wc -w a.txt";
+  auto tasks = eval::generate_tasks(eval::domain::terminal, eval::split::train, 8, 5);
+  tasks.push_back(t);
+
+  const auto small = template_file("moxi-small.jinja");
+  const auto tok = small_tokenizer(tasks, small);
+  auto parts = [&](const train::sft_sample& s) {
+    std::vector<std::string> out;  // decoded runs of equal target, in order
+    size_t j = 0;
+    while (j < s.tokens.size()) {
+      std::vector<token_id> run;
+      const auto v = s.target[j];
+      for (; j < s.tokens.size() && s.target[j] == v; ++j) run.push_back(token_id(s.tokens[j]));
+      out.push_back((v ? "+" : "-") + tok.decode(run));
+    }
+    return out;
+  };
+  EXPECT_EQ(parts(train::make_sample(t, small, tok, "<|end|>")),
+            (std::vector<std::string>{
+                "-<|bos|><|user|>count lines in a.txt<|end|>\n<|assistant|>", "+wc -l a.txt<|end|>",
+                "-\n<|user|>and the words?<|end|>\n<|assistant|>", "+wc -w a.txt<|end|>"}));
+  const auto tiny = moxi_tiny_template();
+  EXPECT_EQ(parts(train::make_sample(t, tiny, tok, "<|end|>")),
+            (std::vector<std::string>{"-<|bos|><|user|>count lines in a.txt<|end|>\n<|assistant|>wc -l "
+                                      "a.txt<|end|><|eos|>\n<|user|>and the words?<|end|>\n<|assistant|>\n",
+                                      "+wc -w a.txt<|end|>"}));
 }
 
 TEST(SftData, BatchOrderIsAPureFunctionOfSeedAndStepAndCoversEverySampleEachEpoch) {

@@ -24,19 +24,17 @@ std::vector<int64_t> to_ids(const std::vector<token_id>& ids) {
 
 }  // namespace
 
-chat_parts render_chat(const eval::task& t, const formats::chat_template& tpl, const std::string& end) {
-  formats::render_options gen;
-  gen.add_generation_prompt = true;
-  // The task's history (earlier turns) comes first; only the reply to the final prompt is trained on.
-  auto turns = nlohmann::ordered_json::array();
-  for (const auto& h : t.history) turns.push_back({{"role", h.role}, {"content", h.content}});
-  turns.push_back({{"role", "user"}, {"content", t.prompt}});
-  const auto prompt = tpl.render(turns, gen);
-  turns.push_back({{"role", "assistant"}, {"content", t.reference}});
-  const auto full = tpl.render(turns);
-  // The reply is what the conversation has after the point where it departs from the generation prompt. A
-  // template may end its generation prompt with text the rendered turn does not repeat (moxi-tiny's
-  // "<|assistant|>\n" vs "<|assistant|>content"); the model is trained after the prompt it gets at inference.
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// The reply the template renders for the last message of `with` (an assistant turn) after the generation
+// prompt `prompt` of the messages before it: what the rendered conversation has past the point where it
+// departs from the prompt, cut after the end-of-turn marker. A template may end its generation prompt with
+// text the rendered turn does not repeat (moxi-tiny's "<|assistant|>\n" vs "<|assistant|>content"); the
+// model is trained after the prompt it gets at inference.
+std::string reply_after(const std::string& prompt, const std::string& full, const formats::chat_template& tpl,
+                        const eval::task& t, const std::string& end) {
   size_t common = 0;
   while (common < prompt.size() && common < full.size() && prompt[common] == full[common]) ++common;
   if (prompt.find_first_not_of(" \t\r\n", common) != std::string::npos)
@@ -51,19 +49,49 @@ chat_parts render_chat(const eval::task& t, const formats::chat_template& tpl, c
                 "' after the generation prompt (prompt " + nlohmann::json(prompt).dump() + ", conversation " +
                 nlohmann::json(full).dump() + ")");
   reply.resize(at + end.size());
-  return {prompt, reply};
+  return reply;
+}
+
+}  // namespace
+
+std::vector<chat_segment> render_chat(const eval::task& t, const formats::chat_template& tpl,
+                                      const std::string& end) {
+  ojson messages = ojson::array();
+  for (const auto& m : t.history) messages.push_back({{"role", m.role}, {"content", m.content}});
+  messages.push_back({{"role", "user"}, {"content", t.prompt}});
+  messages.push_back({{"role", "assistant"}, {"content", t.reference}});
+
+  formats::render_options gen;
+  gen.add_generation_prompt = true;
+  std::vector<chat_segment> all;
+  std::string consumed;  // the text of `all`
+  bool consistent = true;
+  std::string prompt, reply;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i]["role"] != "assistant") continue;
+    const ojson before(messages.begin(), messages.begin() + ptrdiff_t(i));
+    const ojson with(messages.begin(), messages.begin() + ptrdiff_t(i) + 1);
+    prompt = tpl.render(before, gen);
+    reply = reply_after(prompt, tpl.render(with), tpl, t, end);
+    if (prompt.compare(0, consumed.size(), consumed) != 0) consistent = false;
+    if (!consistent) continue;
+    all.push_back({prompt.substr(consumed.size()), false});
+    all.push_back({reply, true});
+    consumed = prompt + reply;
+  }
+  if (consistent) return all;
+  return {{prompt, false}, {reply, true}};
 }
 
 sft_sample make_sample(const eval::task& t, const formats::chat_template& tpl, const formats::tokenizer& tok,
                        const std::string& end) {
-  const auto parts = render_chat(t, tpl, end);
   sft_sample s;
   s.domain = t.domain;
-  s.tokens = to_ids(tok.encode(parts.prompt));
-  s.target.assign(s.tokens.size(), 0);
-  const auto reply = to_ids(tok.encode(parts.reply));
-  s.tokens.insert(s.tokens.end(), reply.begin(), reply.end());
-  s.target.resize(s.tokens.size(), 1);
+  for (const auto& seg : render_chat(t, tpl, end)) {
+    const auto ids = to_ids(tok.encode(seg.text));
+    s.tokens.insert(s.tokens.end(), ids.begin(), ids.end());
+    s.target.resize(s.tokens.size(), seg.trained ? 1 : 0);
+  }
   return s;
 }
 

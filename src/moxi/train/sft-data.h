@@ -24,16 +24,24 @@ struct sft_sample {
   eval::domain domain = eval::domain::math;
 };
 
-// The prompt text the model is given at inference (the user turn and the assistant header) and the reply
-// text that follows it in the rendered conversation, up to and including the end-of-turn marker `end`
+// A conversation as the model sees it: text it is given (the prompt, earlier user turns, the template's
+// markers) and replies it is trained to write, each reply up to and including the end-of-turn marker `end`
 // (whatever the template writes after it belongs to no reply and is not trained).
-struct chat_parts {
-  std::string prompt, reply;
+struct chat_segment {
+  std::string text;
+  bool trained = false;
 };
-chat_parts render_chat(const eval::task& t, const formats::chat_template& tpl, const std::string& end);
 
-// Tokens = encode(prompt) + encode(reply): the reply is encoded on its own, as the model generates it after
-// the prompt; target covers the reply tokens.
+// The task's history, its prompt as the last user turn and its reference as the reply, rendered with the
+// template. Every assistant turn is trained when the template renders each earlier turn exactly as the model
+// would have generated it (the rendering up to turn n's generation prompt extends the text of all turns
+// before it); otherwise only the last reply is, after the whole conversation rendered as its prompt (what the
+// model is given at inference either way).
+std::vector<chat_segment> render_chat(const eval::task& t, const formats::chat_template& tpl,
+                                      const std::string& end);
+
+// Tokens = the segments encoded one by one (each reply on its own, as the model generates it after its
+// prompt); target covers the trained segments' tokens.
 sft_sample make_sample(const eval::task& t, const formats::chat_template& tpl, const formats::tokenizer& tok,
                        const std::string& end);
 

@@ -150,8 +150,9 @@ std::string train_tokenizer(const recipe& r, const formats::model_config& c,
   o.split = formats::parse_bpe_split(r.tokenizer_split, r.source + ": tokenizer.split");
   formats::bpe_trainer t(o);
   for (const auto& task : tasks) {
-    const auto parts = render_chat(task, tpl, r.end_token);
-    t.add_text(parts.prompt + parts.reply, task.id);
+    std::string text;
+    for (const auto& seg : render_chat(task, tpl, r.end_token)) text += seg.text;
+    t.add_text(text, task.id);
   }
   const auto model = t.train();
   std::fprintf(stderr, "sft: tokenizer trained on %zu conversations (%.1f MB): %zu merges, %" PRId64 " ids\n",
