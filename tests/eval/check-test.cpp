@@ -45,7 +45,8 @@ cases terminal_cases(const task& t) {
   const std::string f = target_file(t);
   const std::string& n = t.template_name;
   if (n == "count_lines")
-    return {{"cat " + f, "wc -c " + f}, {"wc -l < " + f, "cat " + f + " | wc -l", "grep -c '' " + f}};
+    return {{"cat " + f, "wc -c " + f, "wc " + f, "wc -l " + f + " " + f},
+            {"wc -l < " + f, "wc -l " + f, "cat " + f + " | wc -l", "grep -c '' " + f}};
   if (n == "word_count") return {{"wc -l " + f, "cat " + f}, {"wc -w < " + f, "cat " + f + " | wc -w"}};
   if (n == "head_n") {
     const auto k = std::to_string(param_i(t, "k"));

@@ -160,16 +160,20 @@ std::vector<std::string> normalize_lines(const std::string& s) {
   return v;
 }
 
-// "12" or "12 notes.txt" -> 12; anything else (a file's contents, several numbers) -> nullopt.
+// "12", "12 notes.txt" or "12 my notes.txt" (wc naming a file whose name has spaces) -> 12; anything else
+// (a file's contents, several lines, several numbers as `wc F` prints) -> nullopt.
 std::optional<std::string> count_of(const std::string& s) {
-  std::istringstream in(s);
+  const auto is_number = [](const std::string& t) {
+    return !t.empty() && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  const std::string text = trim(s);
+  if (text.empty() || text.find('\n') != std::string::npos) return std::nullopt;
+  std::istringstream in(text);
   std::vector<std::string> tokens;
   for (std::string tok; in >> tok;) tokens.push_back(tok);
-  if (tokens.empty() || tokens.size() > 2) return std::nullopt;
+  if (!is_number(tokens[0])) return std::nullopt;
+  if (std::any_of(tokens.begin() + 1, tokens.end(), is_number)) return std::nullopt;
   const auto& n = tokens[0];
-  if (n.empty() || !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return std::nullopt;
-  }
   const size_t nz = n.find_first_not_of('0');
   return nz == std::string::npos ? "0" : n.substr(nz);
 }

@@ -23,7 +23,7 @@ split parse_split(std::string_view s);
 enum class compare_mode {
   stdout_text,  // stdout, trailing spaces of each line and trailing empty lines ignored
   lines,        // the set of non-empty output lines, trimmed, a leading "./" dropped, order ignored
-  count,        // one integer, optionally followed by one word (`wc -l f` prints "12 f")
+  count,        // one line: an integer, optionally followed by a name (`wc -l 'a b'` prints "12 a b")
   files,        // the resulting file tree (paths, kinds, contents); stdout ignored
 };
 const char* to_string(compare_mode m);
