@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/int-expression.h"
 #include "moxi/base/error.h"
 #include "moxi/eval/check.h"
 #include "moxi/eval/task-generator.h"
@@ -19,69 +20,7 @@ namespace {
 
 using namespace moxi::eval;
 
-// + - * / and parentheses over int64, for this test only.
-struct evaluator {
-  const std::string& s;
-  size_t i = 0;
-  bool ok = true;
-  void ws() {
-    while (i < s.size() && s[i] == ' ') ++i;
-  }
-  int64_t atom() {
-    ws();
-    if (i < s.size() && s[i] == '(') {
-      ++i;
-      const int64_t v = sum();
-      ws();
-      if (i < s.size() && s[i] == ')') {
-        ++i;
-      } else {
-        ok = false;
-      }
-      return v;
-    }
-    if (i >= s.size() || !std::isdigit(static_cast<unsigned char>(s[i]))) {
-      ok = false;
-      return 0;
-    }
-    int64_t v = 0;
-    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) v = v * 10 + (s[i++] - '0');
-    return v;
-  }
-  int64_t product() {
-    int64_t v = atom();
-    for (ws(); i < s.size() && (s[i] == '*' || s[i] == '/'); ws()) {
-      const char op = s[i++];
-      const int64_t r = atom();
-      if (op == '*') {
-        v *= r;
-      } else if (r == 0 || v % r != 0) {
-        ok = false;
-      } else {
-        v /= r;
-      }
-    }
-    return v;
-  }
-  int64_t sum() {
-    int64_t v = product();
-    for (ws(); i < s.size() && (s[i] == '+' || s[i] == '-'); ws()) {
-      const char op = s[i++];
-      const int64_t r = product();
-      v = op == '+' ? v + r : v - r;
-    }
-    return v;
-  }
-};
-
-// The value of a whole expression; nullopt unless all of `s` parses.
-std::optional<int64_t> eval(const std::string& s) {
-  evaluator e{s};
-  const int64_t v = e.sum();
-  e.ws();
-  if (!e.ok || e.i != s.size()) return std::nullopt;
-  return v;
-}
+using moxi::testing::eval_int_expression;
 
 std::vector<std::string> lines_of(const std::string& s) {
   std::vector<std::string> v;
@@ -96,15 +35,15 @@ int64_t number_after(const std::string& line, const std::string& word) {
 }
 
 // Checks one worked reference line by line: the first line is the expression, a line "L = R..." has
-// eval(L) == R, a "write w carry c" after a value v has w = v % 10 and c = v / 10 (carry absent when
-// v < 10), a "borrow 1" line has L in 10..19 range of the column, "= r" repeats the value of the last
-// header (a line that is only an expression), and the last line is "Answer: <value of the expression>".
+// eval_int_expression(L) == R, a "write w carry c" after a value v has w = v % 10 and c = v / 10 (carry
+// absent when v < 10), a "borrow 1" line has L in 10..19 range of the column, "= r" repeats the value of the
+// last header (a line that is only an expression), and the last line is "Answer: <value of the expression>".
 void expect_worked(const task& t) {
   SCOPED_TRACE(t.id + " (" + t.template_name + "):\n" + t.reference);
   const auto lines = lines_of(t.reference);
   ASSERT_GE(lines.size(), 2u);
   EXPECT_EQ(lines.front(), t.expression);
-  const auto want = eval(t.expression);
+  const auto want = eval_int_expression(t.expression);
   ASSERT_TRUE(want.has_value()) << t.expression;
   EXPECT_EQ(std::to_string(*want), t.answer);
   EXPECT_EQ(lines.back(), "Answer: " + t.answer);
@@ -113,7 +52,7 @@ void expect_worked(const task& t) {
     const std::string& l = lines[k];
     if (l.rfind("= -(", 0) == 0) {  // x - y with x < y: the value is -(y - x)
       ASSERT_TRUE(header.has_value()) << l;
-      const auto inner = eval(l.substr(4, l.size() - 5));
+      const auto inner = eval_int_expression(l.substr(4, l.size() - 5));
       ASSERT_TRUE(inner.has_value()) << l;
       EXPECT_EQ(-*inner, *header) << l;
       continue;
@@ -130,11 +69,11 @@ void expect_worked(const task& t) {
     }
     const size_t eq = l.find(" = ");
     if (eq == std::string::npos) {
-      header = eval(l);
+      header = eval_int_expression(l);
       EXPECT_TRUE(header.has_value()) << "not an expression: " << l;
       continue;
     }
-    const auto lhs = eval(l.substr(0, eq));
+    const auto lhs = eval_int_expression(l.substr(0, eq));
     ASSERT_TRUE(lhs.has_value()) << l;
     const int64_t rhs = std::stoll(l.substr(eq + 3));
     EXPECT_EQ(*lhs, rhs) << l;

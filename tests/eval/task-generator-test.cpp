@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/int-expression.h"
 #include "common/temp-dir.h"
 #include "moxi/base/error.h"
 
@@ -192,60 +193,12 @@ TEST(TaskGenerator, TestSplitHoldsOutTemplatesAndRanges) {
   }
 }
 
-// An evaluator for + - * / and parentheses over integers, written for this test only.
-struct expr_parser {
-  const std::string& s;
-  size_t i = 0;
-  void ws() {
-    while (i < s.size() && s[i] == ' ') ++i;
-  }
-  int64_t atom() {
-    ws();
-    if (s[i] == '(') {
-      ++i;
-      const int64_t v = sum();
-      ws();
-      EXPECT_EQ(s[i], ')');
-      ++i;
-      return v;
-    }
-    int64_t v = 0;
-    EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(s[i]))) << s;
-    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) v = v * 10 + (s[i++] - '0');
-    return v;
-  }
-  int64_t product() {
-    int64_t v = atom();
-    for (ws(); i < s.size() && (s[i] == '*' || s[i] == '/'); ws()) {
-      const char op = s[i++];
-      const int64_t r = atom();
-      if (op == '*') {
-        v *= r;
-      } else {
-        EXPECT_EQ(v % r, 0) << s << ": inexact division";
-        v /= r;
-      }
-    }
-    return v;
-  }
-  int64_t sum() {
-    int64_t v = product();
-    for (ws(); i < s.size() && (s[i] == '+' || s[i] == '-'); ws()) {
-      const char op = s[i++];
-      const int64_t r = product();
-      v = op == '+' ? v + r : v - r;
-    }
-    return v;
-  }
-};
-
 TEST(TaskGenerator, MathAnswersAreTheValueOfTheirExpressionAndPrompt) {
   for (auto s : {split::train, split::test}) {
     for (const auto& t : generate_tasks(domain::math, s, 500, 9)) {
-      expr_parser p{t.expression};
-      const int64_t v = p.sum();
-      EXPECT_EQ(p.i, t.expression.size()) << t.expression;
-      EXPECT_EQ(std::to_string(v), t.answer) << t.id << ": " << t.expression;
+      const auto v = moxi::testing::eval_int_expression(t.expression);
+      ASSERT_TRUE(v) << t.id << ": " << t.expression;
+      EXPECT_EQ(std::to_string(*v), t.answer) << t.id << ": " << t.expression;
       // The worked reference ends with the answer (its lines: math-chat-test.cpp).
       EXPECT_EQ(t.reference.substr(t.reference.rfind('\n') + 1), "Answer: " + t.answer);
       // Every number of the expression is stated in the prompt, so the prompt determines the answer.
