@@ -32,10 +32,10 @@ constexpr bench_entry kBenches[] = {
     {"prefill", bench::add_prefill_bench, "moxi bench prefill --config configs/bench-1.5b.json --prompt 256",
      "docs/kernels-mxfp4.md"},
     {"serve", bench::add_serve_bench,
-     "moxi bench serve -m models/moxi-tiny --concurrency 1,4,16 --multi-turn", "docs/serving.md"},
+     "moxi bench serve -m models/moxi-small --concurrency 1,4,16 --multi-turn", "docs/serving.md"},
     {"header", bench::add_header_bench, "moxi bench header --sizes 1000,100000 --json",
      "docs/checkpoints.md"},
-    {"json-mask", bench::add_json_mask_bench, "moxi bench json-mask -m models/moxi-tiny", "docs/serving.md"},
+    {"json-mask", bench::add_json_mask_bench, "moxi bench json-mask -m models/moxi-small", "docs/serving.md"},
 };
 
 void setup(CLI::App& root) {
@@ -46,7 +46,7 @@ void setup(CLI::App& root) {
     set_examples(bench->get_subcommand(b.name), {b.example}, b.doc);
   }
   set_examples(
-      bench, {"moxi bench gemv --m 4096 --k 4096", "moxi bench serve -m models/moxi-tiny --concurrency 1,4"},
+      bench, {"moxi bench gemv --m 4096 --k 4096", "moxi bench serve -m models/moxi-small --concurrency 1,4"},
       "README.md (the bench row lists each benchmark's doc)");
 }
 

@@ -194,9 +194,12 @@ void setup_chat(CLI::App& root) {
         std::fprintf(stderr, "%s\n", j.dump(-1, ' ', true).c_str());
       }
       if (a->verbose)
-        std::fprintf(stderr, "[prompt %zu tokens: %zu reused, %zu prefilled at %.1f tokens/s] ",
-                     prompt.size(), seq.reused(), prompt.size() - seq.reused(),
-                     r.prompt_seconds > 0 ? double(prompt.size() - seq.reused()) / r.prompt_seconds : 0.0);
+        std::fprintf(
+            stderr,
+            "[prompt %zu tokens: %zu reused, %zu prefilled at %.1f tokens/s, first token in %.1f ms] ",
+            prompt.size(), seq.reused(), prompt.size() - seq.reused(),
+            r.prompt_seconds > 0 ? double(prompt.size() - seq.reused()) / r.prompt_seconds : 0.0,
+            r.prompt_seconds * 1e3);
       std::fprintf(stderr, "[%zu tokens, %.1f tokens/s%s]\n", r.tokens.size(), r.generate_tokens_per_second(),
                    r.finish_reason == "length" ? ", cut at the length limit" : "");
       messages.push_back({{"role", "assistant"}, {"content", reply}});

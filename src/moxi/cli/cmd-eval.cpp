@@ -131,8 +131,8 @@ void setup_eval(CLI::App& root) {
       ->check(integer_in(0, int64_t(1) << 40));
   cmd->add_flag("-q,--quiet", a->quiet, "no progress line");
   set_examples(cmd,
-               {"moxi eval -m models/moxi-tiny --tasks test.jsonl --by-template",
-                "moxi eval -m models/moxi-tiny --tasks test.jsonl --json > before.json",
+               {"moxi eval -m models/moxi-small --tasks test.jsonl --by-template",
+                "moxi eval -m models/moxi-small --tasks test.jsonl --json > before.json",
                 "moxi eval -m run/model --tasks test.jsonl --baseline before.json --out records.jsonl"},
                "docs/eval.md");
   cmd->callback([a, outs] {

@@ -1,7 +1,7 @@
 // `moxi generate [-m DIR] --prompt TEXT [--max-tokens N --temperature T --top-p P --top-k K --seed S]`:
 // streams the continuation of a prompt (raw text, no chat template) to stdout (tokenizer.json from the model
 // directory, stop at the model's stop tokens) and prints prompt and generation speed to stderr. The model
-// defaults to $MOXI_MODEL, else the bundled moxi-tiny; decoding is greedy unless --temperature is given, as
+// defaults to $MOXI_MODEL, else the bundled moxi-small; decoding is greedy unless --temperature is given, as
 // in `moxi chat` (options.h).
 #include <cstdio>
 #include <iostream>

@@ -22,7 +22,7 @@ void setup_inspect(CLI::App& root) {
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->add_flag("--all", a->all, "list every tensor (default: the first 40)");
   set_examples(cmd,
-               {"moxi inspect models/moxi-tiny",
+               {"moxi inspect models/moxi-small",
                 "moxi inspect /tmp/tiny/model-00001-of-00002.safetensors --json --all"},
                "docs/checkpoints.md");
   cmd->callback([a] {

@@ -69,7 +69,7 @@ void setup_logits(CLI::App& root) {
       ->check(integer_in(0, int64_t(1) << 30));
   set_examples(
       cmd,
-      {"moxi logits -m models/moxi-tiny --tokens 1,72,101,108 --out logits.safetensors",
+      {"moxi logits -m models/moxi-small --tokens 1,72,101,108 --out logits.safetensors",
        "moxi logits -m /tmp/tiny --tokens 1,2,3,4,5,6 --chunk 2 --dump 'layers.*.out' --out l.safetensors "
        "--force"},
       "docs/model.md");

@@ -111,7 +111,7 @@ void setup_serve(CLI::App& root) {
       ->capture_default_str();
   cmd->add_flag("--log-requests", c.log_requests, "log every request to stderr");
   set_examples(cmd,
-               {"moxi serve models/moxi-tiny --port 8000",
+               {"moxi serve models/moxi-small --port 8000",
                 "moxi serve -m /tmp/tiny --host 0.0.0.0 --port 8000 --api-key-file keys.txt --max-running 16",
                 "curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' "
                 "-d '{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}'"},

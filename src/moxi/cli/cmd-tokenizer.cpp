@@ -104,7 +104,7 @@ void setup_tokenizer(CLI::App& root) {
                     ->excludes(text_opt)
                     ->check(CLI::ExistingFile);
   set_examples(encode,
-               {"moxi tokenizer encode --tokenizer models/moxi-tiny/tokenizer.json --text 'wc -l notes.txt'",
+               {"moxi tokenizer encode --tokenizer models/moxi-small/tokenizer.json --text 'wc -l notes.txt'",
                 "moxi tokenizer encode --tokenizer tokenizer.json --input corpus.txt"},
                "docs/tasks.md");
   encode->callback([e, text_opt, input] {

@@ -23,7 +23,7 @@ std::string trainer_path() {
 
 void setup_train(CLI::App& root) {
   auto* cmd = root.add_subcommand("train",
-                                  "Post-train a model: `moxi train sft --recipe recipes/moxi-tiny.json` "
+                                  "Post-train a model: `moxi train sft --recipe recipes/moxi-small.json` "
                                   "(runs moxi-train; see `moxi train --help`)");
   // Everything after `train` belongs to moxi-train, --help included.
   cmd->prefix_command();

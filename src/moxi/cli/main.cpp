@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "moxi 0.1.0");
   app.footer(
-      "EXAMPLES:\n  moxi chat\n  moxi serve models/moxi-tiny --port 8000\n"
+      "EXAMPLES:\n  moxi chat\n  moxi serve models/moxi-small --port 8000\n"
       "  moxi plan --config configs/seed-2.8t.json --tp 8 --ep 64 --nodes 8 --device-memory 141\n\n"
       "Run 'moxi COMMAND --help' for a command's flags and examples. Documentation: README.md and "
       "\n" MOXI_DOCS_DIR "/*.md (the docs/ of the moxi source tree).");

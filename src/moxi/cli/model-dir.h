@@ -1,5 +1,5 @@
-// The model a command uses when --model is not given: $MOXI_MODEL if set, else the bundled moxi-tiny
-// (models/moxi-tiny in the source tree this binary was built from).
+// The model a command uses when --model is not given: $MOXI_MODEL if set, else the bundled moxi-small
+// (models/moxi-small in the source tree this binary was built from).
 #pragma once
 
 #include <string>

@@ -95,7 +95,7 @@ CLI::Option* add_model_option(CLI::App* cmd, std::string& dir, bool required) {
   auto* o = cmd->add_option("-m,--model", dir,
                             required ? "model directory (config.json, safetensors, tokenizer.json)"
                                      : "model directory (config.json, safetensors, tokenizer.json; default: "
-                                       "$MOXI_MODEL, else the bundled models/moxi-tiny)");
+                                       "$MOXI_MODEL, else the bundled models/moxi-small)");
   if (required) o->required();
   return o;
 }

@@ -24,7 +24,7 @@ CLI::Validator number_in(double lo, double hi, bool lo_open = false);
 // A TCP port (0: any free port).
 CLI::Validator tcp_port();
 
-// Adds -m,--model DIR. Optional models default to $MOXI_MODEL, else the bundled moxi-tiny
+// Adds -m,--model DIR. Optional models default to $MOXI_MODEL, else the bundled moxi-small
 // (model-dir.h's resolve_model_dir).
 CLI::Option* add_model_option(CLI::App* cmd, std::string& dir, bool required);
 
