@@ -299,7 +299,7 @@ TEST_F(Usage, RootHelpPointsToTheDocs) {
   EXPECT_NE(r.out.find(std::string(MOXI_SOURCE_DIR) + "/docs"), std::string::npos) << r.out;
   const auto s = run("serve --help");
   EXPECT_EQ(s.code, 0);
-  EXPECT_NE(s.out.find("EXAMPLES:\n  moxi serve models/moxi-tiny"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("EXAMPLES:\n  moxi serve models/moxi-small"), std::string::npos) << s.out;
   EXPECT_NE(s.out.find("docs/serving.md"), std::string::npos) << s.out;
 }
 
