@@ -1,12 +1,9 @@
 // `moxi-train`: the trainer's command line (`moxi train ...` runs it). A separate executable so that the
 // `moxi` binary never links libtorch. Subcommands: sft.
-#include <malloc.h>
-
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
-#include <limits>
 
 #include "moxi/base/error.h"
 #include "moxi/train/interrupt.h"
@@ -68,13 +65,6 @@ void run_sft(const sft_args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // libtorch allocates and frees the same large activation buffers every step; glibc's default returns
-  // blocks over 128 KiB to the kernel with munmap, so every step page-faults and zeroes them again (a third
-  // of the trainer's time on batches of 64). Keep freed memory in the heap instead: mmap only for blocks of
-  // 32 MiB and more (glibc's maximum threshold), and never trim the heap top.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
-  mallopt(M_TOP_PAD, 256 << 20);
   CLI::App app{"moxi-train: post-train moxi models (run as `moxi train ...`)", "moxi train"};
   app.require_subcommand(1);
   auto* sft = app.add_subcommand("sft", "Supervised fine-tuning from a recipe (docs/train.md), resumable");
