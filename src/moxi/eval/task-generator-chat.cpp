@@ -1,0 +1,103 @@
+// Chat tasks: plain conversation intents with held-out phrasing families (see task-generator-detail.h and
+// docs/tasks.md).
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "moxi/base/error.h"
+#include "moxi/eval/task-generator-detail.h"
+
+namespace moxi::eval::detail {
+// ---------------------------------------------------------------------------------------------------------
+// chat
+
+// One template per intent; its test-only phrasing family is the held-out rule.
+const std::vector<template_info>& chat_templates() {
+  static const std::vector<template_info> t = {
+      {"greeting", false, "phrasing family 'time_of_day' test only"},
+      {"capabilities", false, "phrasing family 'good_at' test only"},
+      {"identity", false, "phrasing family 'name' test only"},
+      {"help", false, "phrasing family 'stuck' test only"},
+      {"usage", false, "phrasing family 'how_to_ask' test only"},
+      {"thanks", false, "phrasing family 'appreciate' test only"},
+      {"how_are_you", false, "phrasing family 'doing' test only"},
+      {"goodbye", false, "phrasing family 'later' test only"},
+  };
+  return t;
+}
+
+// What the assistant can do, stated in the references of the capability intents.
+constexpr const char* kCan =
+    "I can run shell commands in a sandbox, fix small Python programs and do arithmetic step by step.";
+
+struct chat_intent {
+  std::vector<family> families;  // `suffix` unused
+  std::vector<std::string> replies;
+};
+
+const std::map<std::string, chat_intent>& chat_intents() {
+  const std::string can = kCan;
+  static const std::map<std::string, chat_intent> c = {
+      {"greeting",
+       {{{"hello", false, false, {"hello", "Hello!", "hello there", "Hello, moxi."}},
+         {"hi", false, false, {"hi", "Hi!", "hey", "hey there", "hiya"}},
+         {"time_of_day", true, false, {"good morning", "Good evening!", "good afternoon"}}},
+        {"Hello! " + can + " What would you like to do?", "Hi there! " + can + " How can I help?",
+         "Hey! " + can + " What do you need?"}}},
+      {"capabilities",
+       {{{"what_can", false, false, {"what can you do?", "What can you do", "what are you able to do?"}},
+         {"tasks", false, false, {"What kind of tasks do you handle?", "which tasks can you help with?"}},
+         {"good_at", true, false, {"what are you good at?", "What are your skills?"}}},
+        {can + " Give me a task.", "Three things: " + can + " Just ask.",
+         can + " What should we start with?"}}},
+      {"identity",
+       {{{"who", false, false, {"who are you?", "Who are you", "what are you?"}},
+         {"introduce", false, false, {"introduce yourself", "Tell me about yourself."}},
+         {"name", true, false, {"what is your name?", "What's your name?"}}},
+        {"I am moxi, a small assistant. " + can, "I'm moxi, a small model trained from scratch. " + can}}},
+      {"help",
+       {{{"help", false, false, {"help", "Help!", "help me", "can you help me?"}},
+         {"need", false, false, {"I need some help.", "i need help"}},
+         {"stuck", true, false, {"I'm stuck.", "i am stuck, what now?"}}},
+        {"Sure, I can help. " + can + " Tell me what you need.",
+         "Of course. " + can + " What is the task?"}}},
+      {"usage",
+       {{{"how_use", false, false, {"how do I use you?", "How do I use this?", "how should I use you"}},
+         {"start", false, false, {"How do I start?", "where do I begin?"}},
+         {"how_to_ask", true, false, {"how should I ask you things?", "How do I give you a task?"}}},
+        {"Just type a request. " + can + " Ask one thing at a time.",
+         "Write what you want in plain words. " + can}}},
+      {"thanks",
+       {{{"thanks", false, false, {"thanks", "Thanks!", "thank you", "thanks a lot"}},
+         {"cheers", false, false, {"cheers", "ty", "thx!"}},
+         {"appreciate", true, false, {"I appreciate it.", "much appreciated"}}},
+        {"You're welcome! Anything else?", "Glad to help. Ask me anything else.",
+         "No problem. I'm here if you need more."}}},
+      {"how_are_you",
+       {{{"how_are", false, false, {"how are you?", "How are you", "how r u"}},
+         {"whats_up", false, false, {"what's up?", "sup", "How's it going?"}},
+         {"doing", true, false, {"how are you doing?", "how are things?"}}},
+        {"I'm fine, thanks. " + can + " What can I do for you?",
+         "Doing well, thank you. What would you like to work on?"}}},
+      {"goodbye",
+       {{{"bye", false, false, {"bye", "Bye!", "goodbye"}},
+         {"night", false, false, {"good night", "gotta go", "that's all"}},
+         {"later", true, false, {"see you later", "talk to you later"}}},
+        {"Goodbye! Come back any time.", "Bye! Have a good day.", "See you later. Take care."}}},
+  };
+  return c;
+}
+
+// train: the intent's train families; test: its held-out families only (so every test prompt is a
+// phrasing train never shows).
+chat_parts make_chat(rng& r, split s, const std::string& intent) {
+  const chat_intent& ci = chat_intents().at(intent);
+  std::vector<const family*> fams;
+  for (const auto& f : ci.families) {
+    if (f.test_only == (s == split::test)) fams.push_back(&f);
+  }
+  const family* f = r.pick(fams);
+  return {r.pick(f->phrasings), r.pick(ci.replies), f->name};
+}
+
+}  // namespace moxi::eval::detail

@@ -1,0 +1,95 @@
+// The task generator's shared pieces (task-generator.h is the public interface): the portable RNG, template
+// filling, phrasing families, and the domain generators kept in their own files (math, chat). Internal to
+// moxi_eval.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "moxi/eval/task-generator.h"
+
+namespace moxi::eval::detail {
+
+using json = nlohmann::json;
+
+// SplitMix64: tiny, fast and identical everywhere; std::uniform_int_distribution is not portable.
+class rng {
+ public:
+  explicit rng(uint64_t seed) : s_(seed) {}
+  uint64_t next() {
+    uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [lo, hi] by rejection (no modulo bias).
+  int64_t range(int64_t lo, int64_t hi) {
+    const uint64_t span = uint64_t(hi - lo) + 1;
+    const uint64_t limit = UINT64_MAX - UINT64_MAX % span;
+    uint64_t x;
+    do {
+      x = next();
+    } while (x >= limit);
+    return lo + int64_t(x % span);
+  }
+  template <class T>
+  const T& pick(const std::vector<T>& v) {
+    return v[size_t(range(0, int64_t(v.size()) - 1))];
+  }
+  template <class T>
+  void shuffle(std::vector<T>& v) {
+    for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[size_t(range(0, int64_t(i) - 1))]);
+  }
+
+ private:
+  uint64_t s_;
+};
+
+inline uint64_t mix(uint64_t a, uint64_t b) {
+  rng r(a ^ (b * 0xD1B54A32D192ED03ull));
+  return r.next();
+}
+
+struct irange {
+  int64_t lo, hi;
+};
+
+inline std::string S(int64_t v) {
+  return std::to_string(v);
+}
+
+// Fills the {name} fields of a task template with their values.
+inline std::string fill(std::string text, const std::map<std::string, std::string>& vars) {
+  for (const auto& [k, v] : vars) {
+    const std::string key = "{" + k + "}";
+    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + v.size())) {
+      text.replace(at, key.size(), v);
+    }
+  }
+  return text;
+}
+
+// Phrasing families per template: test_only families never appear in train; `suffix` families end with
+// " Answer with a number.".
+struct family {
+  std::string name;
+  bool test_only = false;
+  bool suffix = false;
+  std::vector<std::string> phrasings;
+};
+
+// math (task-generator-math.cpp)
+const std::vector<template_info>& math_templates();
+task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template);
+
+// chat (task-generator-chat.cpp)
+const std::vector<template_info>& chat_templates();
+struct chat_parts {
+  std::string prompt, reply, family;
+};
+chat_parts make_chat(rng& r, split s, const std::string& intent);
+
+}  // namespace moxi::eval::detail

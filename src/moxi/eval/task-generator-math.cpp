@@ -1,0 +1,407 @@
+// Math tasks: worked digit-by-digit references, held-out operand combinations and phrasing families (see
+// task-generator-detail.h and docs/tasks.md).
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "moxi/base/error.h"
+#include "moxi/eval/task-generator-detail.h"
+
+namespace moxi::eval::detail {
+// ---------------------------------------------------------------------------------------------------------
+// math
+
+constexpr const char* kMathHoldout =
+    "operand combinations (template, a, b, c) with hash % 100 < 15 test only (same 1-3 digit sizes); "
+    "phrasing families marked test only";
+
+const std::vector<template_info>& math_templates() {
+  static const std::vector<template_info> t = {
+      {"add", false, kMathHoldout},
+      {"sub", false, kMathHoldout},
+      {"mul", false, kMathHoldout},
+      {"mixed", false, kMathHoldout},
+      {"shop", false, kMathHoldout},
+      {"travel", false, kMathHoldout},
+      {"wallet", false, kMathHoldout},
+      {"div", true, "test only (train operand sizes)"},
+      {"ages", true, "test only (train operand sizes)"},
+  };
+  return t;
+}
+
+// FNV-1a, for the held-out operand rule (portable, unlike std::hash).
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : s) h = (h ^ uint8_t(c)) * 0x100000001b3ull;
+  return h;
+}
+
+// The held-out operand rule: about 15 % of the (template, a, b, c) combinations belong to test only.
+bool math_combo_is_test(const std::string& tmpl, int64_t a, int64_t b, int64_t c) {
+  const uint64_t h = mix(mix(mix(fnv1a(tmpl), uint64_t(a)), uint64_t(b)), uint64_t(c));
+  return h % 100 < 15;
+}
+
+// Operand sizes. train/test: 1-3 digits (1: 20 %, 2: 40 %, 3: 40 %); multipliers (b of mul, travel, div)
+// 1-2 digits (2/3, 1/3), with a two-digit multiplier only times a 1-2 digit number; the multiplier of
+// shop and mixed 1 digit. length: the operands 4-5 digits, multipliers as in train.
+int64_t with_digits(rng& r, int64_t d) {
+  int64_t lo = 1;
+  for (int64_t i = 1; i < d; ++i) lo *= 10;
+  return r.range(std::max<int64_t>(2, lo), lo * 10 - 1);
+}
+int64_t draw_operand(rng& r, bool length) {
+  if (length) return with_digits(r, r.range(4, 5));
+  const int64_t k = r.range(0, 4);
+  return with_digits(r, k == 0 ? 1 : k <= 2 ? 2 : 3);
+}
+int64_t draw_multiplier(rng& r) {
+  return with_digits(r, r.range(0, 2) < 2 ? 1 : 2);
+}
+
+// Digits of v >= 0, least significant first.
+std::vector<int64_t> digits_of(int64_t v) {
+  std::vector<int64_t> d;
+  do {
+    d.push_back(v % 10);
+    v /= 10;
+  } while (v > 0);
+  return d;
+}
+
+// Column addition, right to left: "7 + 5 = 12, write 2 carry 1"; a final carry is written on its own line.
+int64_t add_columns(int64_t x, int64_t y, std::vector<std::string>& out) {
+  const auto dx = digits_of(x), dy = digits_of(y);
+  int64_t carry = 0;
+  for (size_t i = 0; i < std::max(dx.size(), dy.size()); ++i) {
+    const int64_t a = i < dx.size() ? dx[i] : 0, b = i < dy.size() ? dy[i] : 0, s = a + b + carry;
+    out.push_back(S(a) + " + " + S(b) + (carry ? " + " + S(carry) : "") + " = " + S(s) + ", write " +
+                  S(s % 10) + (s >= 10 ? " carry " + S(s / 10) : ""));
+    carry = s / 10;
+  }
+  if (carry) out.push_back("write " + S(carry));
+  return x + y;
+}
+
+// Column subtraction of y <= x, right to left: "3 - 1 = 2" or, borrowing, "15 - 7 = 8, borrow 1".
+int64_t sub_columns(int64_t x, int64_t y, std::vector<std::string>& out) {
+  const auto dx = digits_of(x), dy = digits_of(y);
+  int64_t borrow = 0;
+  for (size_t i = 0; i < dx.size(); ++i) {
+    const int64_t a = dx[i], b = i < dy.size() ? dy[i] : 0, v = a - b - borrow;
+    const std::string rest = " - " + S(b) + (borrow ? " - 1" : "") + " = ";
+    if (v < 0) {
+      out.push_back(S(a + 10) + rest + S(v + 10) + ", borrow 1");
+    } else {
+      out.push_back(S(a) + rest + S(v));
+    }
+    borrow = v < 0;
+  }
+  return x - y;
+}
+
+// x times one digit d, right to left: "7 * 6 = 42, write 2 carry 4", "4 * 6 + 4 = 28, write 8 carry 2".
+int64_t mul_digit_columns(int64_t x, int64_t d, std::vector<std::string>& out) {
+  int64_t carry = 0;
+  for (int64_t a : digits_of(x)) {
+    const int64_t p = a * d + carry;
+    out.push_back(S(a) + " * " + S(d) + (carry ? " + " + S(carry) : "") + " = " + S(p) + ", write " +
+                  S(p % 10) + (p >= 10 ? " carry " + S(p / 10) : ""));
+    carry = p / 10;
+  }
+  if (carry) out.push_back("write " + S(carry));
+  return x * d;
+}
+
+// One binary operation worked out: a header line "x op y", then the column lines; a multiplication by a
+// multi-digit number is one partial product per digit ("= p" after each) and then their column sum.
+int64_t worked_op(int64_t x, char op, int64_t y, std::vector<std::string>& out) {
+  MOXI_ASSERT(x >= 0 && y >= 0, "worked arithmetic on negative operands");
+  if (op == '+') {
+    out.push_back(S(x) + " + " + S(y));
+    return add_columns(x, y, out);
+  }
+  if (op == '-') {
+    if (x >= y) {
+      out.push_back(S(x) + " - " + S(y));
+      return sub_columns(x, y, out);
+    }
+    out.push_back(S(x) + " - " + S(y));
+    out.push_back("= -(" + S(y) + " - " + S(x) + ")");
+    return -sub_columns(y, x, out);
+  }
+  MOXI_ASSERT(op == '*', "unknown operator");
+  if (digits_of(y).size() > digits_of(x).size()) std::swap(x, y);  // the shorter number is the multiplier
+  out.push_back(S(x) + " * " + S(y));
+  const auto dy = digits_of(y);
+  if (dy.size() == 1) return mul_digit_columns(x, y, out);
+  int64_t sum = 0, shift = 1;
+  for (size_t i = 0; i < dy.size(); ++i, shift *= 10) {
+    int64_t part = 0;
+    if (dy[i] == 0) {
+      out.push_back(S(x) + " * 0 = 0");
+    } else {
+      out.push_back(S(x) + " * " + S(dy[i]));
+      part = mul_digit_columns(x, dy[i], out);
+      out.push_back("= " + S(part));
+    }
+    if (i == 0) {
+      sum = part;
+    } else if (part != 0) {
+      out.push_back(S(sum) + " + " + S(part * shift));
+      sum = add_columns(sum, part * shift, out);
+      if (i + 1 < dy.size()) out.push_back("= " + S(sum));
+    }
+  }
+  return sum;
+}
+
+struct math_step {
+  int64_t x;
+  char op;
+  int64_t y;
+};
+
+// The worked reply: the expression, each operation worked out ("= r" after all but the last), then
+// "Answer: N". A header equal to the line before it is not repeated.
+std::string worked_reply(const std::string& expression, const std::vector<math_step>& steps, int64_t answer) {
+  std::vector<std::string> lines = {expression};
+  int64_t v = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    std::vector<std::string> op;
+    v = worked_op(steps[i].x, steps[i].op, steps[i].y, op);
+    for (size_t k = 0; k < op.size(); ++k) {
+      if (k == 0 && op[0] == lines.back()) continue;
+      lines.push_back(op[k]);
+    }
+    if (i + 1 < steps.size()) lines.push_back("= " + S(v));
+  }
+  MOXI_ASSERT(steps.empty() || v == answer, "worked steps disagree with the answer");
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out + "Answer: " + S(answer);
+}
+
+const std::map<std::string, std::vector<family>>& math_families() {
+  static const std::map<std::string, std::vector<family>> f = {
+      {"add",
+       {{"what_is", false, true, {"What is {a} + {b}?", "what is {a}+{b}", "What's {a} + {b}?"}},
+        {"plus", false, false, {"{a} plus {b}?", "What is {a} plus {b}?", "{a} plus {b} equals?"}},
+        {"add_verb", false, true, {"Add {a} and {b}.", "add {a} and {b}", "Please add {a} and {b}."}},
+        {"compute", false, false, {"Compute {a} + {b}.", "compute {a} + {b} pls", "Calculate {a} + {b}."}},
+        {"sum_of", true, false, {"What is the sum of {a} and {b}?", "Find the sum of {a} and {b}."}},
+        {"bare", true, true, {"{a}+{b}=?", "{a} + {b} = ?"}}}},
+      {"sub",
+       {{"what_is", false, true, {"What is {a} - {b}?", "what is {a}-{b}", "What's {a} - {b}?"}},
+        {"minus", false, false, {"{a} minus {b}?", "What is {a} minus {b}?", "{a} minus {b} equals?"}},
+        {"subtract_verb",
+         false,
+         true,
+         {"Subtract {b} from {a}.", "subtract {b} from {a}", "Take {b} from {a}."}},
+        {"compute", false, false, {"Compute {a} - {b}.", "compute {a} - {b} pls", "Calculate {a} - {b}."}},
+        {"difference", true, false, {"What is {a} take away {b}?", "Find {a} less {b}."}},
+        {"bare", true, true, {"{a}-{b}=?", "{a} - {b} = ?"}}}},
+      {"mul",
+       {{"what_is", false, true, {"What is {a} * {b}?", "what is {a}*{b}", "What's {a} * {b}?"}},
+        {"times", false, false, {"{a} times {b}?", "What is {a} times {b}?", "{a} times {b} equals?"}},
+        {"multiply_verb",
+         false,
+         true,
+         {"Multiply {a} by {b}.", "multiply {a} by {b}", "Please multiply {a} by {b}."}},
+        {"compute", false, false, {"Compute {a} * {b}.", "compute {a} * {b} pls", "Calculate {a} * {b}."}},
+        {"product_of",
+         true,
+         false,
+         {"What is the product of {a} and {b}?", "Find the product of {a} and {b}."}},
+        {"bare", true, true, {"{a}*{b}=?", "{a} * {b} = ?"}}}},
+      {"mixed",
+       {{"what_is", false, true, {"What is {e}?", "what is {e}"}},
+        {"compute", false, false, {"Compute {e}.", "compute {e} pls", "Calculate {e}."}},
+        {"evaluate", true, false, {"Evaluate {e}.", "Work out {e}."}}}},
+      {"shop",
+       {{"sells",
+         false,
+         true,
+         {"A shop has {a} boxes with {b} {item} in each box. It sells {c} {item}. How many {item} are "
+          "left?"}},
+        {"store",
+         false,
+         false,
+         {"A store gets {a} boxes of {b} {item}. Then {c} {item} are sold. How many {item} does it still "
+          "have?"}},
+        {"gives",
+         true,
+         false,
+         {"A shop had {a} crates holding {b} {item} each and gave away {c} {item}. How many {item} "
+          "remain?"}}}},
+      {"travel",
+       {{"speed",
+         false,
+         true,
+         {"A {v} travels at {a} km per hour for {b} hours. How many kilometres does it travel?"}},
+        {"distance", false, false, {"How far does a {v} go in {b} hours at {a} km per hour?"}},
+        {"trip",
+         true,
+         false,
+         {"A {v} moves {a} km every hour. How many kilometres does it cover in {b} hours?"}}}},
+      {"wallet",
+       {{"spends",
+         false,
+         true,
+         {"{n} has {a} dollars, spends {b} dollars and then earns {c} dollars. How many dollars does {n} "
+          "have now?"}},
+        {"buys",
+         false,
+         false,
+         {"{n} had {a} dollars, paid {b} dollars for lunch and was given {c} dollars. How many dollars does "
+          "{n} have?"}},
+        {"bank",
+         true,
+         false,
+         {"{n} starts with {a} dollars, takes out {b} dollars and puts in {c} dollars. How many dollars are "
+          "there now?"}}}},
+      {"div",
+       {{"divided", true, true, {"What is {p} divided by {b}?", "Compute {p} / {b}."}},
+        {"split", true, false, {"{p} split into {b} equal parts is how much each?"}}}},
+      {"ages",
+       {{"older",
+         true,
+         true,
+         {"{n} is {a} years old. {m} is {b} years older than {n}. How old will {m} be in {c} years?"}}}},
+  };
+  return f;
+}
+
+std::vector<std::string> math_family_names(const std::string& tmpl, bool test_only) {
+  std::vector<std::string> v;
+  for (const auto& f : math_families().at(tmpl)) {
+    if (f.test_only == test_only) v.push_back(f.name);
+  }
+  return v;
+}
+
+// s decides the operand rule: train draws only combinations the held-out rule leaves to train, test only
+// the held-out ones (test-only templates: any), length draws 4-5 digit operands.
+task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template) {
+  const bool length = s == split::length;
+  static const std::vector<std::string> names = {"Sam", "Ana", "Lee", "Mia", "Tom", "Eva", "Raj", "Kim"};
+  int64_t a = 0, b = 0, c = 0, answer = 0;
+  int form = 0;  // mixed: which expression
+  for (;;) {
+    a = draw_operand(r, length);
+    b = draw_operand(r, length);
+    c = draw_operand(r, length);
+    // A two-digit multiplier only for single products of at most two digits (mul, travel, div); the
+    // worked form of larger products would cost long replies.
+    if (tmpl == "mul" || tmpl == "travel" || tmpl == "div") {
+      b = draw_multiplier(r);
+      if (!length && b >= 10 && a >= 100) a = with_digits(r, r.range(1, 2));
+    }
+    if (tmpl == "shop") b = with_digits(r, 1);
+    if (tmpl == "mixed") {
+      form = int(r.range(0, 2));
+      if (form == 1) {
+        b = with_digits(r, 1);  // a * b - c
+      } else {
+        c = with_digits(r, 1);  // (a + b) * c, a + b * c
+      }
+    }
+    if (tmpl == "shop" && c > a * b) c = r.range(1, a * b);  // never sells more than there is
+    if (tmpl == "wallet") b = r.range(1, a);                 // never spends more than there is
+    const bool has_c = tmpl == "mixed" || tmpl == "shop" || tmpl == "wallet" || tmpl == "ages";
+    if (!has_c) c = 0;  // not part of the problem, so not of the combination
+    if (length || test_only_template) break;
+    if (math_combo_is_test(tmpl, a, b, c) == (s == split::test)) break;
+  }
+  // Phrasing: train uses the train families; test any family; length the train families.
+  std::vector<std::string> fams = math_family_names(tmpl, false);
+  if (s == split::test) {
+    for (const auto& n : math_family_names(tmpl, true)) fams.push_back(n);
+  }
+  const std::string fam = r.pick(fams);
+  const family* F = nullptr;
+  for (const auto& f : math_families().at(tmpl)) {
+    if (f.name == fam) F = &f;
+  }
+  std::vector<math_step> steps;
+  std::string expr;
+  json params = {{"a", a}, {"b", b}};
+  if (tmpl == "add" || tmpl == "sub" || tmpl == "mul" || tmpl == "travel") {
+    const char op = tmpl == "add" ? '+' : tmpl == "sub" ? '-' : '*';
+    expr = S(a) + " " + op + " " + S(b);
+    steps = {{a, op, b}};
+    answer = op == '+' ? a + b : op == '-' ? a - b : a * b;
+  } else if (tmpl == "mixed") {
+    params["c"] = c;
+    if (form == 0) {
+      expr = "(" + S(a) + " + " + S(b) + ") * " + S(c);
+      steps = {{a, '+', b}, {a + b, '*', c}};
+      answer = (a + b) * c;
+    } else if (form == 1) {
+      expr = S(a) + " * " + S(b) + " - " + S(c);
+      steps = {{a, '*', b}, {a * b, '-', c}};
+      answer = a * b - c;
+    } else {
+      expr = S(a) + " + " + S(b) + " * " + S(c);
+      steps = {{b, '*', c}, {a, '+', b * c}};
+      answer = a + b * c;
+    }
+  } else if (tmpl == "shop") {
+    params["c"] = c;
+    expr = S(a) + " * " + S(b) + " - " + S(c);
+    steps = {{a, '*', b}, {a * b, '-', c}};
+    answer = a * b - c;
+  } else if (tmpl == "wallet") {
+    params["c"] = c;
+    expr = S(a) + " - " + S(b) + " + " + S(c);
+    steps = {{a, '-', b}, {a - b, '+', c}};
+    answer = a - b + c;
+  } else if (tmpl == "div") {
+    expr = S(a * b) + " / " + S(b);
+    answer = a;
+  } else if (tmpl == "ages") {
+    params["c"] = c;
+    expr = S(a) + " + " + S(b) + " + " + S(c);
+    steps = {{a, '+', b}, {a + b, '+', c}};
+    answer = a + b + c;
+  } else {
+    MOXI_ASSERT(false, "unknown math template");
+  }
+  params["family"] = fam;
+  const std::string n1 = r.pick(names);
+  std::string n2 = r.pick(names);
+  while (n2 == n1) n2 = r.pick(names);
+  const std::map<std::string, std::string> vars = {
+      {"a", S(a)},
+      {"b", S(b)},
+      {"c", S(c)},
+      {"p", S(a * b)},
+      {"e", expr},
+      {"n", n1},
+      {"m", n2},
+      {"item", r.pick(std::vector<std::string>{"pencils", "apples", "eggs", "cards", "cups"})},
+      {"v", r.pick(std::vector<std::string>{"train", "car", "bus", "boat"})}};
+  task t;
+  t.prompt = fill(r.pick(F->phrasings), vars);
+  if (F->suffix) {
+    if (std::string(".?!").find(t.prompt.back()) == std::string::npos) t.prompt += '.';
+    t.prompt += " Answer with a number.";
+  }
+  t.expression = expr;
+  t.answer = S(answer);
+  t.params = params;
+  if (tmpl == "div") {
+    // Checked by the inverse multiplication (division is test only, so never trained).
+    std::vector<std::string> lines = {expr};
+    worked_op(a, '*', b, lines);
+    std::string out;
+    for (const auto& l : lines) out += l + "\n";
+    t.reference = out + "= " + S(a * b) + "\nAnswer: " + S(answer);
+  } else {
+    t.reference = worked_reply(expr, steps, answer);
+  }
+  return t;
+}
+
+}  // namespace moxi::eval::detail
