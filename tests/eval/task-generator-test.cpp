@@ -193,6 +193,28 @@ TEST(TaskGenerator, TestSplitHoldsOutTemplatesAndRanges) {
   }
 }
 
+// Names come from a broad pool in train, so copying the given name is the only way to get it right: the
+// files of 600 train items use hundreds of distinct words (a short list would give a few dozen).
+TEST(TaskGenerator, TrainNamesComeFromABroadPool) {
+  std::set<std::string> words;
+  size_t parts = 0;
+  for (const auto& t : generate_tasks(domain::terminal, split::train, 600, 3)) {
+    for (const auto& f : t.files) {
+      std::string w;
+      for (char c : f.path + "/") {
+        if (c >= 'a' && c <= 'z') {
+          w += c;
+          continue;
+        }
+        if (w.size() >= 4) words.insert(w), ++parts;  // extensions are 2-4 letters after a dot
+        w.clear();
+      }
+    }
+  }
+  EXPECT_GT(parts, 2000u);
+  EXPECT_GT(words.size(), 500u) << "distinct name words in " << parts << " name parts";
+}
+
 TEST(TaskGenerator, MathAnswersAreTheValueOfTheirExpressionAndPrompt) {
   for (auto s : {split::train, split::test}) {
     for (const auto& t : generate_tasks(domain::math, s, 500, 9)) {

@@ -430,6 +430,40 @@ const std::vector<std::string> kFiller = {
     "apple", "river", "stone", "cloud", "green", "quick", "table", "light",  "music", "paper",
     "north", "smile", "water", "happy", "bread", "chair", "dream", "field",  "house", "lemon",
     "metal", "ocean", "plant", "sound", "tiger", "voice", "wheat", "yellow", "zebra", "orange"};
+
+bool overlaps(const std::string& a, const std::string& b) {
+  return a.find(b) != std::string::npos || b.find(a) != std::string::npos;
+}
+
+// A made-up word of 2-3 syllables (`tavoku`, `mirel`, `zenpa`). Half of train's names and words are these,
+// so the model sees thousands of names once each and has to copy the one it is given instead of recalling
+// one of a few. None overlaps a test word or a filler word (either way round), so no test name is ever a
+// train name and grep/sed counts stay exact.
+std::string pseudo_word(rng& r) {
+  static const std::string consonants = "bdfgklmnprstvz", vowels = "aeiou", codas = "lnrs";
+  for (;;) {
+    std::string w;
+    const int64_t syllables = r.range(2, 3);
+    for (int64_t i = 0; i < syllables; ++i) {
+      w += consonants[size_t(r.range(0, int64_t(consonants.size()) - 1))];
+      w += vowels[size_t(r.range(0, int64_t(vowels.size()) - 1))];
+      if (r.range(0, 3) == 0) w += codas[size_t(r.range(0, int64_t(codas.size()) - 1))];
+    }
+    const name_pools& test = pools(split::test);
+    bool ok = true;
+    for (const auto* list : {&test.stems, &test.dirs, &test.words, &test.new_dirs, &kFiller}) {
+      for (const auto& x : *list) ok = ok && !overlaps(w, x);
+    }
+    if (ok) return w;
+  }
+}
+
+// A pool entry for the split: test draws from its word list; train half the time from its list and half the
+// time makes up a word.
+std::string pool_pick(rng& r, split s, const std::vector<std::string> name_pools::*list) {
+  if (s == split::train && r.range(0, 1) == 1) return pseudo_word(r);
+  return r.pick(pools(s).*list);
+}
 const std::vector<std::string> kExts = {"txt", "log",  "md",  "csv", "json", "yaml", "py",
                                         "sh",  "conf", "dat", "ini", "xml",  "tsv",  "cfg"};
 // Extensions that only delete_ext's files have.
@@ -446,8 +480,7 @@ std::vector<std::string> exts_except(const std::vector<std::string>& drop) {
 // A file stem from the split's words: `notes`, `notes2`, `sales-plan`, `data_2024`, `report-2024.v2`, and,
 // when `spaced`, `my notes` style names with a space.
 std::string make_stem(rng& r, split s, bool spaced) {
-  const auto& w = pools(s).stems;
-  const std::string a = r.pick(w), b = r.pick(w);
+  const std::string a = pool_pick(r, s, &name_pools::stems), b = pool_pick(r, s, &name_pools::stems);
   if (spaced) return r.range(0, 1) ? a + " " + b : a + " " + S(r.range(1, 9));
   switch (r.range(0, 9)) {
     case 0:
@@ -525,12 +558,12 @@ struct tree_builder {
   // level below it, and now and then with a space in its name.
   std::string add_target(const std::vector<std::string>& exts, std::string content) {
     const int64_t where = r.range(0, 19);
-    const std::string dir = where < 14 ? "" : where < 17 ? subdir : subdir + "/" + r.pick(pools(s).dirs);
+    const std::string dir = where < 14 ? "" : where < 17 ? subdir : subdir + "/" + pool_pick(r, s, &name_pools::dirs);
     return add(dir, exts, std::move(content), r.range(0, 11) == 0);
   }
   // 2..4 top-level files and one subdirectory with 1..2 files, all of 3..20 filler lines.
   void base(const std::vector<std::string>& exts, int top_min = 2, int top_max = 4) {
-    subdir = r.pick(pools(s).dirs);
+    subdir = pool_pick(r, s, &name_pools::dirs);
     const int64_t top = r.range(top_min, top_max), sub = r.range(1, 2);
     for (int64_t i = 0; i < top; ++i) add("", exts, lines_text(filler_lines(r, r.range(3, 20))));
     for (int64_t i = 0; i < sub; ++i) add(subdir, exts, lines_text(filler_lines(r, r.range(3, 20))));
@@ -592,7 +625,6 @@ std::string shown(const std::string& path) {
 }
 
 terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string& tmpl, tree_builder& tb) {
-  const name_pools& P = pools(s);
   auto rg = [&](const ranges& train, const ranges& test) { return draw(r, test_range ? test : train); };
   terminal_parts p;
   if (tmpl == "count_lines" || tmpl == "word_count" || tmpl == "head_n" || tmpl == "tail_n" ||
@@ -618,7 +650,7 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
   } else if (tmpl == "grep_lines") {
     tb.base(kExts);
     const int64_t m = rg({{1, 2}, {5, 6}}, {{3, 4}});
-    const std::string w = r.pick(P.words);
+    const std::string w = pool_pick(r, s, &name_pools::words);
     auto lines = filler_lines(r, m + r.range(3, 10));
     std::vector<size_t> idx(lines.size());
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
@@ -631,7 +663,7 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     p.reference = "grep " + w + " " + shell_quote(f);
   } else if (tmpl == "find_larger") {
     const int64_t kb = rg({{1, 2}, {5, 5}}, {{3, 4}});
-    tb.subdir = r.pick(P.dirs);
+    tb.subdir = pool_pick(r, s, &name_pools::dirs);
     const size_t limit = size_t(kb) * 1024;
     // At least one file on each side of the threshold, in both directories.
     const int64_t n = r.range(3, 5);
@@ -665,7 +697,7 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     for (int64_t i = 0; i < n; ++i)
       tb.add("", {"txt"}, lines_text(filler_lines(r, r.range(1, 6))), r.range(0, 9) == 0);
     tb.add(tb.subdir, {"txt"}, lines_text(filler_lines(r, r.range(1, 6))));  // must not be copied
-    const std::string d = r.pick(P.new_dirs) + (r.range(0, 3) == 0 ? S(r.range(1, 9)) : "");
+    const std::string d = pool_pick(r, s, &name_pools::new_dirs) + (r.range(0, 3) == 0 ? S(r.range(1, 9)) : "");
     p.params = {{"files", n}, {"dir", d}};
     p.compare = compare_mode::files;
     p.vars = {{"d", d}};
@@ -686,7 +718,7 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     const std::string f = tb.files[size_t(r.range(0, 1))].path;
     const int64_t m = rg({{1, 2}, {5, 6}}, {{3, 4}});
     std::string text;
-    for (int64_t i = 0; i < m; ++i) text += (i ? " " : "") + r.pick(i == 0 ? P.words : kFiller);
+    for (int64_t i = 0; i < m; ++i) text += (i ? " " : "") + (i == 0 ? pool_pick(r, s, &name_pools::words) : r.pick(kFiller));
     p.params = {{"words", m}, {"file", f}};
     p.compare = compare_mode::files;
     p.vars = {{"f", shown(f)}, {"t", text}};
@@ -716,9 +748,9 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     p.reference = "rm -f *." + e;
   } else if (tmpl == "replace_word") {
     tb.base(kExts);
-    const std::string a = r.pick(P.words);
-    std::string b = r.pick(P.words);
-    while (b == a) b = r.pick(P.words);
+    const std::string a = pool_pick(r, s, &name_pools::words);
+    std::string b = pool_pick(r, s, &name_pools::words);
+    while (b == a) b = pool_pick(r, s, &name_pools::words);
     auto lines = filler_lines(r, r.range(6, 10));
     const int64_t m = rg({{1, 2}, {5, 6}}, {{3, 4}});
     std::vector<size_t> idx(lines.size());
@@ -731,7 +763,7 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     p.vars = {{"f", shown(f)}, {"a", a}, {"b", b}};
     p.reference = "sed -i 's/" + a + "/" + b + "/g' " + shell_quote(f);
   } else if (tmpl == "largest_file") {
-    tb.subdir = r.pick(P.dirs);
+    tb.subdir = pool_pick(r, s, &name_pools::dirs);
     // The largest file is over 6000 bytes so that directories (4096 bytes on most file systems) never
     // compete in `ls -S`; the others are distinct and smaller.
     const std::string big = tb.add("", kExts, content_of_size(r, size_t(r.range(6200, 9000))));
