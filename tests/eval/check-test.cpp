@@ -164,7 +164,7 @@ TEST(Check, TerminalReferencesPassWrongCommandsFailEquivalentOnesPass) {
 TEST(Check, CodeReferencesPassUnfixedProgramsFail) {
   std::vector<task> tasks;
   for (auto s : {split::train, split::test}) {
-    auto v = generate_tasks(domain::code, s, 30, 12);
+    auto v = generate_tasks(domain::code, s, 60, 12);
     tasks.insert(tasks.end(), v.begin(), v.end());
   }
   std::vector<std::pair<const task*, std::string>> items;

@@ -866,6 +866,20 @@ const std::vector<template_info>& code_templates() {
       {"factorial", false, "tested n: train 2..8 and 13..15, test 9..12"},
       {"average", false, "first tested value k: train 2..50 and 201..500, test 51..200"},
       {"clamp", false, "lower bound lo: train 2..50 and 201..500, test 51..200"},
+      {"to_celsius", false, "k: train 2..50 and 201..500, test 51..200"},
+      {"rect_area", false, "k: train 2..50 and 201..500, test 51..200"},
+      {"perimeter", false, "k: train 2..50 and 201..500, test 51..200"},
+      {"abs_diff", false, "k: train 2..50 and 201..500, test 51..200"},
+      {"sum_squares", false, "k: train 2..50 and 201..500, test 51..200"},
+      {"count_below", false, "k: train 2..50 and 201..500, test 51..200"},
+      {"is_even", false, "k: train 2..50 and 201..500, test 51..200"},
+      {"min_of", false, "k: train 2..50 and 201..500, test 51..200"},
+      {"product", false, "k: train 2..50 and 201..500, test 51..200"},
+      {"last_item", false, "k: train 2..50 and 201..500, test 51..200"},
+      {"smallest", false, "k: train 2..50 and 201..500, test 51..200"},
+      {"count_digits", false, "k: train 2..50 and 201..500, test 51..200"},
+      {"half", false, "k: train 2..50 and 201..500, test 51..200"},
+      {"countdown", false, "k: train 2..50 and 201..500, test 51..200"},
       {"count_vowels", true, "test only"},
       {"to_fahrenheit", true, "test only"},
       {"second_largest", true, "test only"},
@@ -885,6 +899,14 @@ std::string py_list(const std::vector<int64_t>& v) {
   return s + "]";
 }
 
+// The fixed program: the buggy one with its one wrong piece replaced.
+void fix(code_parts& c, const std::string& from, const std::string& to) {
+  const size_t at = c.buggy.find(from);
+  MOXI_ASSERT(at != std::string::npos, "fix target not in the program");
+  c.fixed = c.buggy;
+  c.fixed.replace(at, from.size(), to);
+}
+
 code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
   const ranges wide_train = {{2, 50}, {201, 500}}, wide_test = {{51, 200}};
   auto wide = [&] { return draw(r, test_range ? wide_test : wide_train); };
@@ -896,8 +918,7 @@ code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
     c.buggy =
         "def sum_to(n):\n    \"\"\"Return 1 + 2 + ... + n.\"\"\"\n    total = 0\n    for i in range(1, n):\n"
         "        total += i\n    return total\n";
-    c.fixed = c.buggy;
-    c.fixed.replace(c.fixed.find("range(1, n)"), 11, "range(1, n + 1)");
+    fix(c, "range(1, n)", "range(1, n + 1)");
     c.asserts = {{"sum_to(" + S(n1) + ")", S(n1 * (n1 + 1) / 2)},
                  {"sum_to(" + S(n2) + ")", S(n2 * (n2 + 1) / 2)}};
     c.params = {{"n", {n1, n2}}};
@@ -911,8 +932,7 @@ code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
     c.buggy =
         "def count_above(xs, t):\n    \"\"\"Count the numbers in xs that are strictly greater than t.\"\"\"\n"
         "    n = 0\n    for x in xs:\n        if x >= t:\n            n += 1\n    return n\n";
-    c.fixed = c.buggy;
-    c.fixed.replace(c.fixed.find("x >= t"), 6, "x > t");
+    fix(c, "x >= t", "x > t");
     c.asserts = {{"count_above(" + py_list(xs) + ", " + S(t) + ")", S(want)},
                  {"count_above([], " + S(t) + ")", "0"}};
     c.params = {{"t", t}};
@@ -926,8 +946,7 @@ code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
     c.buggy =
         "def max_of(xs):\n    \"\"\"Return the largest number of the non-empty list xs.\"\"\"\n    best = 0\n"
         "    for x in xs:\n        if x > best:\n            best = x\n    return best\n";
-    c.fixed = c.buggy;
-    c.fixed.replace(c.fixed.find("best = 0"), 8, "best = xs[0]");
+    fix(c, "best = 0", "best = xs[0]");
     c.asserts = {{"max_of(" + py_list(neg) + ")", S(-k)}, {"max_of(" + py_list(pos) + ")", S(k + 3)}};
     c.params = {{"k", k}};
   } else if (tmpl == "factorial") {
@@ -938,8 +957,7 @@ code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
     c.buggy =
         "def factorial(n):\n    \"\"\"Return n! = 1 * 2 * ... * n.\"\"\"\n    result = 0\n"
         "    for i in range(2, n + 1):\n        result *= i\n    return result\n";
-    c.fixed = c.buggy;
-    c.fixed.replace(c.fixed.find("result = 0"), 10, "result = 1");
+    fix(c, "result = 0", "result = 1");
     c.asserts = {{"factorial(" + S(n) + ")", S(f)}, {"factorial(1)", "1"}};
     c.params = {{"n", n}};
   } else if (tmpl == "average") {
@@ -948,8 +966,7 @@ code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
     c.buggy =
         "def average(xs):\n    \"\"\"Return the arithmetic mean of the non-empty list xs.\"\"\"\n"
         "    return sum(xs) // len(xs)\n";
-    c.fixed = c.buggy;
-    c.fixed.replace(c.fixed.find("//"), 2, "/");
+    fix(c, "//", "/");
     c.asserts = {{"average([" + S(k) + ", " + S(k + 1) + "])", S(k) + ".5"},
                  {"average([" + S(k) + ", " + S(k) + ", " + S(k + 3) + "])", S(k + 1)}};
     c.params = {{"k", k}};
@@ -959,12 +976,144 @@ code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
     c.buggy =
         "def clamp(x, lo, hi):\n    \"\"\"Return x limited to the range [lo, hi].\"\"\"\n"
         "    return min(lo, max(x, hi))\n";
-    c.fixed = c.buggy;
-    c.fixed.replace(c.fixed.find("min(lo, max(x, hi))"), 19, "max(lo, min(x, hi))");
+    fix(c, "min(lo, max(x, hi))", "max(lo, min(x, hi))");
     c.asserts = {{"clamp(" + S(lo - 1) + ", " + S(lo) + ", " + S(hi) + ")", S(lo)},
                  {"clamp(" + S(hi + 7) + ", " + S(lo) + ", " + S(hi) + ")", S(hi)},
                  {"clamp(" + S(lo + 2) + ", " + S(lo) + ", " + S(hi) + ")", S(lo + 2)}};
     c.params = {{"lo", lo}};
+  } else if (tmpl == "to_celsius") {
+    const int64_t m = wide();
+    c.describe = "convert degrees Fahrenheit to degrees Celsius";
+    c.buggy =
+        "def to_celsius(f):\n    \"\"\"Convert degrees Fahrenheit to degrees Celsius.\"\"\"\n"
+        "    return (f + 32) * 5 / 9\n";
+    fix(c, "f + 32", "f - 32");
+    c.asserts = {{"to_celsius(" + S(32 + 9 * m) + ")", S(5 * m)}, {"to_celsius(32)", "0"}};
+    c.params = {{"k", m}};
+  } else if (tmpl == "rect_area") {
+    const int64_t w = wide(), h = r.range(2, 9);
+    c.describe = "return the area of a w by h rectangle";
+    c.buggy = "def rect_area(w, h):\n    \"\"\"Return the area of a w by h rectangle.\"\"\"\n    return w + h\n";
+    fix(c, "w + h", "w * h");
+    c.asserts = {{"rect_area(" + S(w) + ", " + S(h) + ")", S(w * h)}, {"rect_area(2, 2)", "4"}};
+    c.params = {{"k", w}};
+  } else if (tmpl == "perimeter") {
+    const int64_t w = wide(), h = r.range(2, 9);
+    c.describe = "return the perimeter of a w by h rectangle";
+    c.buggy =
+        "def perimeter(w, h):\n    \"\"\"Return the perimeter of a w by h rectangle.\"\"\"\n"
+        "    return 2 * w + h\n";
+    fix(c, "2 * w + h", "2 * (w + h)");
+    c.asserts = {{"perimeter(" + S(w) + ", " + S(h) + ")", S(2 * (w + h))}, {"perimeter(1, 1)", "4"}};
+    c.params = {{"k", w}};
+  } else if (tmpl == "abs_diff") {
+    const int64_t a = wide(), d = r.range(1, 9);
+    c.describe = "return the distance between a and b (never negative)";
+    c.buggy =
+        "def abs_diff(a, b):\n    \"\"\"Return the distance between a and b, which is never negative.\"\"\"\n"
+        "    return a - b\n";
+    fix(c, "a - b", "abs(a - b)");
+    c.asserts = {{"abs_diff(" + S(a) + ", " + S(a + d) + ")", S(d)},
+                 {"abs_diff(" + S(a + d) + ", " + S(a) + ")", S(d)}};
+    c.params = {{"k", a}};
+  } else if (tmpl == "sum_squares") {
+    const int64_t n = wide();
+    c.describe = "return 1*1 + 2*2 + ... + n*n";
+    c.buggy =
+        "def sum_squares(n):\n    \"\"\"Return 1*1 + 2*2 + ... + n*n.\"\"\"\n    total = 0\n"
+        "    for i in range(1, n):\n        total += i * i\n    return total\n";
+    fix(c, "range(1, n)", "range(1, n + 1)");
+    c.asserts = {{"sum_squares(" + S(n) + ")", S(n * (n + 1) * (2 * n + 1) / 6)}, {"sum_squares(1)", "1"}};
+    c.params = {{"k", n}};
+  } else if (tmpl == "count_below") {
+    const int64_t t = wide();
+    std::vector<int64_t> xs = {t, t - r.range(1, 9), t + r.range(1, 2), t - r.range(1, 9), t};
+    r.shuffle(xs);
+    int64_t want = 0;
+    for (auto x : xs) want += x < t;
+    c.describe = "count the numbers in xs that are strictly less than t";
+    c.buggy =
+        "def count_below(xs, t):\n    \"\"\"Count the numbers in xs that are strictly less than t.\"\"\"\n"
+        "    return len([x for x in xs if x <= t])\n";
+    fix(c, "x <= t", "x < t");
+    c.asserts = {{"count_below(" + py_list(xs) + ", " + S(t) + ")", S(want)}, {"count_below([], 1)", "0"}};
+    c.params = {{"k", t}};
+  } else if (tmpl == "is_even") {
+    const int64_t n = wide();
+    c.describe = "tell whether n is even";
+    c.buggy = "def is_even(n):\n    \"\"\"Return True when n is even.\"\"\"\n    return n % 2 == 1\n";
+    fix(c, "n % 2 == 1", "n % 2 == 0");
+    c.asserts = {{"is_even(" + S(2 * n) + ")", "True"}, {"is_even(" + S(2 * n + 1) + ")", "False"}};
+    c.params = {{"k", n}};
+  } else if (tmpl == "min_of") {
+    const int64_t k = wide();
+    std::vector<int64_t> xs = {k, k + r.range(1, 9), k + r.range(10, 20)};
+    r.shuffle(xs);
+    c.describe = "return the smallest number of a non-empty list";
+    c.buggy =
+        "def min_of(xs):\n    \"\"\"Return the smallest number of the non-empty list xs.\"\"\"\n    best = 0\n"
+        "    for x in xs:\n        if x < best:\n            best = x\n    return best\n";
+    fix(c, "best = 0", "best = xs[0]");
+    c.asserts = {{"min_of(" + py_list(xs) + ")", S(k)}, {"min_of([-3, 5])", "-3"}};
+    c.params = {{"k", k}};
+  } else if (tmpl == "product") {
+    const int64_t k = wide(), m = r.range(2, 9);
+    c.describe = "return the product of the numbers in a list";
+    c.buggy =
+        "def product(xs):\n    \"\"\"Return the product of the numbers in xs.\"\"\"\n    result = 0\n"
+        "    for x in xs:\n        result *= x\n    return result\n";
+    fix(c, "result = 0", "result = 1");
+    c.asserts = {{"product([" + S(k) + ", " + S(m) + "])", S(k * m)}, {"product([])", "1"}};
+    c.params = {{"k", k}};
+  } else if (tmpl == "last_item") {
+    const int64_t k = wide();
+    const std::vector<int64_t> xs = {k + 4, k + 1, k};
+    c.describe = "return the last element of a non-empty list";
+    c.buggy =
+        "def last_item(xs):\n    \"\"\"Return the last element of the non-empty list xs.\"\"\"\n"
+        "    return xs[len(xs)]\n";
+    fix(c, "xs[len(xs)]", "xs[-1]");
+    c.asserts = {{"last_item(" + py_list(xs) + ")", S(k)}, {"last_item([7])", "7"}};
+    c.params = {{"k", k}};
+  } else if (tmpl == "smallest") {
+    const int64_t k = wide();
+    std::vector<int64_t> xs = {k, k + r.range(1, 5), k + r.range(6, 9), k + r.range(10, 20)};
+    r.shuffle(xs);
+    c.describe = "return the smallest of a list of distinct numbers";
+    c.buggy =
+        "def smallest(xs):\n    \"\"\"Return the smallest number of xs (distinct numbers).\"\"\"\n"
+        "    return sorted(xs)[-1]\n";
+    fix(c, "[-1]", "[0]");
+    c.asserts = {{"smallest(" + py_list(xs) + ")", S(k)}};
+    c.params = {{"k", k}};
+  } else if (tmpl == "count_digits") {
+    const int64_t k = wide();
+    const std::string text = "ab" + S(k) + "x9";
+    int64_t digits = 0;
+    for (char ch : text) digits += ch >= '0' && ch <= '9';
+    c.describe = "count the digits 0-9 in a string";
+    c.buggy =
+        "def count_digits(text):\n    \"\"\"Count the digits 0, 1, ..., 9 in text.\"\"\"\n"
+        "    return sum(1 for ch in text if ch in \"012345678\")\n";
+    fix(c, "\"012345678\"", "\"0123456789\"");
+    c.asserts = {{"count_digits(\"" + text + "\")", S(digits)}, {"count_digits(\"abc\")", "0"}};
+    c.params = {{"k", k}};
+  } else if (tmpl == "half") {
+    const int64_t k = wide();
+    c.describe = "return half of x";
+    c.buggy = "def half(x):\n    \"\"\"Return half of x.\"\"\"\n    return x // 2\n";
+    fix(c, "x // 2", "x / 2");
+    c.asserts = {{"half(" + S(2 * k + 1) + ")", S(k) + ".5"}, {"half(4)", "2"}};
+    c.params = {{"k", k}};
+  } else if (tmpl == "countdown") {
+    const int64_t k = wide();
+    c.describe = "return the list n, n - 1, ..., 1";
+    c.buggy =
+        "def countdown(n):\n    \"\"\"Return the list n, n - 1, ..., 1.\"\"\"\n    return list(range(n, 0, 1))\n";
+    fix(c, "range(n, 0, 1)", "range(n, 0, -1)");
+    c.asserts = {{"countdown(" + S(k) + ")[:3]", py_list({k, k - 1, k - 2})},
+                 {"len(countdown(" + S(k) + "))", S(k)}};
+    c.params = {{"k", k}};
   } else if (tmpl == "count_vowels") {
     static const std::vector<std::string> words = {"sun", "cup", "music", "autumn", "future", "umbrella"};
     const std::string w = r.pick(words);
@@ -974,8 +1123,7 @@ code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
     c.buggy =
         "def count_vowels(word):\n    \"\"\"Count the vowels a, e, i, o, u in the lowercase word.\"\"\"\n"
         "    return sum(1 for ch in word if ch in \"aeio\")\n";
-    c.fixed = c.buggy;
-    c.fixed.replace(c.fixed.find("\"aeio\""), 6, "\"aeiou\"");
+    fix(c, "\"aeio\"", "\"aeiou\"");
     c.asserts = {{"count_vowels(\"" + w + "\")", S(v)}, {"count_vowels(\"xyz\")", "0"}};
     c.params = {{"word", w}};
   } else if (tmpl == "to_fahrenheit") {
@@ -984,8 +1132,7 @@ code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
     c.buggy =
         "def to_fahrenheit(c):\n    \"\"\"Convert degrees Celsius to degrees Fahrenheit.\"\"\"\n"
         "    return c * 9 / 5 - 32\n";
-    c.fixed = c.buggy;
-    c.fixed.replace(c.fixed.find("- 32"), 4, "+ 32");
+    fix(c, "- 32", "+ 32");
     c.asserts = {{"to_fahrenheit(" + S(k) + ")", S(k * 9 / 5 + 32)}, {"to_fahrenheit(100)", "212"}};
     c.params = {{"c", k}};
   } else if (tmpl == "second_largest") {
@@ -1000,8 +1147,7 @@ code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
         "def second_largest(xs):\n    \"\"\"Return the second largest number of xs (distinct "
         "numbers).\"\"\"\n"
         "    return sorted(xs)[1]\n";
-    c.fixed = c.buggy;
-    c.fixed.replace(c.fixed.find("[1]"), 3, "[-2]");
+    fix(c, "[1]", "[-2]");
     c.asserts = {{"second_largest(" + py_list(xs) + ")", S(*std::next(seen.rbegin()))}};
     c.params = {{"values", xs}};
   } else {
