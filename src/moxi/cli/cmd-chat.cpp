@@ -48,6 +48,16 @@ class chat_sequence final : public runtime::causal_lm {
     turn_start_ = false;
     return prefill(tokens);
   }
+  // Speculative decoding goes to the one sequence; its snapshots carry what drafting needs.
+  bool can_draft() const override { return lm_.can_draft(); }
+  void prepare_drafts() override { lm_.prepare_drafts(); }
+  void draft(token_id next, int64_t k, const std::function<token_id(std::vector<float>&)>& pick) override {
+    lm_.draft(next, k, pick);
+  }
+  std::vector<float> append_verify(std::span<const token_id> tokens) override {
+    return lm_.append_verify(tokens);
+  }
+  void keep(int64_t n) override { lm_.keep(n); }
 
   size_t reused() const { return reused_; }
   size_t cache_tokens() const { return lm_.tokens().size(); }
@@ -103,6 +113,7 @@ void setup_chat(CLI::App& root) {
   auto* seed = add_sampling_options(cmd, a->opt.sampling, a->seed);
   cmd->add_flag("--show-prompt", a->show_prompt,
                 "print each turn's rendered prompt and token counts to stderr (one JSON line per turn)");
+  add_draft_option(cmd, a->opt.draft_tokens);
   cmd->add_flag("--no-cache-reuse", a->no_reuse, "prefill the whole conversation every turn");
   cmd->add_flag("-v,--verbose", a->verbose, "prefill details per turn on stderr");
   cmd->add_flag("--raw", a->raw, "write the reply bytes as they are (default: made terminal-safe)");
@@ -129,6 +140,7 @@ void setup_chat(CLI::App& root) {
     };
     start();
     chat_sequence seq(lm.model, !a->no_reuse);
+    check_draft_option(a->opt.draft_tokens, seq, lm.dir);
     const int64_t context = lm.model.config().max_position_embeddings;
     int turn = 0;
     std::string line;
@@ -200,8 +212,10 @@ void setup_chat(CLI::App& root) {
             prompt.size(), seq.reused(), prompt.size() - seq.reused(),
             r.prompt_seconds > 0 ? double(prompt.size() - seq.reused()) / r.prompt_seconds : 0.0,
             r.prompt_seconds * 1e3);
-      std::fprintf(stderr, "[%zu tokens, %.1f tokens/s%s]\n", r.tokens.size(), r.generate_tokens_per_second(),
-                   r.finish_reason == "length" ? ", cut at the length limit" : "");
+      const std::string drafts = a->verbose ? draft_summary(r) : "";
+      std::fprintf(stderr, "[%zu tokens, %.1f tokens/s%s%s%s]\n", r.tokens.size(), r.generate_tokens_per_second(),
+                   r.finish_reason == "length" ? ", cut at the length limit" : "", drafts.empty() ? "" : "; ",
+                   drafts.c_str());
       messages.push_back({{"role", "assistant"}, {"content", reply}});
     }
   });

@@ -121,6 +121,30 @@ CLI::Option* add_sampling_options(CLI::App* cmd, runtime::sampling_params& s, ui
       ->check(unsigned_integer());
 }
 
+void add_draft_option(CLI::App* cmd, int64_t& draft_tokens) {
+  cmd->add_option("--draft-tokens", draft_tokens,
+                  "speculative decoding: tokens the MTP head drafts per step, verified in one forward (0: off)")
+      ->check(integer_in(0, 16))
+      ->capture_default_str();
+}
+
+void check_draft_option(int64_t draft_tokens, const runtime::causal_lm& lm, const std::string& model_dir) {
+  if (draft_tokens > 0 && !lm.can_draft())
+    throw error("--draft-tokens needs a model with an MTP layer (num_nextn_predict_layers); " + model_dir +
+                " has none");
+}
+
+std::string draft_summary(const runtime::generate_result& r) {
+  if (r.verify_steps == 0) return "";
+  char buf[160];
+  const int64_t emitted_by_steps = r.accepted + r.verify_steps;
+  std::snprintf(buf, sizeof buf, "drafted %lld, accepted %lld (%.1f %%), %.2f tokens per verify step",
+                static_cast<long long>(r.drafted), static_cast<long long>(r.accepted),
+                r.drafted ? 100.0 * double(r.accepted) / double(r.drafted) : 0.0,
+                double(emitted_by_steps) / double(r.verify_steps));
+  return buf;
+}
+
 void set_examples(CLI::App* cmd, std::initializer_list<std::string> examples, const std::string& doc) {
   std::string footer = "EXAMPLES:\n";
   for (const auto& e : examples) footer += "  " + e + "\n";

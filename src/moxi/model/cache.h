@@ -72,6 +72,15 @@ class sequence_cache {
   virtual mla_append_ref mla_append(int64_t layer, int64_t T) = 0;
   // Contiguous view of the whole cache of the layer (a paged implementation gathers here).
   virtual mla_view mla(int64_t layer) = 0;
+
+  // Speculative decoding: while a trace is on, a constant-size-state layer asks for room to record its
+  // state after each of its T new tokens (T * state floats, token-major) before it runs them; nullptr
+  // when no trace is on (the default), and the layer runs as usual.
+  virtual float* state_trace(int64_t layer, int64_t T) {
+    (void)layer;
+    (void)T;
+    return nullptr;
+  }
 };
 
 // Contiguous, growing per-layer buffers: what the engine's single-sequence paths and the tests use.
@@ -89,12 +98,26 @@ class contiguous_cache final : public sequence_cache {
   // state(layer) of a KDA slot split into its parts.
   kda_state_ref kda(int64_t layer);
 
+  // Speculative decoding (docs/speculative.md). begin_trace() marks the cache as it is and records, from
+  // then on, every state after every token; rewind(length, mtp_length) then leaves the cache exactly as if
+  // only the first tokens since the mark had been run (states from the record, MLA rows dropped). Lengths
+  // outside [mark, now] are an error. A trace lasts until the next begin_trace() or end_trace(). O(state
+  // bytes) per token traced, never O(context).
+  void begin_trace();
+  void end_trace();
+  bool tracing() const { return tracing_; }
+  void rewind(int64_t length, int64_t mtp_length);
+  float* state_trace(int64_t layer, int64_t T) override;
+
  private:
   struct slot {
     formats::attn_kind kind = formats::attn_kind::KDA;
+    bool mtp = false;                       // an MTP layer's slot: its rows follow mtp_length
     std::vector<float> state;               // KDA, SWA
     std::vector<float> latent, index_keys;  // MLA, grown by mla_append
     int64_t rows = 0;
+    // While tracing: the state at the mark, then the state after each traced token, token-major.
+    std::vector<float> marked, trace;
   };
   slot& at(int64_t layer);
 
@@ -102,6 +125,8 @@ class contiguous_cache final : public sequence_cache {
   int64_t latent_width_ = 0, index_width_ = 0;
   std::vector<slot> slots_;
   int64_t length_ = 0, mtp_length_ = 0;
+  bool tracing_ = false;
+  int64_t mark_length_ = 0, mark_mtp_length_ = 0;
 };
 
 }  // namespace moxi::model

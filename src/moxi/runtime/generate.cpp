@@ -1,11 +1,13 @@
 // Generation loop: one prefill call, then one append per sampled token (the decode path of the model).
 #include "moxi/runtime/generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 
 #include "moxi/base/clock.h"
 #include "moxi/base/error.h"
+#include "moxi/runtime/speculative.h"
 
 namespace moxi::runtime {
 
@@ -38,24 +40,74 @@ generate_result generate(causal_lm& lm, const formats::tokenizer& tok, std::span
     for (token_id id : undecodable) l[size_t(id)] = -std::numeric_limits<float>::infinity();
   };
 
-  auto t0 = clock::now();
-  std::vector<float> logits = lm.append(prompt);
-  r.prompt_seconds = seconds_since(t0);
-  const auto t1 = clock::now();
-  for (int64_t i = 0; i < opts.max_tokens; ++i) {
-    mask(logits);
-    const token_id id = s.sample(logits);
+  // Records an output token and emits its text; true when it ends the generation.
+  auto push = [&](token_id id) {
     s.accept(id);
     r.tokens.push_back(id);
     const auto step = stops.push(id, dec.push(id));
     emit(step.text);
-    if (step.stopped) {
-      r.finish_reason = "stop";
-      break;
+    if (step.stopped || s.constraint_done()) r.finish_reason = "stop";
+    return step.stopped || s.constraint_done() || int64_t(r.tokens.size()) == opts.max_tokens;
+  };
+  const bool speculate = opts.draft_tokens > 0 && lm.can_draft() && !s.constrained();
+  if (speculate) lm.prepare_drafts();
+
+  auto t0 = clock::now();
+  std::vector<float> logits = lm.append(prompt);
+  r.prompt_seconds = seconds_since(t0);
+  const auto t1 = clock::now();
+  mask(logits);
+  token_id next = s.sample(logits);  // sampled and emitted, not yet appended (the sequence's invariant)
+  bool done = push(next);
+  while (!done) {
+    // Each verify step emits up to k + 1 tokens; the budget left bounds k.
+    const int64_t k = speculate ? std::min(opts.draft_tokens, opts.max_tokens - int64_t(r.tokens.size()) - 1) : 0;
+    if (k == 0) {
+      const token_id one[] = {next};
+      logits = lm.append(one);
+      mask(logits);
+      next = s.sample(logits);
+      done = push(next);
+      continue;
     }
-    if (i + 1 == opts.max_tokens) break;  // no logits needed after the last token
-    const token_id next[] = {id};
-    logits = lm.append(next);
+    std::vector<token_id> seq = {next};
+    std::vector<std::vector<double>> q;
+    lm.draft(next, k, [&](std::vector<float>& l) {
+      mask(l);
+      q.push_back(s.draft_distribution(l));
+      const token_id d = draw_from(q.back(), s.draw());
+      seq.push_back(d);
+      return d;
+    });
+    if (int64_t(seq.size()) != k + 1) throw error("generate: the model drafted a wrong number of tokens");
+    const std::vector<float> rows = lm.append_verify(seq);
+    if (int64_t(rows.size()) != (k + 1) * V) throw error("generate: the model returned a wrong logits size");
+    ++r.verify_steps;
+    r.drafted += k;
+    // Row j holds the logits after seq[j]: the target for draft seq[j + 1], then (j = k) the bonus token.
+    // The sequence then keeps seq[0..j]: the tokens whose successor was emitted, never the last emitted
+    // token (as the plain loop, which appends a token only once it samples after it).
+    int64_t kept = k + 1;
+    for (int64_t j = 0; j <= k; ++j) {
+      std::vector<float> row(rows.begin() + j * V, rows.begin() + (j + 1) * V);
+      mask(row);
+      const std::vector<double> p = s.distribution(row);
+      if (j == k) {  // every draft kept: one more token from the last row
+        next = draw_from(p, s.draw());
+        done = push(next);
+        break;
+      }
+      const double ua = s.draw(), ur = s.draw();
+      const draft_verdict v = accept_draft(p, q[size_t(j)], seq[size_t(j + 1)], ua, ur);
+      next = v.token;
+      r.accepted += v.accepted;
+      done = push(next);
+      if (!v.accepted || done) {
+        kept = j + 1;
+        break;
+      }
+    }
+    lm.keep(kept);
   }
   r.generate_seconds = seconds_since(t1);
   if (r.finish_reason != "stop") {
@@ -65,6 +117,18 @@ generate_result generate(causal_lm& lm, const formats::tokenizer& tok, std::span
     emit(stops.flush());
   }
   return r;
+}
+
+void causal_lm::draft(token_id, int64_t, const std::function<token_id(std::vector<float>&)>&) {
+  throw error("generate: this model cannot draft tokens");
+}
+
+std::vector<float> causal_lm::append_verify(std::span<const token_id>) {
+  throw error("generate: this model cannot verify drafts");
+}
+
+void causal_lm::keep(int64_t) {
+  throw error("generate: this model cannot verify drafts");
 }
 
 }  // namespace moxi::runtime

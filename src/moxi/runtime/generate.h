@@ -22,6 +22,19 @@ class causal_lm {
   virtual int64_t vocab_size() const = 0;
   // Appends tokens to the sequence; returns the logits after the last one, f32 [vocab].
   virtual std::vector<float> append(std::span<const token_id> tokens) = 0;
+
+  // Speculative decoding (docs/speculative.md); a model that cannot draft keeps these defaults.
+  // True when the model can propose tokens (an MTP head). prepare_drafts() is called before the first
+  // append of a speculative generation, so that the model keeps what drafting needs.
+  virtual bool can_draft() const { return false; }
+  virtual void prepare_drafts() {}
+  // Proposes k >= 1 tokens to follow the held tokens and `next` (sampled, not yet appended): each draft's
+  // logits (f32 [vocab]) go to pick, which returns the token drafted. The held tokens do not change.
+  virtual void draft(token_id next, int64_t k, const std::function<token_id(std::vector<float>&)>& pick);
+  // Appends tokens like append() and returns the logits after each of them (f32 [T, vocab]); keep(n) must
+  // follow, and leaves the sequence as if only the first n (1 <= n <= T) had been appended.
+  virtual std::vector<float> append_verify(std::span<const token_id> tokens);
+  virtual void keep(int64_t n);
 };
 
 struct generate_options {
@@ -30,6 +43,10 @@ struct generate_options {
   std::vector<token_id> stop_tokens;  // e.g. eos_token_id; ends generation without emitting its text
   std::vector<std::string> stop_strings;
   bool skip_special = true;  // do not print special tokens' text
+  // Speculative decoding: tokens drafted per step by the model's MTP head and verified in one forward (0:
+  // off; ignored for a model that cannot draft and for constrained output). Greedy output is the same
+  // tokens as without it; sampled output has the same distribution.
+  int64_t draft_tokens = 0;
 };
 
 struct generate_result {
@@ -38,6 +55,9 @@ struct generate_result {
   int64_t prompt_tokens = 0;
   double prompt_seconds = 0;    // prefill: time to the first logits
   double generate_seconds = 0;  // decode steps after the first token
+  int64_t drafted = 0;          // speculative decoding: tokens drafted
+  int64_t accepted = 0;         // ... and kept by verification
+  int64_t verify_steps = 0;     // ... and the verifying forwards
   double prompt_tokens_per_second() const {
     return prompt_seconds > 0 ? double(prompt_tokens) / prompt_seconds : 0;
   }

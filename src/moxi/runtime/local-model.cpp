@@ -19,27 +19,114 @@ int64_t model_lm::vocab_size() const {
   return m_->config().vocab_size;
 }
 
-std::vector<float> model_lm::append(std::span<const token_id> tokens) {
+std::vector<float> model_lm::run(std::span<const token_id> tokens, bool all_logits) {
+  if (verify_from_ >= 0) throw error("model_lm: append while a draft verification is open (keep() first)");
   model::forward_options o;
-  o.last_only = true;
+  o.last_only = !all_logits;
+  std::vector<float> hidden;
+  if (drafts_) o.hidden = &hidden;
   auto logits = m_->forward(tokens, *cache_, o);
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  if (drafts_) pending_hidden_.insert(pending_hidden_.end(), hidden.begin(), hidden.end());
   return logits;
+}
+
+std::vector<float> model_lm::append(std::span<const token_id> tokens) {
+  return run(tokens, false);
+}
+
+bool model_lm::can_draft() const {
+  return m_->config().num_mtp_layers > 0;
+}
+
+void model_lm::prepare_drafts() {
+  if (!can_draft()) throw error("model_lm: the model has no MTP layer to draft with");
+  if (drafts_) return;
+  // The MTP layer reads the main model's hidden state of every position; positions run before now would
+  // have to be run again, so drafting starts on an empty sequence (or one prepared from its start).
+  if (!tokens_.empty()) throw error("model_lm: prepare_drafts() on a sequence that already holds tokens");
+  drafts_ = true;
+}
+
+void model_lm::draft(token_id next, int64_t k, const std::function<token_id(std::vector<float>&)>& pick) {
+  if (!drafts_) throw error("model_lm: draft() before prepare_drafts()");
+  if (k < 1) throw error("model_lm: draft() needs k >= 1");
+  if (verify_from_ >= 0) throw error("model_lm: draft() while a verification is open");
+  const int64_t L = cache_->length(), M = cache_->mtp_length(), d = m_->config().hidden_size;
+  MOXI_ASSERT(int64_t(pending_hidden_.size()) == (L - M) * d, "pending hidden states out of step");
+  if (L == 0) throw error("model_lm: draft() on an empty sequence");
+  // Everything from here on can be taken back: the chained MTP positions always are, the verified tokens
+  // partly (keep()).
+  cache_->begin_trace();
+  // MTP position i reads (h_i, t_{i+1}): the pending positions M..L-1, whose next tokens are the held ones
+  // after M and `next`. Its last row predicts the token after `next`.
+  std::vector<token_id> after(tokens_.begin() + M + 1, tokens_.end());
+  after.push_back(next);
+  model::forward_options o;
+  o.last_only = true;
+  std::vector<float> h;
+  o.hidden = &h;
+  std::vector<float> logits = m_->mtp_forward(pending_hidden_, after, *cache_, 0, o);
+  pending_hidden_.clear();
+  token_id t = pick(logits);
+  // Chained drafts feed the MTP layer its own last hidden state in place of the main model's (which the
+  // drafts do not have yet), as one-layer MTP decoders do for k > 1.
+  for (int64_t i = 1; i < k; ++i) {
+    const std::vector<float> last(h.end() - d, h.end());
+    const token_id one[] = {t};
+    logits = m_->mtp_forward(last, one, *cache_, 0, o);
+    t = pick(logits);
+  }
+}
+
+std::vector<float> model_lm::append_verify(std::span<const token_id> tokens) {
+  if (!drafts_ || !cache_->tracing()) throw error("model_lm: append_verify() without a draft() before it");
+  const int64_t L = cache_->length();
+  model::forward_options o;
+  o.last_only = false;
+  std::vector<float> hidden;
+  o.hidden = &hidden;
+  auto logits = m_->forward(tokens, *cache_, o);
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  verify_hidden_ = std::move(hidden);
+  verify_from_ = L;
+  return logits;
+}
+
+void model_lm::keep(int64_t n) {
+  if (verify_from_ < 0) throw error("model_lm: keep() without append_verify()");
+  const int64_t T = cache_->length() - verify_from_, d = m_->config().hidden_size;
+  if (n < 1 || n > T) throw error("model_lm: keep(" + std::to_string(n) + ") of " + std::to_string(T) + " tokens");
+  // The MTP layer keeps the positions up to verify_from_ - 1 (read with their true hidden states); the
+  // chained positions after them go.
+  cache_->rewind(verify_from_ + n, verify_from_);
+  cache_->end_trace();
+  tokens_.resize(size_t(verify_from_ + n));
+  pending_hidden_.assign(verify_hidden_.begin(), verify_hidden_.begin() + n * d);
+  verify_hidden_.clear();
+  verify_from_ = -1;
 }
 
 void model_lm::reset() {
   cache_ = std::make_unique<model::contiguous_cache>(m_->config());
   tokens_.clear();
+  pending_hidden_.clear();
+  verify_hidden_.clear();
+  verify_from_ = -1;
 }
 
 model_lm::snapshot model_lm::save() const {
-  return {std::make_shared<const model::contiguous_cache>(*cache_), tokens_};
+  if (verify_from_ >= 0) throw error("model_lm: save() while a draft verification is open");
+  return {std::make_shared<const model::contiguous_cache>(*cache_), tokens_, pending_hidden_};
 }
 
 void model_lm::restore(const snapshot& s) {
   if (!s.cache) throw error("model_lm: restore from an empty snapshot");
   cache_ = std::make_unique<model::contiguous_cache>(*s.cache);
   tokens_ = s.tokens;
+  pending_hidden_ = s.pending_hidden;
+  verify_hidden_.clear();
+  verify_from_ = -1;
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -30,6 +31,16 @@ class model_lm final : public causal_lm {
   // Runs the tokens after the ones held; returns the logits after the last one.
   std::vector<float> append(std::span<const token_id> tokens) override;
 
+  // Speculative decoding with the model's MTP head (docs/speculative.md): after prepare_drafts() the
+  // sequence keeps the main model's last hidden states that the MTP layer has not read yet; draft() runs
+  // the MTP layer over them (its own cache catches up) and chains it for k > 1; append_verify() runs the
+  // drafts under a cache trace, and keep() rewinds the cache to the tokens kept.
+  bool can_draft() const override;
+  void prepare_drafts() override;
+  void draft(token_id next, int64_t k, const std::function<token_id(std::vector<float>&)>& pick) override;
+  std::vector<float> append_verify(std::span<const token_id> tokens) override;
+  void keep(int64_t n) override;
+
   // The tokens the sequence holds, in order.
   const std::vector<token_id>& tokens() const { return tokens_; }
   // Empties the sequence.
@@ -40,14 +51,23 @@ class model_lm final : public causal_lm {
   struct snapshot {
     std::shared_ptr<const model::contiguous_cache> cache;
     std::vector<token_id> tokens;
+    std::vector<float> pending_hidden;
   };
   snapshot save() const;
   void restore(const snapshot& s);
 
  private:
+  // Runs tokens on the main model; keeps their hidden states when drafting is prepared.
+  std::vector<float> run(std::span<const token_id> tokens, bool all_logits);
+
   const model::model* m_;
   std::unique_ptr<model::contiguous_cache> cache_;
   std::vector<token_id> tokens_;
+  // Drafting: the main model's post-norm hidden states f32 [length - mtp_length, hidden] of the positions
+  // the MTP layer has not run yet, and those of the last append_verify until keep().
+  bool drafts_ = false;
+  std::vector<float> pending_hidden_, verify_hidden_;
+  int64_t verify_from_ = -1;  // cache length before the last append_verify, -1 when none is open
 };
 
 // A model directory: config.json + safetensors, tokenizer.json, and optionally tokenizer_config.json

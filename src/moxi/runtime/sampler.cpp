@@ -133,14 +133,7 @@ sampler::sampler(sampling_params params, std::span<const token_id> prompt,
   rng_.seed(params_.seed ? *params_.seed : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}());
 }
 
-token_id sampler::sample(std::span<const float> logits) {
-  work_.assign(logits.begin(), logits.end());
-  apply_penalties(work_, params_, prompt_, output_counts_);
-  if (constraint_) constraint_->mask(work_);
-  if (params_.temperature < kGreedyTemperature) return argmax(work_);
-  const std::vector<double> prob = sampling_distribution(work_, params_);
-  // Inverse CDF in id order; one RNG draw per token keeps seeded streams aligned across settings.
-  const double u = uniform(rng_);
+token_id draw_from(std::span<const double> prob, double u) {
   double cum = 0;
   token_id last = -1;
   for (size_t i = 0; i < prob.size(); ++i) {
@@ -149,7 +142,39 @@ token_id sampler::sample(std::span<const float> logits) {
     last = token_id(i);
     if (u < cum) return last;
   }
+  if (last < 0) throw error("sampling: no token has probability mass");
   return last;  // u landed in the rounding gap below 1.0
+}
+
+token_id sampler::sample(std::span<const float> logits) {
+  work_.assign(logits.begin(), logits.end());
+  apply_penalties(work_, params_, prompt_, output_counts_);
+  if (constraint_) constraint_->mask(work_);
+  if (params_.temperature < kGreedyTemperature) return argmax(work_);
+  const std::vector<double> prob = sampling_distribution(work_, params_);
+  // Inverse CDF in id order; one RNG draw per token keeps seeded streams aligned across settings.
+  return draw_from(prob, uniform(rng_));
+}
+
+namespace {
+std::vector<double> one_hot(size_t n, token_id id) {
+  std::vector<double> p(n, 0.0);
+  p[size_t(id)] = 1.0;
+  return p;
+}
+}  // namespace
+
+std::vector<double> sampler::distribution(std::span<const float> logits) {
+  work_.assign(logits.begin(), logits.end());
+  apply_penalties(work_, params_, prompt_, output_counts_);
+  if (constraint_) constraint_->mask(work_);
+  if (params_.temperature < kGreedyTemperature) return one_hot(work_.size(), argmax(work_));
+  return sampling_distribution(work_, params_);
+}
+
+std::vector<double> sampler::draft_distribution(std::span<const float> logits) const {
+  if (params_.temperature < kGreedyTemperature) return one_hot(logits.size(), argmax(logits));
+  return sampling_distribution(logits, params_);
 }
 
 void sampler::accept(token_id id) {

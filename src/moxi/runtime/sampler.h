@@ -47,6 +47,10 @@ std::vector<double> sampling_distribution(std::span<const float> logits, const s
 // Index of the largest logit, lowest id on ties, NaN never chosen.
 token_id argmax(std::span<const float> logits);
 
+// The token at uniform draw u in [0, 1) of an fp64 distribution, by inverse CDF in id order (the last token
+// with mass when u lands in the rounding gap below 1).
+token_id draw_from(std::span<const double> prob, double u);
+
 // One request's sampler: owns the RNG, the token history that penalties need and, for constrained
 // decoding (response_format), the JSON constraint that masks the logits after the penalties.
 class sampler {
@@ -61,6 +65,15 @@ class sampler {
   void accept(token_id id);
   // A constrained output is complete and nothing may follow it: the generation ends.
   bool constraint_done() const { return constraint_ && constraint_->done(); }
+  bool constrained() const { return constraint_.has_value(); }
+
+  // Speculative decoding (runtime/speculative.h). The distribution sample() draws from, fp64 [vocab]:
+  // penalties and constraint applied, then sampling_distribution, or one-hot on the argmax when greedy.
+  std::vector<double> distribution(std::span<const float> logits);
+  // The distribution a draft is drawn from: the same transforms without penalties or constraint.
+  std::vector<double> draft_distribution(std::span<const float> logits) const;
+  // One uniform draw in [0, 1) from the request's RNG.
+  double draw() { return uniform(rng_); }
 
   const sampling_params& params() const { return params_; }
 

@@ -29,12 +29,17 @@ class kda_layer final : public attention_layer {
                      const std::string& name) const override {
     const int64_t n = kda_conv_floats(c);
     std::vector<kda_state_ref> states;
+    std::vector<float*> traces;
+    bool traced = false;
     states.reserve(segs.size());
     for (const auto& s : segs) {
       float* p = s.cache->state(slot);
       states.push_back({p, p + n, p + 2 * n, p + 3 * n});
+      traces.push_back(s.cache->state_trace(slot, s.T));
+      traced = traced || traces.back();
     }
-    kda_forward_batch(w_, c, x, R, segs, states, out, dump, name);
+    kda_forward_batch(w_, c, x, R, segs, states, out, dump, name,
+                      traced ? std::span<float* const>(traces) : std::span<float* const>());
   }
 
  private:

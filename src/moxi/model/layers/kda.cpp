@@ -47,11 +47,15 @@ void kda_forward(const kda_weights& w, const formats::model_config& c, const flo
 
 void kda_forward_batch(const kda_weights& w, const formats::model_config& c, const float* x, int64_t R,
                        std::span<const seq_rows> segs, std::span<const kda_state_ref> states, float* out,
-                       const dump_sink* dump_to, const std::string& name) {
+                       const dump_sink* dump_to, const std::string& name, std::span<float* const> traces) {
   MOXI_ASSERT(segs.size() == states.size());
+  MOXI_ASSERT(traces.empty() || traces.size() == segs.size());
   const auto& k = *c.kda;
   const int64_t P = k.proj_dim(), D = k.head_dim, H = k.num_heads, W = k.conv_kernel;
   const kernels::backend& be = kernels::active();
+  // A traced sequence's state after token t goes to trace(i) + t * state_n: [conv_q | conv_k | conv_v | S].
+  const int64_t conv_n = (W - 1) * P, state_n = 3 * conv_n + H * D * D;
+  auto trace = [&](size_t i) { return traces.empty() ? nullptr : traces[i]; };
   // Every projection of x in one GEMV: f32 [R, in_proj.all.out].
   std::vector<float> xin(size_t(R * w.in_proj.all.out));
   w.in_proj.apply(x, xin.data(), R);
@@ -60,9 +64,20 @@ void kda_forward_batch(const kda_weights& w, const formats::model_config& c, con
   auto conv = [&](kda_in part, const std::vector<float>& cw, float* kda_state_ref::*st,
                   std::vector<float>& y) {
     w.in_proj.extract(xin.data(), R, part, proj.data());
-    for (size_t i = 0; i < segs.size(); ++i)
-      be.causal_conv1d_silu(proj.data() + segs[i].begin * P, cw.data(), states[i].*st,
-                            y.data() + segs[i].begin * P, segs[i].T, P, W);
+    for (size_t i = 0; i < segs.size(); ++i) {
+      float* tr = trace(i);
+      if (!tr) {
+        be.causal_conv1d_silu(proj.data() + segs[i].begin * P, cw.data(), states[i].*st,
+                              y.data() + segs[i].begin * P, segs[i].T, P, W);
+        continue;
+      }
+      const int64_t at = (states[i].*st - states[i].conv_q);  // this conv's offset in the state
+      for (int64_t t = 0; t < segs[i].T; ++t) {
+        const int64_t row = segs[i].begin + t;
+        be.causal_conv1d_silu(proj.data() + row * P, cw.data(), states[i].*st, y.data() + row * P, 1, P, W);
+        std::memcpy(tr + t * state_n + at, states[i].*st, size_t(conv_n) * sizeof(float));
+      }
+    }
   };
   conv(KDA_Q, w.q_conv, &kda_state_ref::conv_q, q);
   conv(KDA_K, w.k_conv, &kda_state_ref::conv_k, kk);
@@ -90,10 +105,22 @@ void kda_forward_batch(const kda_weights& w, const formats::model_config& c, con
   dump(dump_to, name + ".beta", {R, H}, beta.data());
 
   std::vector<float> o(size_t(R * P));  // f32 [R, H, D]
-  std::vector<kernels::kda_seq> seqs(segs.size());
-  for (size_t i = 0; i < segs.size(); ++i) seqs[i] = {segs[i].begin, segs[i].T, states[i].recurrent};
-  be.kda_cores({q.data(), kk.data(), v.data(), g.data(), beta.data(), 1.0f / std::sqrt(float(D)), o.data(), H,
-                D, seqs});
+  std::vector<kernels::kda_seq> seqs;
+  const float scale = 1.0f / std::sqrt(float(D));
+  for (size_t i = 0; i < segs.size(); ++i) {
+    float* tr = trace(i);
+    if (!tr) {
+      seqs.push_back({segs[i].begin, segs[i].T, states[i].recurrent});
+      continue;
+    }
+    for (int64_t t = 0; t < segs[i].T; ++t) {  // the decode recurrence, one token at a time
+      const kernels::kda_seq one[] = {{segs[i].begin + t, 1, states[i].recurrent}};
+      be.kda_cores({q.data(), kk.data(), v.data(), g.data(), beta.data(), scale, o.data(), H, D, one});
+      std::memcpy(tr + t * state_n + 3 * conv_n, states[i].recurrent, size_t(H * D * D) * sizeof(float));
+    }
+  }
+  if (!seqs.empty())
+    be.kda_cores({q.data(), kk.data(), v.data(), g.data(), beta.data(), scale, o.data(), H, D, seqs});
   dump(dump_to, name + ".core", {R, H, D}, o.data());
 
   std::vector<float> gate(size_t(R * P));  // f32 [R, P] output gate logits

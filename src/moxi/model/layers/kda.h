@@ -39,9 +39,12 @@ void kda_forward(const kda_weights& w, const formats::model_config& c, const flo
 
 // Batched: x f32 [R, hidden] holds several sequences' rows (segs, in order, covering [0, R)); sequence i
 // uses states[i]. The projections run once over all R rows, the convs and the recurrence per sequence.
-// Equal to kda_forward per sequence (bit for bit on the reference kernels).
+// Equal to kda_forward per sequence (bit for bit on the reference kernels). traces (empty, or one per
+// sequence): a sequence with a non-null trace runs its convs and recurrence token by token, as decode does,
+// and its whole state (the kda_state_ref layout) after token t is copied to trace + t * state floats
+// (speculative decoding, sequence_cache::state_trace).
 void kda_forward_batch(const kda_weights& w, const formats::model_config& c, const float* x, int64_t R,
                        std::span<const seq_rows> segs, std::span<const kda_state_ref> states, float* out,
-                       const dump_sink* dump, const std::string& name);
+                       const dump_sink* dump, const std::string& name, std::span<float* const> traces = {});
 
 }  // namespace moxi::model

@@ -93,11 +93,14 @@ void swa_forward_batch(const swa_weights& w, const formats::model_config& c, con
     std::memcpy(values.data() + P * KV, v.data() + r0 * KV, size_t(T * KV) * sizeof(float));
     be.sliding_window_attention(q.data() + r0 * Q, keys.data(), values.data(), o.data() + r0 * Q, T, S, H,
                                 KVH, D, W, w.softmax_scale);
-    // The chunk's last (at most W) positions into the ring.
-    for (int64_t t = std::max<int64_t>(0, T - W); t < T; ++t) {
+    // The chunk's last (at most W) positions into the ring; under a speculative trace every position, and
+    // the ring after each is recorded (the state is [k ring | v ring]).
+    float* trace = sg.cache->state_trace(layer, T);
+    for (int64_t t = trace ? 0 : std::max<int64_t>(0, T - W); t < T; ++t) {
       const int64_t row = (S0 + t) % W;
       std::memcpy(ring.k + row * KV, k.data() + (r0 + t) * KV, size_t(KV) * sizeof(float));
       std::memcpy(ring.v + row * KV, v.data() + (r0 + t) * KV, size_t(KV) * sizeof(float));
+      if (trace) std::memcpy(trace + t * 2 * W * KV, ring.k, size_t(2 * W * KV) * sizeof(float));
     }
   }
   dump(dump_to, name + ".q", {R, H, D}, q.data());
