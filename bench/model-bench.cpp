@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "moxi/base/thread-pool.h"
 #include "moxi/formats/model-config.h"
 #include "moxi/kernels/backend.h"
+#include "moxi/model/cache.h"
 #include "moxi/model/config.h"
 #include "moxi/model/init.h"
 #include "moxi/model/model.h"
@@ -122,6 +124,37 @@ double batched_decode_seconds_per_token(const model::model& m, const std::vector
   return seconds_since(t0) / double(steps.size() * size_t(batch));
 }
 
+// A speculative step's two costs, after `prompt`: seconds of one verify forward over K + 1 tokens under a
+// cache trace, rewound to one kept token as a rejected step would (median of `reps`), and of one MTP draft
+// forward (T = 1, the chained draft; also rewound).
+std::pair<double, double> speculative_step_seconds(const model::model& m, const std::vector<token_id>& prompt,
+                                                   const std::vector<token_id>& steps, int64_t K, int reps) {
+  model::contiguous_cache cache(m.config());
+  std::vector<float> hidden;
+  model::forward_options fo;
+  fo.hidden = &hidden;
+  m.forward(prompt, cache, fo);
+  const std::vector<float> h(hidden.end() - m.config().hidden_size, hidden.end());
+  std::vector<double> verify, draft;
+  for (int r = 0; r < reps; ++r) {
+    const size_t at = size_t(r) % (steps.size() - size_t(K));
+    const std::vector<token_id> seq(steps.begin() + at, steps.begin() + at + size_t(K) + 1);
+    const int64_t L = cache.length(), M = cache.mtp_length();
+    cache.begin_trace();
+    auto t0 = clock_type::now();
+    m.mtp_forward(h, std::span(seq.data(), 1), cache, 0);
+    draft.push_back(seconds_since(t0));
+    model::forward_options vo;
+    vo.hidden = &hidden;
+    t0 = clock_type::now();
+    m.forward(seq, cache, vo);
+    cache.rewind(L + 1, M);
+    verify.push_back(seconds_since(t0));
+    cache.end_trace();
+  }
+  return {median(verify), median(draft)};
+}
+
 // Seconds per prompt token of one prefill forward (the first call is a warm-up of scratch buffers).
 double prefill_seconds_per_token(const model::model& m, const std::vector<token_id>& prompt, int reps) {
   model::forward_options fo;
@@ -215,6 +248,22 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
     r.roofline_tokens_per_s = r.membw_gbs * 1e9 / r.bytes_per_token;
     r.share_of_roofline = d.share_of_roofline;
     r.batch = o.batch;
+    if (o.draft_tokens > 0) {
+      if (config.num_mtp_layers < 1) throw error("bench: --draft-tokens needs a config with an MTP layer");
+      if (o.tokens <= o.draft_tokens) throw error("bench: --tokens must exceed --draft-tokens");
+      const int64_t K = o.draft_tokens;
+      const double a = o.acceptance;
+      const auto [verify_s, draft_s] = speculative_step_seconds(m, prompt, steps, K, 9);
+      r.draft_tokens = K;
+      r.acceptance = a;
+      r.verify_ms = verify_s * 1e3;
+      r.draft_ms = draft_s * 1e3;
+      r.extra_token_cost = (verify_s - s) / double(K) / s;
+      double emitted = 0;
+      for (int64_t i = 0; i <= K; ++i) emitted += std::pow(a, double(i));
+      r.tokens_per_step = emitted;
+      r.speculative_speedup = emitted * s / (verify_s + double(K) * draft_s);
+    }
     if (o.batch > 1) {
       r.batch_tokens_per_s = 1.0 / batched_decode_seconds_per_token(m, prompt, steps, o.batch);
       r.batch_speedup = r.batch_tokens_per_s / r.tokens_per_s;
@@ -264,6 +313,15 @@ void print(const model_bench_result& r, bool json) {
         j["batch_tokens_per_s"] = r.batch_tokens_per_s;
         j["batch_speedup"] = r.batch_speedup;
       }
+      if (r.draft_tokens > 0) {
+        j["draft_tokens"] = r.draft_tokens;
+        j["acceptance"] = r.acceptance;
+        j["verify_ms"] = r.verify_ms;
+        j["draft_ms"] = r.draft_ms;
+        j["extra_token_cost"] = r.extra_token_cost;
+        j["tokens_per_step"] = r.tokens_per_step;
+        j["speculative_speedup"] = r.speculative_speedup;
+      }
     }
     std::printf("%s\n", j.dump().c_str());
     return;
@@ -283,6 +341,12 @@ void print(const model_bench_result& r, bool json) {
     if (r.batch > 1)
       std::printf("  batch %lld (forward_batch): %.2f tok/s over all sequences = %.2fx batch 1\n",
                   (long long)r.batch, r.batch_tokens_per_s, r.batch_speedup);
+    if (r.draft_tokens > 0)
+      std::printf(
+          "  speculative, %lld drafts: verify %.2f ms (+%.0f %% of a step per extra token), draft %.2f ms; at "
+          "acceptance %.2f: %.2f tokens per step = %.2fx plain decode\n",
+          (long long)r.draft_tokens, r.verify_ms, 100 * r.extra_token_cost, r.draft_ms, r.acceptance,
+          r.tokens_per_step, r.speculative_speedup);
   } else {
     std::printf("  prefill of %lld tokens: %.1f tok/s (%.2f ms/token)\n", (long long)r.prompt, r.tokens_per_s,
                 r.ms_per_token);
@@ -306,6 +370,15 @@ void add_model_bench(CLI::App& bench, const std::string& mode, const char* help)
   if (mode == "decode") {
     cmd->add_option("--tokens", o->b.tokens, "Timed decode steps")->capture_default_str();
     cmd->add_option("--batch", o->b.batch, "Also time this many sequences decoding together (forward_batch)")
+        ->capture_default_str();
+    cmd->add_option("--draft-tokens", o->b.draft_tokens,
+                    "Also time a speculative step with this many MTP drafts (docs/speculative.md)")
+        ->check(CLI::Range(0, 16))
+        ->capture_default_str();
+    cmd->add_option("--acceptance", o->b.acceptance,
+                    "Draft acceptance rate the speculative speedup is computed at (measure it with moxi "
+                    "generate --draft-tokens)")
+        ->check(CLI::Range(0.0, 0.999))
         ->capture_default_str();
   }
   cmd->add_option("--ref-tokens", o->b.ref_tokens, "Tokens the scalar reference runs")->capture_default_str();

@@ -17,6 +17,9 @@ struct model_bench_options {
   int64_t ref_tokens = 4;  // tokens the reference runs (it is slow; its rate is per token either way)
   std::string keep_dir;    // reuse/keep the generated checkpoint here instead of a temp dir
   int64_t batch = 1;       // decode: also time this many sequences stepped together (model::forward_batch)
+  // decode: also time a speculative step of K drafts (docs/speculative.md) and its speedup at `acceptance`
+  int64_t draft_tokens = 0;
+  double acceptance = 0.8;
 };
 
 struct model_bench_result {
@@ -34,6 +37,12 @@ struct model_bench_result {
   // decode with batch > 1: all sequences' tokens per second through forward_batch, and over batch 1
   int64_t batch = 1;
   double batch_tokens_per_s = 0, batch_speedup = 0;
+  // decode with draft_tokens K > 0: a verify forward over K + 1 tokens under a cache trace (with its
+  // rewind) and one MTP draft forward, in ms; the verify cost of each extra token as a share of a plain
+  // step; tokens per step at the acceptance (1 + a + ... + a^K) and the speedup over plain decode there.
+  int64_t draft_tokens = 0;
+  double acceptance = 0;
+  double verify_ms = 0, draft_ms = 0, extra_token_cost = 0, tokens_per_step = 0, speculative_speedup = 0;
 };
 
 model_bench_result run_model_bench(const std::string& mode, const model_bench_options& opts);
