@@ -257,7 +257,7 @@ TEST(SpeculativeGenerate, GreedyOutputIsPlainDecodingsWhateverTheDrafts) {
 }
 
 TEST(SpeculativeGenerate, StopsOnAStopTokenInsideTheAcceptedDrafts) {
-  // With the EOS id in the bigram's range, a draft that is EOS ends the generation right there.
+  // The 6th greedy token made a stop token: when it comes as a kept draft, generation ends right there.
   const std::vector<token_id> prompt = {1, kFirst};
   bigram_lm plain;
   generate_options o;
