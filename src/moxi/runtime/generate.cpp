@@ -46,10 +46,10 @@ generate_result generate(causal_lm& lm, const formats::tokenizer& tok, std::span
     r.tokens.push_back(id);
     const auto step = stops.push(id, dec.push(id));
     emit(step.text);
-    if (step.stopped || s.constraint_done()) r.finish_reason = "stop";
-    return step.stopped || s.constraint_done() || int64_t(r.tokens.size()) == opts.max_tokens;
+    if (step.stopped) r.finish_reason = "stop";
+    return step.stopped || int64_t(r.tokens.size()) == opts.max_tokens;
   };
-  const bool speculate = opts.draft_tokens > 0 && lm.can_draft() && !s.constrained();
+  const bool speculate = opts.draft_tokens > 0 && lm.can_draft();
   if (speculate) lm.prepare_drafts();
 
   auto t0 = clock::now();

@@ -44,7 +44,7 @@ struct generate_options {
   std::vector<std::string> stop_strings;
   bool skip_special = true;  // do not print special tokens' text
   // Speculative decoding: tokens drafted per step by the model's MTP head and verified in one forward (0:
-  // off; ignored for a model that cannot draft and for constrained output). Greedy output is the same
+  // off; ignored for a model that cannot draft). Greedy output is the same
   // tokens as without it; sampled output has the same distribution.
   int64_t draft_tokens = 0;
 };

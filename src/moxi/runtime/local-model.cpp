@@ -19,20 +19,22 @@ int64_t model_lm::vocab_size() const {
   return m_->config().vocab_size;
 }
 
-std::vector<float> model_lm::run(std::span<const token_id> tokens, bool all_logits) {
+std::vector<float> model_lm::run(std::span<const token_id> tokens, bool all_logits, std::vector<float>* hidden) {
   if (verify_from_ >= 0) throw error("model_lm: append while a draft verification is open (keep() first)");
   model::forward_options o;
   o.last_only = !all_logits;
-  std::vector<float> hidden;
-  if (drafts_) o.hidden = &hidden;
+  o.hidden = hidden;
   auto logits = m_->forward(tokens, *cache_, o);
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
-  if (drafts_) pending_hidden_.insert(pending_hidden_.end(), hidden.begin(), hidden.end());
   return logits;
 }
 
 std::vector<float> model_lm::append(std::span<const token_id> tokens) {
-  return run(tokens, false);
+  if (!drafts_) return run(tokens, false, nullptr);
+  std::vector<float> hidden;
+  auto logits = run(tokens, false, &hidden);
+  pending_hidden_.insert(pending_hidden_.end(), hidden.begin(), hidden.end());
+  return logits;
 }
 
 bool model_lm::can_draft() const {
@@ -82,13 +84,7 @@ void model_lm::draft(token_id next, int64_t k, const std::function<token_id(std:
 std::vector<float> model_lm::append_verify(std::span<const token_id> tokens) {
   if (!drafts_ || !cache_->tracing()) throw error("model_lm: append_verify() without a draft() before it");
   const int64_t L = cache_->length();
-  model::forward_options o;
-  o.last_only = false;
-  std::vector<float> hidden;
-  o.hidden = &hidden;
-  auto logits = m_->forward(tokens, *cache_, o);
-  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
-  verify_hidden_ = std::move(hidden);
+  auto logits = run(tokens, true, &verify_hidden_);
   verify_from_ = L;
   return logits;
 }

@@ -57,8 +57,8 @@ class model_lm final : public causal_lm {
   void restore(const snapshot& s);
 
  private:
-  // Runs tokens on the main model; keeps their hidden states when drafting is prepared.
-  std::vector<float> run(std::span<const token_id> tokens, bool all_logits);
+  // Runs tokens on the main model (hidden: their post-norm hidden states, when not null).
+  std::vector<float> run(std::span<const token_id> tokens, bool all_logits, std::vector<float>* hidden);
 
   const model::model* m_;
   std::unique_ptr<model::contiguous_cache> cache_;

@@ -65,7 +65,6 @@ class sampler {
   void accept(token_id id);
   // A constrained output is complete and nothing may follow it: the generation ends.
   bool constraint_done() const { return constraint_ && constraint_->done(); }
-  bool constrained() const { return constraint_.has_value(); }
 
   // Speculative decoding (runtime/speculative.h). The distribution sample() draws from, fp64 [vocab]:
   // penalties and constraint applied, then sampling_distribution, or one-hot on the argmax when greedy.
