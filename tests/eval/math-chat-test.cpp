@@ -230,7 +230,7 @@ TEST(MathSplits, LengthSplitOperandsAreLongerThanTrain) {
 const std::map<std::string, std::set<std::string>> kHeldOutChatFamilies = {
     {"greeting", {"time_of_day"}}, {"capabilities", {"good_at"}}, {"identity", {"name"}},
     {"help", {"stuck"}},           {"usage", {"how_to_ask"}},     {"thanks", {"appreciate"}},
-    {"how_are_you", {"doing"}},    {"goodbye", {"later"}},
+    {"how_are_you", {"doing"}},    {"goodbye", {"later"}},        {"repeat", {"write_back"}},
 };
 
 TEST(Chat, DomainRoundTrips) {
@@ -275,6 +275,29 @@ TEST(Chat, TheReplyMustSayTheIntentsPoint) {
   EXPECT_FALSE(c.check(*by_intent["goodbye"], "Hello! How can I help?").pass);
   EXPECT_TRUE(c.check(*by_intent["goodbye"], "Bye, see you soon!").pass);
   EXPECT_FALSE(c.check(*by_intent["help"], "Sure, I can help with that").pass);  // no sentence end
+}
+
+TEST(Chat, RepeatWantsTheGivenTextExactly) {
+  checker c;
+  size_t seen = 0;
+  for (auto s : {split::train, split::test}) {
+    for (const auto& t : generate_tasks(domain::chat, s, 60, 4, {"repeat"})) {
+      SCOPED_TRACE(t.id + ": " + t.prompt);
+      ASSERT_EQ(t.template_name, "repeat");
+      const std::string text = t.params.at("text");
+      // The prompt states the text, and the reference is that text.
+      EXPECT_NE(t.prompt.find(text), std::string::npos);
+      EXPECT_EQ(t.reference, text);
+      EXPECT_TRUE(c.check(t, text).pass);
+      EXPECT_TRUE(c.check(t, "  " + text + "\n").pass);  // surrounding white space is not the text
+      EXPECT_FALSE(c.check(t, "'" + text + "'").pass);
+      EXPECT_FALSE(c.check(t, text + " please").pass);
+      EXPECT_FALSE(c.check(t, text.substr(0, text.size() - 1)).pass);
+      EXPECT_FALSE(c.check(t, "").pass);
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, 120u);
 }
 
 TEST(Chat, HeldOutFamiliesNeverInTrain) {

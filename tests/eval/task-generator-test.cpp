@@ -229,6 +229,44 @@ TEST(TaskGenerator, TrainNamesComeFromABroadPool) {
   EXPECT_GT(words.size(), 500u) << "distinct name words in " << parts << " name parts";
 }
 
+// Adjacent lowercase letter pairs in the file paths of n generated terminal items.
+std::set<std::string> path_letter_pairs(split s, size_t n) {
+  std::set<std::string> out;
+  auto lower = [](char c) { return c >= 'a' && c <= 'z'; };
+  for (const auto& t : generate_tasks(domain::terminal, s, n, 5)) {
+    for (const auto& f : t.files) {
+      for (size_t i = 0; i + 1 < f.path.size(); ++i) {
+        if (lower(f.path[i]) && lower(f.path[i + 1])) out.insert(f.path.substr(i, 2));
+      }
+    }
+  }
+  return out;
+}
+
+// The letter pairs of test names (real words: `metrics`, `agenda`) all occur in train names, so the
+// tokenizer pieces a test name splits into have been copied in training (the made-up words use all letters).
+TEST(TaskGenerator, TrainNamesCoverTheLetterPairsOfTestNames) {
+  const auto train = path_letter_pairs(split::train, 3000), test = path_letter_pairs(split::test, 500);
+  ASSERT_GT(test.size(), 100u);
+  std::string missing;
+  for (const auto& p : test) {
+    if (!train.count(p)) missing += " " + p;
+  }
+  EXPECT_EQ(missing, "") << "test letter pairs no train name has";
+}
+
+TEST(TaskGenerator, TemplatesCanBeChosen) {
+  for (const auto& t : generate_tasks(domain::terminal, split::train, 100, 2, {"rename", "head_n"}))
+    EXPECT_TRUE(t.template_name == "rename" || t.template_name == "head_n") << t.id;
+  for (const auto& t : generate_tasks(domain::terminal, split::train, 30, 2, {"followup"}))
+    EXPECT_EQ(t.template_name, "followup") << t.id;
+  // A test-only template exists in the test split only.
+  for (const auto& t : generate_tasks(domain::terminal, split::test, 30, 2, {"largest_file"}))
+    EXPECT_EQ(t.template_name, "largest_file") << t.id;
+  EXPECT_THROW(generate_tasks(domain::terminal, split::train, 5, 2, {"largest_file"}), moxi::error);
+  EXPECT_THROW(generate_tasks(domain::chat, split::train, 5, 2, {"nope"}), moxi::error);
+}
+
 TEST(TaskGenerator, MathAnswersAreTheValueOfTheirExpressionAndPrompt) {
   for (auto s : {split::train, split::test}) {
     for (const auto& t : generate_tasks(domain::math, s, 500, 9)) {

@@ -21,6 +21,7 @@ void setup_data(CLI::App& root) {
     std::string domain, split = "train", out;
     size_t n = 100;
     uint64_t seed = 0;
+    std::vector<std::string> templates;
     bool verify = false;
   };
   auto a = std::make_shared<args>();
@@ -34,18 +35,23 @@ void setup_data(CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--n", a->n, "number of tasks")->check(integer_in(1, 10'000'000))->capture_default_str();
   cmd->add_option("--seed", a->seed, "generator seed")->check(unsigned_integer())->capture_default_str();
+  cmd->add_option("--templates", a->templates,
+                  "only these templates of the split, comma-separated (all by default; docs/tasks.md lists them)")
+      ->delimiter(',');
   auto outs = std::make_shared<output_paths>(cmd);
   outs->add("--out", a->out, "output JSONL file (written atomically)", output_paths::kind::file)->required();
   cmd->add_flag("--verify", a->verify, "check every reference solution with its checker (in the sandbox)");
   set_examples(cmd,
                {"moxi data --domain math --split test --n 30 --seed 7 --out test-math.jsonl",
-                "moxi data --domain code --n 200 --out train-code.jsonl --verify"},
+                "moxi data --domain code --n 200 --out train-code.jsonl --verify",
+                "moxi data --domain chat --templates repeat --n 50 --out repeat.jsonl"},
                "docs/tasks.md");
   cmd->callback([a, outs] {
     outs->check();
     const auto t0 = std::chrono::steady_clock::now();
     const auto tasks =
-        eval::generate_tasks(eval::parse_domain(a->domain), eval::parse_split(a->split), a->n, a->seed);
+        eval::generate_tasks(eval::parse_domain(a->domain), eval::parse_split(a->split), a->n, a->seed,
+                             a->templates);
     const std::string text = eval::to_jsonl(tasks);
     eval::write_file_atomic(a->out, text);
     const double secs = seconds_since(t0);

@@ -330,6 +330,13 @@ const std::map<std::string, std::vector<std::string>>& chat_key_words() {
 check_result check_chat(const task& t, std::string_view candidate) {
   check_result r;
   const std::string text = trim(candidate);
+  const std::string intent = t.params.is_object() ? t.params.value("intent", "") : "";
+  if (intent == "repeat") {  // the given text, exactly (surrounding white space aside)
+    const std::string want = t.params.value("text", "");
+    r.pass = !want.empty() && text == want;
+    r.detail = r.pass ? "repeated exactly" : "'" + text.substr(0, 80) + "' != '" + want + "'";
+    return r;
+  }
   std::vector<std::string> words;  // lowercase, letters, digits and ' - _ only
   {
     std::istringstream in(text);
@@ -362,7 +369,6 @@ check_result check_chat(const task& t, std::string_view candidate) {
     r.detail = "does not end a sentence";
     return r;
   }
-  const std::string intent = t.params.is_object() ? t.params.value("intent", "") : "";
   auto it = chat_key_words().find(intent);
   if (it == chat_key_words().end()) {
     r.error = true;

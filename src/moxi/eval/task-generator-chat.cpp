@@ -22,6 +22,7 @@ const std::vector<template_info>& chat_templates() {
       {"thanks", false, "phrasing family 'appreciate' test only"},
       {"how_are_you", false, "phrasing family 'doing' test only"},
       {"goodbye", false, "phrasing family 'later' test only"},
+      {"repeat", false, "phrasing family 'write_back' test only; the text from the split's name pools"},
   };
   return t;
 }
@@ -98,6 +99,23 @@ chat_parts make_chat(rng& r, split s, const std::string& intent) {
   }
   const family* f = r.pick(fams);
   return {r.pick(f->phrasings), r.pick(ci.replies), f->name};
+}
+
+// "Repeat after me": the reply is the given text, exactly. It is the plainest test of copying what the user
+// wrote, which every terminal request needs (the file name in the reply is the one in the prompt).
+chat_parts make_repeat(rng& r, split s, const std::string& text) {
+  static const std::vector<family> families = {
+      {"repeat", false, false, {"Repeat after me: {x}", "repeat this: {x}", "Please repeat exactly: {x}"}},
+      {"say", false, false, {"Say {x}", "say '{x}'", "Can you say \"{x}\"?", "say this back: {x}"}},
+      {"copy", false, false, {"Copy this exactly: {x}", "copy: {x}", "Reply with exactly this text: {x}"}},
+      {"write_back", true, false, {"Write {x} back to me.", "just type {x}", "Type back exactly what I write: {x}"}},
+  };
+  std::vector<const family*> fams;
+  for (const auto& f : families) {
+    if (f.test_only == (s == split::test)) fams.push_back(&f);
+  }
+  const family* f = r.pick(fams);
+  return {fill(r.pick(f->phrasings), {{"x", text}}), text, f->name};
 }
 
 }  // namespace moxi::eval::detail

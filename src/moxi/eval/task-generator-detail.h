@@ -91,5 +91,6 @@ struct chat_parts {
   std::string prompt, reply, family;
 };
 chat_parts make_chat(rng& r, split s, const std::string& intent);
+chat_parts make_repeat(rng& r, split s, const std::string& text);
 
 }  // namespace moxi::eval::detail

@@ -435,19 +435,30 @@ bool overlaps(const std::string& a, const std::string& b) {
   return a.find(b) != std::string::npos || b.find(a) != std::string::npos;
 }
 
-// A made-up word of 2-3 syllables (`tavoku`, `mirel`, `zenpa`). Half of train's names and words are these,
-// so the model sees thousands of names once each and has to copy the one it is given instead of recalling
-// one of a few. None overlaps a test word or a filler word (either way round), so no test name is ever a
-// train name and grep/sed counts stay exact.
+// A made-up word of 2-3 syllables (`tavoku`, `shemblor`, `quixet`). Half of train's names and words are
+// these, so the model sees thousands of names once each and has to copy the one it is given instead of
+// recalling one of a few. Onsets, vowels and codas use every letter and the common English clusters, so the
+// tokenizer pieces a real word splits into (`m|et|r|ic|s`) all occur in copied train names. None overlaps a
+// test word or a filler word (either way round), so no test name is ever a train name and grep/sed counts
+// stay exact.
 std::string pseudo_word(rng& r) {
-  static const std::string consonants = "bdfgklmnprstvz", vowels = "aeiou", codas = "lnrs";
+  static const std::vector<std::string> onsets = {
+      "b",  "c",  "d",  "f",  "g",  "h",  "j",  "k",  "l",  "m",  "n",  "p",  "qu", "r",  "s",  "t",
+      "v",  "w",  "x",  "y",  "z",  "b",  "d",  "k",  "l",  "m",  "n",  "p",  "r",  "s",  "t",  "bl",
+      "br", "ch", "cl", "cr", "dr", "fl", "fr", "gl", "gr", "pl", "pr", "sc", "sh", "sk", "sl", "sm",
+      "sn", "sp", "st", "sw", "th", "tr", "wh"};
+  static const std::vector<std::string> vowels = {"a", "e", "i", "o", "u", "a", "e", "i", "o",
+                                                  "u", "y", "ai", "au", "ea", "ee", "ei", "ia", "ie", "io", "oi", "oo", "ou", "ua"};
+  static const std::vector<std::string> codas = {"l",  "n",  "r",  "s",  "t",  "m",  "k",  "x",  "ck",
+                                                 "ct", "ft", "ld", "mp", "nd", "ng", "nk", "nt", "rd",
+                                                 "rk", "rm", "rn", "rt", "sh", "sk", "st", "th"};
   for (;;) {
     std::string w;
     const int64_t syllables = r.range(2, 3);
     for (int64_t i = 0; i < syllables; ++i) {
-      w += consonants[size_t(r.range(0, int64_t(consonants.size()) - 1))];
-      w += vowels[size_t(r.range(0, int64_t(vowels.size()) - 1))];
-      if (r.range(0, 3) == 0) w += codas[size_t(r.range(0, int64_t(codas.size()) - 1))];
+      w += r.pick(onsets);
+      w += r.pick(vowels);
+      if (r.range(0, 2) == 0) w += r.pick(codas);
     }
     const name_pools& test = pools(split::test);
     bool ok = true;
@@ -1210,6 +1221,37 @@ std::string python_test(const std::string& fn, const code_parts& c) {
   return t;
 }
 
+// The text of a "repeat after me" item: 1-4 words, file names, paths, letter strings or numbers, from the
+// split's pools (train half made-up words), so test text never repeats a train name.
+std::string repeat_text(rng& r, split s) {
+  const int64_t n = r.range(1, 4);
+  std::string text;
+  for (int64_t i = 0; i < n; ++i) {
+    std::string item;
+    switch (r.range(0, 5)) {
+      case 0:
+        item = pool_pick(r, s, &name_pools::words);
+        break;
+      case 1:
+        item = pool_pick(r, s, &name_pools::stems);
+        break;
+      case 2:
+        item = make_stem(r, s, false) + "." + r.pick(kExts);
+        break;
+      case 3:
+        item = pool_pick(r, s, &name_pools::dirs) + "/" + make_stem(r, s, false) + "." + r.pick(kExts);
+        break;
+      case 4:
+        for (int64_t k = r.range(3, 10); k > 0; --k) item += char('a' + r.range(0, 25));
+        break;
+      default:
+        item = S(r.range(1, 9999));
+    }
+    text += (i ? " " : "") + item;
+  }
+  return text;
+}
+
 std::vector<std::string> names_for(const std::vector<template_info>& all, split s) {
   std::vector<std::string> v;
   for (const auto& t : all) {
@@ -1257,17 +1299,35 @@ std::vector<family_info> families(domain d) {
 // The share of terminal items that continue a conversation (docs/tasks.md "Follow-ups").
 constexpr int64_t kFollowupPercent = 15;
 
-std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed) {
+std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed,
+                                 const std::vector<std::string>& only) {
   if (s == split::length && d != domain::math) throw error("the length split exists for math only");
   const auto& all = all_templates(d);
   auto names = names_for(all, s);
+  bool followups = d == domain::terminal;
+  if (!only.empty()) {
+    for (const auto& o : only) {
+      if (std::find(names.begin(), names.end(), o) == names.end()) {
+        std::string valid;
+        for (const auto& x : names) valid += (valid.empty() ? "" : ", ") + x;
+        throw error("no template '" + o + "' in " + to_string(d) + "/" + to_string(s) + " (it has " + valid + ")");
+      }
+    }
+    std::vector<std::string> kept;
+    for (const auto& x : names) {
+      if (std::find(only.begin(), only.end(), x) != only.end()) kept.push_back(x);
+    }
+    names = kept;
+    followups = followups && std::find(only.begin(), only.end(), "followup") != only.end();
+  }
   // Follow-ups are drawn at their own rate, not as one template among many.
   names.erase(std::remove(names.begin(), names.end(), "followup"), names.end());
   std::vector<task> out;
   out.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     rng r(mix(mix(mix(seed, uint64_t(d) + 1), uint64_t(s) + 7), i));
-    const bool followup = d == domain::terminal && r.range(0, 99) < kFollowupPercent;
+    const bool roll = d == domain::terminal && r.range(0, 99) < kFollowupPercent;
+    const bool followup = followups && (roll || names.empty());
     const std::string tmpl = followup ? "followup" : r.pick(names);
     const bool test_only = std::any_of(all.begin(), all.end(),
                                        [&](const template_info& t) { return t.name == tmpl && t.test_only; });
@@ -1313,10 +1373,12 @@ std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed) {
         break;
       }
       case domain::chat: {
-        auto c = make_chat(r, s, tmpl);
+        const bool repeat = tmpl == "repeat";
+        auto c = repeat ? make_repeat(r, s, repeat_text(r, s)) : make_chat(r, s, tmpl);
         t.prompt = c.prompt;
         t.reference = c.reply;
         t.params = {{"intent", tmpl}, {"family", c.family}};
+        if (repeat) t.params["text"] = c.reply;
         break;
       }
     }

@@ -15,7 +15,10 @@ namespace moxi::eval {
 // (domain, split, seed, i), through a portable generator (no std:: distributions, whose output differs
 // between standard libraries), so the same arguments give byte-identical JSONL on every machine and --n 10 is
 // a prefix of --n 100.
-std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed);
+// `only`, when not empty, restricts the items to those templates of the split (an error names the valid ones);
+// without it every template of the split is drawn.
+std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed,
+                                 const std::vector<std::string>& only = {});
 
 // A generator template and where it appears: `shared` templates appear in both splits, with the test
 // split drawing the parameters named in `holdout` from a range train never uses; `test_only` templates

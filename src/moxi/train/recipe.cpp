@@ -86,6 +86,7 @@ std::vector<data_source> parse_sources(const json& list, const std::string& wher
     r.get("split", s.split);
     r.get("n", s.n);
     r.get("seed", s.seed);
+    r.get("templates", s.templates);
     if (s.file.empty() && (s.domain.empty() || s.n <= 0))
       throw error(w + ": needs either \"file\" or \"domain\" and \"n\" > 0");
     r.finish();
@@ -262,8 +263,11 @@ json sources_json(const std::vector<data_source>& sources) {
   for (const auto& s : sources) {
     if (!s.file.empty())
       out.push_back({{"file", s.file}});
-    else
+    else if (s.templates.empty())
       out.push_back({{"domain", s.domain}, {"split", s.split}, {"n", s.n}, {"seed", s.seed}});
+    else
+      out.push_back(
+          {{"domain", s.domain}, {"split", s.split}, {"n", s.n}, {"seed", s.seed}, {"templates", s.templates}});
   }
   return out;
 }

@@ -17,6 +17,7 @@ struct data_source {
   std::string domain, split = "train";
   int64_t n = 0;
   uint64_t seed = 0;
+  std::vector<std::string> templates;  // generate only these templates (all when empty)
 };
 
 struct recipe {
