@@ -12,6 +12,8 @@ PACKAGES=(
   libopenblas0-openmp  # libtorch's BLAS: OpenBLAS instead of the reference libblas3 (several x on the trainer)
   libgoogle-perftools-dev  # tcmalloc for moxi-train: glibc malloc spends ~14 % of a training step
   python3  # the code-domain checkers run candidate programs and their tests with it (in the sandbox)
+  python3-pytest  # agentic tasks' hidden tests (tasks/terminal-bench, Terminal-Bench's run-tests.sh)
+  libyaml-cpp-dev  # Terminal-Bench task.yaml and solution.yaml
 )
 
 missing=()

@@ -209,6 +209,20 @@ TEST_F(Usage, EveryModelFlagTakesDashM) {
   EXPECT_NE(h.out.find("-m,--model"), std::string::npos) << h.out;
 }
 
+// `moxi eval` keeps its required flags now that `moxi eval agent` lives under it.
+TEST_F(Usage, EvalAndEvalAgentCheckTheirFlags) {
+  std::ofstream(path("t.jsonl")) << "{}\n";
+  expect_usage_error("eval --tasks " + path("t.jsonl"), "--model");
+  expect_usage_error("eval -m " + tiny(), "--tasks");
+  expect_usage_error("eval agent --agent oracle", "--tasks");
+  fs::create_directories(path("tasks"));
+  expect_usage_error("eval agent --tasks " + path("tasks") + " --agent bogus", "--agent");
+  fs::create_directories(path("run"));
+  std::ofstream(path("run/results.json")) << "{}";
+  const auto t = std::string(MOXI_SOURCE_DIR) + "/tasks/terminal-bench";
+  if (fs::exists(t)) expect_usage_error("eval agent --tasks " + t + " --agent null --out " + path("run"), "--force");
+}
+
 // `moxi serve DIR` as `vllm serve MODEL`: the served name is the directory's.
 TEST_F(Usage, ServeTakesThePositionalModelDirectory) {
   fs::create_directories(path("my-model"));

@@ -17,6 +17,9 @@
 #include "moxi/eval/task-generator.h"
 
 namespace moxi::cli {
+
+void setup_eval_agent(CLI::App* eval);  // cmd-eval-agent.cpp: `moxi eval agent`
+
 namespace {
 
 void print_table(const eval::eval_report& r, bool by_template) {
@@ -98,12 +101,12 @@ void setup_eval(CLI::App& root) {
     eval::evaluate_options opt;
   };
   auto a = std::make_shared<args>();
-  add_model_option(cmd, a->model, /*required=*/true)
+  // -m and --tasks are required unless a subcommand (`moxi eval agent`) runs instead; checked below.
+  add_model_option(cmd, a->model, /*required=*/false)
       ->description(
           "model directory (config.json, safetensors, tokenizer.json, tokenizer_config.json with a "
           "chat template)");
   cmd->add_option("--tasks", a->tasks, "tasks, one JSON object per line (`moxi data` writes them)")
-      ->required()
       ->check(CLI::ExistingFile);
   cmd->add_flag("--json", a->json, "print the report (with per-task records) as JSON");
   cmd->add_option("--max-tasks", a->max_tasks, "evaluate the first N tasks only (0: all)")
@@ -135,7 +138,12 @@ void setup_eval(CLI::App& root) {
                 "moxi eval -m models/moxi-small --tasks test.jsonl --json > before.json",
                 "moxi eval -m run/model --tasks test.jsonl --baseline before.json --out records.jsonl"},
                "docs/eval.md");
-  cmd->callback([a, outs] {
+  setup_eval_agent(cmd);
+  cmd->require_subcommand(0, 1);
+  cmd->callback([a, outs, cmd] {
+    if (!cmd->get_subcommands().empty()) return;
+    if (a->model.empty()) throw usage_error("--model is required");
+    if (a->tasks.empty()) throw usage_error("--tasks is required");
     interrupt_guard stop_cleanly;  // SIGINT/SIGTERM: sandbox runs killed, workspaces removed, exit 130
     outs->check();
     auto tasks = eval::read_jsonl(a->tasks);

@@ -111,8 +111,11 @@ void setup(CLI::App& root) {
   auto* run = sb->add_subcommand("run", "Run CMD in a fresh sandbox and exit with its status");
   auto& s = opts->spec;
   run->add_option("--workspace", s.workspace,
-                  "Host directory mounted writable at /workspace (default: a temporary one)");
+                  "Host directory mounted writable at --workspace-mount (default: a temporary one)");
   run->add_flag("--keep-workspace", s.keep_workspace, "Keep the temporary workspace after the run");
+  run->add_option("--workspace-mount", s.policy.workspace_mount,
+                  "Where the workspace appears inside (also HOME and the working directory)")
+      ->capture_default_str();
   run->add_option("--timeout", s.limits.timeout_s, "Wall-clock limit in seconds (kills the whole tree)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

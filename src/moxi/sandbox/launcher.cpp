@@ -542,10 +542,25 @@ void check_limits(const limits& l) {
   check_count("workspace_inodes", l.workspace_inodes, 16, 1ull << 32, false, "inodes");
 }
 
+void check_workspace_mount(const std::string& m) {
+  // Absolute, normal, and not a system directory the sandbox's own tools live in: a Terminal-Bench task's
+  // WORKDIR (/app) is fine, `/`, `/usr` or `/a/../b` are not.
+  static const std::vector<std::string> system = {"/bin", "/dev", "/etc", "/lib", "/lib32", "/lib64",
+                                                  "/proc", "/sbin", "/sys", "/tmp", "/usr"};
+  bool ok = m.size() > 1 && m[0] == '/' && m.back() != '/' && m.find("//") == std::string::npos &&
+            m.find('\0') == std::string::npos;
+  for (const char* bad : {"/./", "/../"}) ok = ok && (m + "/").find(bad) == std::string::npos;
+  for (const auto& s : system) ok = ok && m != s && m.rfind(s + "/", 0) != 0;
+  if (!ok)
+    throw error("sandbox: workspace mount '" + m +
+                "' must be an absolute, normal path outside /bin, /dev, /etc, /lib*, /proc, /sbin, /sys, /tmp, /usr");
+}
+
 run_result run(const run_spec& spec) {
   if (spec.argv.empty() || spec.argv[0].empty()) throw error("sandbox: empty command");
   const auto& lim = spec.limits;
   check_limits(lim);
+  check_workspace_mount(spec.policy.workspace_mount);
   check_interrupt();  // nothing new starts once moxi is asked to stop (a pool's queued runs end here)
   static std::once_flag swept;
   std::call_once(swept, [] { sweep_stale_cgroups(); });

@@ -44,7 +44,8 @@ struct policy {
   bool allow_inet = false;
   // Extra read-only binds {host path, sandbox path}, e.g. a toolchain or a task's fixture directory.
   std::vector<std::pair<std::string, std::string>> ro_binds;
-  // Where the workspace appears inside; also HOME and the working directory.
+  // Where the workspace appears inside; also HOME and the working directory. Absolute and normal, not
+  // `/` and not under /bin, /dev, /etc, /lib*, /proc, /sbin, /sys, /tmp or /usr (run() throws).
   std::string workspace_mount = "/workspace";
   // Host uid/gid the sandbox runs as when the caller is root, so that root-owned host files stay
   // protected by ordinary permissions even inside the user namespace. Ignored for non-root callers.
@@ -113,6 +114,9 @@ struct run_result {
 // Throws moxi::error naming the field when a limit is outside its range (docs/sandbox.md#limits): NaN,
 // infinite, negative, or so large that a conversion would overflow.
 void check_limits(const limits& l);
+
+// Throws moxi::error unless `m` is a usable policy::workspace_mount (see there).
+void check_workspace_mount(const std::string& m);
 
 // Runs one command to completion under the policy and limits; thread-safe, never throws for anything
 // the command does. Throws moxi::error for a bad spec (empty argv, a limit out of range, an unusable

@@ -1,0 +1,139 @@
+// `moxi eval agent --tasks DIR --agent oracle|null [--concurrency N] [--max-turns N] [--out RUN_DIR]`:
+// multi-turn episodes on Terminal-Bench-layout tasks in the sandbox (moxi::eval::run_episode,
+// docs/agent-eval.md). Writes RUN_DIR/results.json and one trajectory per task under RUN_DIR/trajectories.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "moxi/base/error.h"
+#include "moxi/base/interrupt.h"
+#include "moxi/cli/options.h"
+#include "moxi/eval/episode.h"
+#include "moxi/eval/task.h"
+
+namespace moxi::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string default_run_dir(const std::string& agent) {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  return "runs/agent-" + agent + "-" + stamp;
+}
+
+void print_summary(const nlohmann::json& res) {
+  std::printf("%-14s %7s %7s %7s %10s\n", "category", "tasks", "passed", "errors", "pass rate");
+  auto row = [](const std::string& name, const nlohmann::json& s) {
+    std::printf("%-14s %7d %7d %7d %9.1f%%\n", name.c_str(), s.at("tasks").get<int>(), s.at("passed").get<int>(),
+                s.at("errors").get<int>(), 100.0 * s.at("pass_rate").get<double>());
+  };
+  for (const auto& [c, s] : res.at("by_category").items()) row(c, s);
+  row("overall", res.at("overall"));
+}
+
+}  // namespace
+
+void setup_eval_agent(CLI::App* eval) {
+  auto* cmd = eval->add_subcommand("agent", "Multi-turn agent episodes on Terminal-Bench-layout tasks, in the sandbox");
+  struct args {
+    std::string tasks, agent, out;
+    int concurrency = 1;
+    bool keep = false, force = false, quiet = false;
+    eval::episode_limits limits;
+  };
+  auto a = std::make_shared<args>();
+  cmd->add_option("--tasks", a->tasks, "a task directory, or a directory of them (tasks/terminal-bench)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--agent", a->agent, "oracle: runs each task's solution; null: does nothing")
+      ->required()
+      ->check(CLI::IsMember({"oracle", "null"}));
+  cmd->add_option("--concurrency", a->concurrency, "episodes at once, each in its own sandboxed workspace")
+      ->check(integer_in(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--max-turns", a->limits.max_turns, "commands per episode")
+      ->check(integer_in(1, 10000))
+      ->capture_default_str();
+  cmd->add_option("--command-timeout", a->limits.command_timeout_s, "seconds per command")
+      ->check(number_in(0.1, 86400))
+      ->capture_default_str();
+  cmd->add_option("--episode-timeout", a->limits.episode_timeout_s,
+                  "seconds per episode (0: the task's max_agent_timeout_sec)")
+      ->check(number_in(0, 86400))
+      ->capture_default_str();
+  cmd->add_option("--observation-bytes", a->limits.observation_bytes,
+                  "bytes of each stream of a command's output the agent sees (the rest is marked as cut)")
+      ->check(integer_in(16, int64_t(1) << 24))
+      ->capture_default_str();
+  cmd->add_option("--out", a->out, "run directory: results.json, trajectories/ (default runs/agent-AGENT-TIME)");
+  cmd->add_flag("--force", a->force, "write into an existing run directory (its results.json and trajectories are replaced)");
+  cmd->add_flag("--keep-workspaces", a->keep, "keep each episode's workspace under RUN_DIR/work");
+  cmd->add_flag("-q,--quiet", a->quiet, "no line per finished task");
+  set_examples(cmd,
+               {"moxi eval agent --tasks tasks/terminal-bench --agent oracle --concurrency 2",
+                "moxi eval agent --tasks tasks/terminal-bench/work-count-errors --agent null --out run1"},
+               "docs/agent-eval.md");
+  cmd->callback([a] {
+    interrupt_guard stop_cleanly;  // SIGINT/SIGTERM: running commands killed, workspaces removed, exit 130
+    const auto tasks = eval::load_agent_tasks(a->tasks);
+    const std::string run = a->out.empty() ? default_run_dir(a->agent) : a->out;
+    if (fs::exists(run) && !fs::is_empty(run) && !a->force)
+      throw usage_error(run + " exists and is not empty (give --force to write into it, or another --out)");
+    const fs::path traj = fs::path(run) / "trajectories", work = fs::path(run) / "work";
+    fs::create_directories(traj);
+    fs::create_directories(work);
+    std::unique_ptr<eval::agent> agent =
+        a->agent == "oracle" ? eval::make_oracle_agent() : eval::make_null_agent();
+    std::vector<eval::episode_result> results(tasks.size());
+    std::atomic<size_t> next{0}, done{0};
+    std::mutex print;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto worker = [&] {
+      for (size_t i = next++; i < tasks.size(); i = next++) {
+        if (interrupt_requested()) return;
+        eval::episode_options opt;
+        opt.limits = a->limits;
+        opt.work_dir = work.string();
+        opt.keep_workspace = a->keep;
+        opt.trajectory = (traj / (tasks[i].id + ".jsonl")).string();
+        std::error_code ec;
+        fs::remove(opt.trajectory, ec);  // --force: a new run's trajectory, not appended to the old one
+        try {
+          results[i] = eval::run_episode(tasks[i], *agent, opt);
+        } catch (const interrupted&) {
+          return;
+        }
+        const auto& r = results[i];
+        if (!a->quiet) {
+          std::lock_guard<std::mutex> lock(print);
+          std::fprintf(stderr, "[%zu/%zu] %-32s %s %d/%d tests, %d turns, %.1f s%s%s\n", ++done, tasks.size(),
+                       r.id.c_str(), r.pass ? "pass" : r.error.empty() ? "FAIL" : "ERROR", r.tests_passed,
+                       r.tests_total, r.turns, r.seconds, r.error.empty() ? "" : ": ", r.error.c_str());
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int k = 0; k < a->concurrency; ++k) threads.emplace_back(worker);
+    for (auto& th : threads) th.join();
+    check_interrupt();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto res = eval::results_json(agent->name(), results, secs);
+    res["tasks_dir"] = a->tasks;
+    eval::write_file_atomic((fs::path(run) / "results.json").string(), res.dump(2) + "\n");
+    if (!a->keep) fs::remove_all(work);
+    print_summary(res);
+    std::printf("agent %s: %zu tasks in %.1f s, concurrency %d -> %s/results.json\n", agent->name().c_str(),
+                tasks.size(), secs, a->concurrency, run.c_str());
+  });
+}
+
+}  // namespace moxi::cli

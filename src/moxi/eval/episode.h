@@ -1,0 +1,100 @@
+// Multi-turn agentic episodes in the sandbox (`moxi eval agent`, docs/agent-eval.md): an agent gets a
+// task's instruction and a persistent workspace, runs one command per turn and sees its exit code and
+// (truncated) output, until it finishes or a limit ends the episode. Then the task's hidden tests run in
+// the same workspace; the reward is their verdict (all passed) and the fraction passed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "moxi/eval/agent-task.h"
+#include "moxi/sandbox/sandbox.h"
+
+namespace moxi::eval {
+
+// What one command did, as the agent sees it.
+struct observation {
+  int exit_code = -1;
+  std::string output;      // stdout then stderr, each cut to episode_limits::observation_bytes with a marker
+  bool truncated = false;  // something was cut
+  double seconds = 0;
+  std::string limit;  // the sandbox limit that ended the command ("timeout", "memory", ...), else ""
+};
+
+// The agent's move: a shell command, or finishing the episode.
+struct action {
+  bool finish = false;
+  std::string command;  // run with `bash -c` in the workspace
+  std::string text;     // what the agent said (a model's raw reply), for the trajectory
+  int64_t prompt_tokens = 0, reply_tokens = 0;
+  // Model agents: the reply's token ids and the sampler's log-probs, for RL on episodes.
+  std::vector<int32_t> token_ids;
+  std::vector<float> logprobs;
+};
+
+// One episode of an agent; created per task, used by one thread.
+class agent_session {
+ public:
+  virtual ~agent_session() = default;
+  // The next move; `last` is the previous command's observation (nullptr on the first turn).
+  virtual action next(const observation* last) = 0;
+};
+
+class agent {
+ public:
+  virtual ~agent() = default;
+  virtual std::string name() const = 0;
+  virtual std::unique_ptr<agent_session> start(const agent_task& t) = 0;
+};
+
+// Runs the task's solution (every command of it in order), then finishes: every shipped task must pass.
+std::unique_ptr<agent> make_oracle_agent();
+// Finishes at once: every shipped task must fail.
+std::unique_ptr<agent> make_null_agent();
+
+struct episode_limits {
+  int max_turns = 30;
+  double command_timeout_s = 60;  // per command, also capped by the time left in the episode
+  double episode_timeout_s = 0;   // 0: the task's max_agent_timeout_sec
+  uint64_t observation_bytes = 4096;  // per stream shown to the agent
+  uint64_t output_bytes = 1 << 20;    // captured per stream and command (the rest is only counted)
+  sandbox::limits sandbox;            // memory, pids, disk ... of every command and of the tests
+};
+
+struct episode_result {
+  std::string id, category, difficulty;
+  bool pass = false;
+  int tests_passed = 0, tests_total = 0;
+  int turns = 0;  // commands run
+  int64_t prompt_tokens = 0, reply_tokens = 0;
+  double seconds = 0;       // the whole episode, tests included
+  std::string stop;         // "finished", "max_turns", "timeout", or "error"
+  std::string error;        // an infrastructure failure (setup, sandbox, agent): not a verdict
+  std::string test_output;  // the tests' output (cut to 16 KB)
+};
+
+struct episode_options {
+  episode_limits limits;
+  std::string work_dir;        // per-episode workspaces are made under it (must exist)
+  bool keep_workspace = false;  // leave WORK_DIR/<id>/ after the episode
+  std::string trajectory;       // append the episode's events here as JSONL ("" = none)
+};
+
+// Runs one episode and its tests. Never throws for what the agent or its commands do; a setup or sandbox
+// failure becomes result.error. Throws moxi::interrupted on SIGINT/SIGTERM under an interrupt_guard.
+episode_result run_episode(const agent_task& t, agent& a, const episode_options& opt);
+
+// Tests passed and run, from pytest's final "N failed, M passed in Ts" line, else (a run killed before
+// it) from the -rA summary's PASSED/FAILED/ERROR lines; {0, 0} when neither is there.
+std::pair<int, int> pytest_counts(const std::string& output);
+
+nlohmann::json to_json(const episode_result& r);
+
+// results.json of a run: the records plus the pass rate overall and per category.
+nlohmann::json results_json(const std::string& agent_name, const std::vector<episode_result>& results,
+                            double seconds);
+
+}  // namespace moxi::eval
