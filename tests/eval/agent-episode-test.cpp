@@ -3,6 +3,7 @@
 // what their commands must observably do, and pytest's counts against a real pytest run.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -13,6 +14,8 @@
 #include "moxi/base/error.h"
 #include "moxi/eval/agent-task.h"
 #include "moxi/eval/episode.h"
+#include "moxi/eval/evaluate.h"
+#include "moxi/runtime/local-model.h"
 
 namespace {
 namespace fs = std::filesystem;
@@ -313,6 +316,77 @@ TEST_F(Episode, ResultsSummarizePerCategory) {
   EXPECT_DOUBLE_EQ(j.at("overall").at("pass_rate").get<double>(), 0.5);  // errors are not judged
   EXPECT_DOUBLE_EQ(j.at("by_category").at("work").at("pass_rate").get<double>(), 0.5);
   EXPECT_EQ(j.at("tasks").size(), 3u);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(ModelAgent, ACommandIsTheReplyOrItsFence) {
+  bool finish = true;
+  EXPECT_EQ(command_of_reply("  wc -l notes.txt\n", finish), "wc -l notes.txt");
+  EXPECT_FALSE(finish);
+  EXPECT_EQ(command_of_reply("```sh\nsort a.txt | uniq\n```", finish), "sort a.txt | uniq");
+  EXPECT_FALSE(finish);
+  EXPECT_EQ(command_of_reply("$ ls -la", finish), "ls -la");
+  EXPECT_EQ(command_of_reply("for f in *; do\n  echo $f\ndone", finish), "for f in *; do\n  echo $f\ndone");
+  for (const char* done : {"DONE", "done.", "  Done \n", ""}) {
+    EXPECT_EQ(command_of_reply(done, finish), "") << done;
+    EXPECT_TRUE(finish) << done;
+  }
+  observation o;
+  o.exit_code = 124;
+  o.limit = "timeout";
+  EXPECT_EQ(observation_message(o), "exit code 124 (stopped: timeout limit)\n(no output)");
+  o.exit_code = 0;
+  o.limit = "";
+  o.output = "3 notes.txt\n";
+  EXPECT_EQ(observation_message(o), "exit code 0\n3 notes.txt\n");
+}
+
+}  // namespace
+
+namespace {
+
+// The bundled tiny model as the agent: a real episode, whatever it types, with the reply's token ids and
+// their log-probs in the trajectory, the conversation growing each turn.
+TEST_F(Episode, AModelAgentPlaysThroughTheChatTemplate) {
+  const auto t = load_agent_task(make_task(dir_, "count"));
+  const auto lm = moxi::runtime::local_model::load(std::string(MOXI_SOURCE_DIR) + "/models/moxi-tiny");
+  eval_model m;
+  m.name = "moxi-tiny";
+  m.new_sequence = [&lm] { return std::make_unique<moxi::runtime::model_lm>(lm.model); };
+  m.tok = &lm.tok;
+  m.chat = &lm.require_chat();
+  m.stop_tokens = lm.stop_tokens;
+  model_agent_options mo;
+  mo.max_tokens = 24;
+  auto a = make_model_agent(m, mo);
+  auto o = options();
+  o.limits.max_turns = 3;
+  const auto r = run_episode(t, *a, o);
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  EXPECT_GE(r.turns, 0);
+  EXPECT_LE(r.turns, 3);
+  std::ifstream in(path("trajectory.jsonl"));
+  int actions = 0;
+  int64_t last_prompt = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto e = nlohmann::json::parse(line);
+    if (e.at("event") != "action") continue;
+    ++actions;
+    const auto ids = e.at("token_ids"), lps = e.at("logprobs");
+    EXPECT_EQ(int64_t(ids.size()), e.at("reply_tokens").get<int64_t>());
+    EXPECT_EQ(ids.size(), lps.size());
+    for (const auto& lp : lps) EXPECT_LE(lp.get<double>(), 1e-6);
+    EXPECT_GT(e.at("prompt_tokens").get<int64_t>(), last_prompt) << "each turn sees the whole conversation";
+    last_prompt = e.at("prompt_tokens");
+    // Greedy: the first token is the model's most likely one, so its probability is at least 1 / vocab.
+    if (!lps.empty()) {
+      EXPECT_GE(lps[0].get<double>(), -std::log(double(lm.tok.vocab_size())));
+    }
+  }
+  EXPECT_EQ(actions, std::min(r.turns + 1, 3 + (r.stop == "finished")));
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "moxi/base/error.h"
 #include "moxi/formats/byte-tokenizer.h"
 
@@ -136,6 +138,43 @@ TEST(Generate, RejectsEmptyPromptAndBadParameters) {
   const auto none = go(lm, tok, {5}, greedy(0));
   EXPECT_TRUE(none.r.tokens.empty());
   EXPECT_TRUE(lm.calls.empty());
+}
+
+}  // namespace
+
+namespace {
+
+// Decodable ids: the loop never samples the others, so they are out of the softmax too.
+int decodable(const tokenizer& tok, int64_t vocab) {
+  int n = 0;
+  for (int64_t id = 0; id < vocab; ++id) n += id < tok.vocab_size() && !tok.token_bytes(token_id(id)).empty();
+  return n;
+}
+
+TEST(Generate, LogprobsAreTheModelsLogSoftmaxOfEachToken) {
+  const auto tok = byte_tokenizer();
+  const double d = decodable(tok, 300);
+  scripted_lm lm(tok.encode("abc"));
+  auto o = greedy(10);
+  o.logprobs = true;
+  const auto out = go(lm, tok, tok.encode("x"), o);
+  ASSERT_EQ(out.r.tokens.size(), 4u);  // a, b, c, eos
+  ASSERT_EQ(out.r.logprobs.size(), 4u);
+  // One logit of 30 among d - 1 zeros, in fp64.
+  const double want = 30.0 - std::log(std::exp(30.0) + (d - 1));
+  for (float lp : out.r.logprobs) EXPECT_NEAR(lp, want, 1e-6);
+  // Sampling at any temperature from uniform logits: each token's model log-prob is -log(d).
+  scripted_lm flat({}, /*flat=*/true);
+  auto s = greedy(6);
+  s.sampling.temperature = 0.3;
+  s.sampling.seed = 5;
+  s.logprobs = true;
+  const auto f = go(flat, tok, tok.encode("x"), s);
+  ASSERT_EQ(f.r.logprobs.size(), f.r.tokens.size());
+  for (float lp : f.r.logprobs) EXPECT_NEAR(lp, -std::log(d), 1e-5);
+  // Off by default.
+  scripted_lm again(tok.encode("abc"));
+  EXPECT_TRUE(go(again, tok, tok.encode("x"), greedy(10)).r.logprobs.empty());
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// `moxi eval agent --tasks DIR --agent oracle|null [--concurrency N] [--max-turns N] [--out RUN_DIR]`:
+// `moxi eval agent --tasks DIR --agent model|oracle|null [-m DIR] [--concurrency N] [--max-turns N] [--out RUN_DIR]`:
 // multi-turn episodes on Terminal-Bench-layout tasks in the sandbox (moxi::eval::run_episode,
 // docs/agent-eval.md). Writes RUN_DIR/results.json and one trajectory per task under RUN_DIR/trajectories.
 #include <atomic>
@@ -8,12 +8,15 @@
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "moxi/base/error.h"
 #include "moxi/base/interrupt.h"
 #include "moxi/cli/options.h"
 #include "moxi/eval/episode.h"
+#include "moxi/eval/evaluate.h"
+#include "moxi/runtime/local-model.h"
 #include "moxi/eval/task.h"
 
 namespace moxi::cli {
@@ -45,7 +48,8 @@ void print_summary(const nlohmann::json& res) {
 void setup_eval_agent(CLI::App* eval) {
   auto* cmd = eval->add_subcommand("agent", "Multi-turn agent episodes on Terminal-Bench-layout tasks, in the sandbox");
   struct args {
-    std::string tasks, agent, out;
+    std::string tasks, agent, out, model;
+    eval::model_agent_options model_opt;
     int concurrency = 1;
     bool keep = false, force = false, quiet = false;
     eval::episode_limits limits;
@@ -54,9 +58,18 @@ void setup_eval_agent(CLI::App* eval) {
   cmd->add_option("--tasks", a->tasks, "a task directory, or a directory of them (tasks/terminal-bench)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  cmd->add_option("--agent", a->agent, "oracle: runs each task's solution; null: does nothing")
+  cmd->add_option("--agent", a->agent,
+                  "model: a moxi model (-m) runs commands; oracle: runs each task's solution; null: does nothing")
       ->required()
-      ->check(CLI::IsMember({"oracle", "null"}));
+      ->check(CLI::IsMember({"model", "oracle", "null"}));
+  add_model_option(cmd, a->model, /*required=*/false)->description("model directory for --agent model");
+  cmd->add_option("--max-tokens", a->model_opt.max_tokens, "reply length limit per turn (--agent model)")
+      ->check(integer_in(1, int64_t(1) << 20))
+      ->capture_default_str();
+  cmd->add_option("--temperature", a->model_opt.temperature, "0 = greedy (--agent model)")
+      ->check(number_in(0, 100))
+      ->capture_default_str();
+  cmd->add_option("--seed", a->model_opt.seed, "sampling seed (--agent model)")->check(unsigned_integer());
   cmd->add_option("--concurrency", a->concurrency, "episodes at once, each in its own sandboxed workspace")
       ->check(integer_in(1, 256))
       ->capture_default_str();
@@ -79,11 +92,14 @@ void setup_eval_agent(CLI::App* eval) {
   cmd->add_flag("--keep-workspaces", a->keep, "keep each episode's workspace under RUN_DIR/work");
   cmd->add_flag("-q,--quiet", a->quiet, "no line per finished task");
   set_examples(cmd,
-               {"moxi eval agent --tasks tasks/terminal-bench --agent oracle --concurrency 2",
+               {"moxi eval agent --tasks tasks/terminal-bench --agent model -m models/moxi-small",
+                "moxi eval agent --tasks tasks/terminal-bench --agent oracle --concurrency 2",
                 "moxi eval agent --tasks tasks/terminal-bench/work-count-errors --agent null --out run1"},
                "docs/agent-eval.md");
   cmd->callback([a] {
     interrupt_guard stop_cleanly;  // SIGINT/SIGTERM: running commands killed, workspaces removed, exit 130
+    if (a->agent == "model" && a->model.empty()) throw usage_error("--agent model needs -m/--model");
+    if (a->agent != "model" && !a->model.empty()) throw usage_error("-m/--model is for --agent model only");
     const auto tasks = eval::load_agent_tasks(a->tasks);
     const std::string run = a->out.empty() ? default_run_dir(a->agent) : a->out;
     if (fs::exists(run) && !fs::is_empty(run) && !a->force)
@@ -91,8 +107,20 @@ void setup_eval_agent(CLI::App* eval) {
     const fs::path traj = fs::path(run) / "trajectories", work = fs::path(run) / "work";
     fs::create_directories(traj);
     fs::create_directories(work);
-    std::unique_ptr<eval::agent> agent =
-        a->agent == "oracle" ? eval::make_oracle_agent() : eval::make_null_agent();
+    std::optional<runtime::local_model> lm;
+    eval::eval_model em;
+    std::unique_ptr<eval::agent> agent;
+    if (a->agent == "model") {
+      lm.emplace(runtime::local_model::load(a->model));
+      em.name = a->model;
+      em.new_sequence = [&lm] { return std::make_unique<runtime::model_lm>(lm->model); };
+      em.tok = &lm->tok;
+      em.chat = &lm->require_chat();
+      em.stop_tokens = lm->stop_tokens;
+      agent = eval::make_model_agent(em, a->model_opt);
+    } else {
+      agent = a->agent == "oracle" ? eval::make_oracle_agent() : eval::make_null_agent();
+    }
     std::vector<eval::episode_result> results(tasks.size());
     std::atomic<size_t> next{0}, done{0};
     std::mutex print;

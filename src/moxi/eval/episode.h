@@ -15,6 +15,8 @@
 
 namespace moxi::eval {
 
+struct eval_model;  // evaluate.h
+
 // What one command did, as the agent sees it.
 struct observation {
   int exit_code = -1;
@@ -54,6 +56,23 @@ class agent {
 std::unique_ptr<agent> make_oracle_agent();
 // Finishes at once: every shipped task must fail.
 std::unique_ptr<agent> make_null_agent();
+
+// A chat model as the agent (model-agent.cpp): the first user message is the instruction with the
+// protocol (one shell command per reply, DONE when finished); each command's observation comes back as
+// the next user message. Each turn renders the whole conversation with the model's chat template and
+// decodes a reply (greedy unless temperature > 0), recording its token ids and log-probs. `m` must
+// outlive the agent.
+struct model_agent_options {
+  int64_t max_tokens = 256;  // per reply
+  double temperature = 0;
+  uint64_t seed = 0;
+};
+std::unique_ptr<agent> make_model_agent(const eval_model& m, const model_agent_options& o = {});
+// The command in a model's reply: the text of a ``` fence when there is one, without a leading `$ `;
+// finish is true for an empty reply or DONE. Exposed for tests.
+std::string command_of_reply(const std::string& reply, bool& finish);
+// The user message that carries an observation back to the model.
+std::string observation_message(const observation& o);
 
 struct episode_limits {
   int max_turns = 30;

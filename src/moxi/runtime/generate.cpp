@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 
 #include "moxi/base/clock.h"
@@ -50,6 +51,15 @@ generate_result generate(causal_lm& lm, const formats::tokenizer& tok, std::span
     return step.stopped || int64_t(r.tokens.size()) == opts.max_tokens;
   };
   const bool speculate = opts.draft_tokens > 0 && lm.can_draft();
+  if (speculate && opts.logprobs) throw error("generate: logprobs are recorded without speculative decoding only");
+  // log softmax(l)[id] in double; masked (-inf) logits add nothing.
+  auto record = [&](const std::vector<float>& l, token_id id) {
+    if (!opts.logprobs) return;
+    double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (float x : l) mx = std::max(mx, double(x));
+    for (float x : l) sum += std::exp(double(x) - mx);
+    r.logprobs.push_back(float(double(l[size_t(id)]) - mx - std::log(sum)));
+  };
   if (speculate) lm.prepare_drafts();
 
   auto t0 = clock::now();
@@ -58,6 +68,7 @@ generate_result generate(causal_lm& lm, const formats::tokenizer& tok, std::span
   const auto t1 = clock::now();
   mask(logits);
   token_id next = s.sample(logits);  // sampled and emitted, not yet appended (the sequence's invariant)
+  record(logits, next);
   bool done = push(next);
   while (!done) {
     // Each verify step emits up to k + 1 tokens; the budget left bounds k.
@@ -67,6 +78,7 @@ generate_result generate(causal_lm& lm, const formats::tokenizer& tok, std::span
       logits = lm.append(one);
       mask(logits);
       next = s.sample(logits);
+      record(logits, next);
       done = push(next);
       continue;
     }

@@ -47,10 +47,15 @@ struct generate_options {
   // off; ignored for a model that cannot draft). Greedy output is the same
   // tokens as without it; sampled output has the same distribution.
   int64_t draft_tokens = 0;
+  // Record each generated token's log-probability under the model (log-softmax of its logits at
+  // temperature 1 over the decodable tokens, whatever the sampling settings), as RL needs. Needs
+  // draft_tokens = 0.
+  bool logprobs = false;
 };
 
 struct generate_result {
   std::vector<token_id> tokens;  // generated ids, the stop token included when one ended generation
+  std::vector<float> logprobs;   // per token of `tokens`, when generate_options::logprobs
   std::string finish_reason;     // "stop" or "length"
   int64_t prompt_tokens = 0;
   double prompt_seconds = 0;    // prefill: time to the first logits

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <vector>
 
 #include "moxi/base/error.h"
@@ -317,9 +319,12 @@ void check_workspace_rules(int dirfd, const std::string& path, uid_t sandbox_uid
 }
 
 bool lock_workspace(int dirfd, bool shared) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
   for (;;) {
     if (::flock(dirfd, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB) == 0) return true;
-    if (errno != EINTR) return false;
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK || std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }
 

@@ -50,8 +50,11 @@ unique_fd open_dir_nofollow(const std::string& path, bool create, std::string* a
 // and not a shared directory (world-writable or sticky). Throws moxi::error.
 void check_workspace_rules(int dirfd, const std::string& path, uid_t sandbox_uid);
 
-// Takes flock(LOCK_EX, or LOCK_SH when `shared`) on the directory without blocking; false when another
-// run holds a conflicting lock.
+// Takes flock(LOCK_EX, or LOCK_SH when `shared`) on the directory; false when another run still holds a
+// conflicting lock after 300 ms. The short wait is for a lock that only looks held: a descriptor a
+// thread closed can live on in another thread's freshly cloned launcher child until that child closes its
+// descriptors and execs (milliseconds), so a caller reusing a workspace while other threads start runs
+// (an agent episode's next command) would otherwise be refused at random.
 bool lock_workspace(int dirfd, bool shared);
 
 // Hands every entry of the tree below and including `dirfd` to uid:gid. Directories are opened with

@@ -1,0 +1,16 @@
+#!/bin/bash
+set -euo pipefail
+cat > /app/invite.ics <<'EOF'
+BEGIN:VCALENDAR
+VERSION:2.0
+PRODID:-//moxi//invite//EN
+BEGIN:VEVENT
+UID:budget-review-20240514@example.com
+DTSTAMP:20240508T120000
+DTSTART:20240514T150000
+DTEND:20240514T154500
+SUMMARY:Budget review
+LOCATION:Room 4B
+END:VEVENT
+END:VCALENDAR
+EOF

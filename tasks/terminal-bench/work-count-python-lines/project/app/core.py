@@ -1,0 +1,7 @@
+def run():
+    print("running")
+    return 0
+
+
+def stop():
+    pass

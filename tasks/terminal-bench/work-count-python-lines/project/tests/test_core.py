@@ -1,0 +1,5 @@
+from app.core import run
+
+
+def test_run():
+    assert run() == 0

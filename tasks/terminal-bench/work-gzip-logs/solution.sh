@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+gzip /app/logs/*.log

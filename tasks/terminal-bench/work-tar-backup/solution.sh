@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+cd /app && tar --exclude='*.bak' -czf backup.tar.gz config
