@@ -1,6 +1,8 @@
 // `moxi eval agent --tasks DIR --agent model|oracle|null [-m DIR] [--concurrency N] [--max-turns N] [--out RUN_DIR]`:
 // multi-turn episodes on Terminal-Bench-layout tasks in the sandbox (moxi::eval::run_episode,
 // docs/agent-eval.md). Writes RUN_DIR/results.json and one trajectory per task under RUN_DIR/trajectories.
+// `moxi eval report RUN_DIR... --out report.html [--json]`: the runs' pass rates and, against the first,
+// each other run's net improvement rate, as a self-contained HTML page (moxi::eval::agent_report_html).
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +16,7 @@
 #include "moxi/base/error.h"
 #include "moxi/base/interrupt.h"
 #include "moxi/cli/options.h"
+#include "moxi/eval/agent-report.h"
 #include "moxi/eval/episode.h"
 #include "moxi/eval/evaluate.h"
 #include "moxi/runtime/local-model.h"
@@ -161,6 +164,39 @@ void setup_eval_agent(CLI::App* eval) {
     print_summary(res);
     std::printf("agent %s: %zu tasks in %.1f s, concurrency %d -> %s/results.json\n", agent->name().c_str(),
                 tasks.size(), secs, a->concurrency, run.c_str());
+  });
+}
+
+void setup_eval_report(CLI::App* eval) {
+  auto* cmd = eval->add_subcommand("report", "HTML report (and --json numbers) of `moxi eval agent` runs, paired against the first");
+  struct args {
+    std::vector<std::string> runs;
+    std::string out;
+    bool json = false;
+  };
+  auto a = std::make_shared<args>();
+  cmd->add_option("runs", a->runs, "run directories (results.json); the first is the baseline of the others")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  auto outs = std::make_shared<output_paths>(cmd);
+  outs->add("--out", a->out, "the HTML page (self-contained; links into the runs' trajectories)",
+            output_paths::kind::file);
+  cmd->add_flag("--json", a->json, "print the numbers as JSON");
+  set_examples(cmd,
+               {"moxi eval report runs/agent-sft runs/agent-rl --out report.html",
+                "moxi eval report runs/agent-sft runs/agent-rl --json"},
+               "docs/agent-eval.md");
+  cmd->callback([a, outs] {
+    outs->check();
+    if (a->out.empty() && !a->json) throw usage_error("give --out report.html, --json, or both");
+    std::vector<eval::agent_run> runs;
+    for (const auto& d : a->runs) runs.push_back(eval::read_agent_run(d));
+    if (!a->out.empty()) {
+      const std::string dir = fs::path(a->out).parent_path().string();
+      eval::write_file_atomic(a->out, eval::agent_report_html(runs, dir.empty() ? "." : dir));
+      std::fprintf(stderr, "moxi eval report: %zu runs -> %s\n", runs.size(), a->out.c_str());
+    }
+    if (a->json) std::cout << eval::agent_report_json(runs).dump(2) << "\n";
   });
 }
 

@@ -18,7 +18,8 @@
 
 namespace moxi::cli {
 
-void setup_eval_agent(CLI::App* eval);  // cmd-eval-agent.cpp: `moxi eval agent`
+void setup_eval_agent(CLI::App* eval);   // cmd-eval-agent.cpp: `moxi eval agent`
+void setup_eval_report(CLI::App* eval);  // cmd-eval-agent.cpp: `moxi eval report`
 
 namespace {
 
@@ -139,6 +140,7 @@ void setup_eval(CLI::App& root) {
                 "moxi eval -m run/model --tasks test.jsonl --baseline before.json --out records.jsonl"},
                "docs/eval.md");
   setup_eval_agent(cmd);
+  setup_eval_report(cmd);
   cmd->require_subcommand(0, 1);
   cmd->callback([a, outs, cmd] {
     if (!cmd->get_subcommands().empty()) return;
