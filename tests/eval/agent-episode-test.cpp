@@ -2,6 +2,7 @@
 // episodes in the sandbox: the loader against the format's rules (docs/agent-eval.md), episodes against
 // what their commands must observably do, and pytest's counts against a real pytest run.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <cmath>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "common/temp-dir.h"
 #include "moxi/base/error.h"
@@ -387,6 +389,100 @@ TEST_F(Episode, AModelAgentPlaysThroughTheChatTemplate) {
     }
   }
   EXPECT_EQ(actions, std::min(r.turns + 1, 3 + (r.stop == "finished")));
+}
+
+}  // namespace
+
+namespace {
+
+// A scripted OpenAI-compatible server: replies in order, and keeps every request body it got.
+struct fake_openai {
+  httplib::Server server;
+  std::vector<nlohmann::json> replies, requests;
+  std::string key = "sk-test";
+  int port = 0;
+  std::thread thread;
+  fake_openai() {
+    server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      if (req.get_header_value("Authorization") != "Bearer " + key) {
+        res.status = 401;
+        res.set_content(R"({"error":{"message":"bad key"}})", "application/json");
+        return;
+      }
+      requests.push_back(nlohmann::json::parse(req.body));
+      const size_t i = requests.size() - 1;
+      res.set_content((i < replies.size() ? replies[i] : replies.back()).dump(), "application/json");
+    });
+    server.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})", "application/json");
+    });
+    port = server.bind_to_any_port("127.0.0.1");
+    thread = std::thread([this] { server.listen_after_bind(); });
+    while (!server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~fake_openai() {
+    server.stop();
+    thread.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port) + "/v1"; }
+};
+
+nlohmann::json tool_reply(const std::vector<std::pair<std::string, std::string>>& calls) {
+  nlohmann::json tc = nlohmann::json::array();
+  for (const auto& [id, cmd] : calls)
+    tc.push_back({{"id", id},
+                  {"type", "function"},
+                  {"function", {{"name", "run_command"}, {"arguments", nlohmann::json{{"command", cmd}}.dump()}}}});
+  return {{"choices", {{{"index", 0}, {"message", {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", tc}}},
+                        {"finish_reason", "tool_calls"}}}},
+          {"usage", {{"prompt_tokens", 50}, {"completion_tokens", 7}}}};
+}
+
+nlohmann::json text_reply(const std::string& text) {
+  return {{"choices", {{{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}}, {"finish_reason", "stop"}}}},
+          {"usage", {{"prompt_tokens", 90}, {"completion_tokens", 3}}}};
+}
+
+TEST_F(Episode, AnEndpointAgentRunsToolCallsAndGetsToolMessagesBack) {
+  const auto t = load_agent_task(make_task(dir_, "count"));
+  fake_openai api;
+  api.replies = {tool_reply({{"call_a", "wc -l < in.txt > count.txt"}, {"call_b", "rm -rf ."}}),
+                 tool_reply({{"call_c", "cat count.txt"}}), text_reply("The count is in count.txt.")};
+  endpoint_options eo;
+  eo.url = api.url();
+  eo.api_key = api.key;  // no model: the first of GET /models
+  auto a = make_endpoint_agent(eo);
+  EXPECT_EQ(a->name(), "endpoint:fake-model");
+  const auto r = run_episode(t, *a, options());
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  EXPECT_TRUE(r.pass) << r.test_output;  // call_b never ran, or in.txt would be gone
+  EXPECT_EQ(r.turns, 2);
+  EXPECT_EQ(r.stop, "finished");
+  EXPECT_EQ(r.prompt_tokens, 50 + 50 + 90);
+  ASSERT_EQ(api.requests.size(), 3u);
+  const auto& first = api.requests[0];
+  EXPECT_EQ(first.at("model"), "fake-model");
+  EXPECT_EQ(first.at("tools")[0].at("function").at("name"), "run_command");
+  EXPECT_EQ(first.at("messages").back().at("content"), t.instruction);
+  // Every call of a reply is answered, in order, by a tool message with its id; only the first ran.
+  const auto& m = api.requests[1].at("messages");
+  ASSERT_GE(m.size(), 5u);
+  EXPECT_EQ(m[m.size() - 3].at("tool_calls").size(), 2u);
+  EXPECT_EQ(m[m.size() - 2].at("role"), "tool");
+  EXPECT_EQ(m[m.size() - 2].at("tool_call_id"), "call_a");
+  EXPECT_EQ(m[m.size() - 2].at("content"), "exit code 0\n(no output)");
+  EXPECT_EQ(m.back().at("tool_call_id"), "call_b");
+  EXPECT_EQ(m.back().at("content"), "not run: run one command per turn");
+  EXPECT_EQ(api.requests[2].at("messages").back().at("content"), "exit code 0\n3\n");
+
+  // A rejected key is an agent error, not a verdict.
+  eo.api_key = "wrong";
+  eo.model = "fake-model";
+  auto bad = make_endpoint_agent(eo);
+  const auto e = run_episode(t, *bad, options());
+  EXPECT_EQ(e.stop, "error");
+  EXPECT_NE(e.error.find("HTTP 401"), std::string::npos) << e.error;
+  EXPECT_THROW(make_endpoint_agent({"ftp://x", "", "m"}), moxi::error);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// `moxi eval agent --tasks DIR --agent model|oracle|null [-m DIR] [--concurrency N] [--max-turns N] [--out RUN_DIR]`:
+// `moxi eval agent --tasks DIR --agent model|endpoint|oracle|null [-m DIR | --endpoint URL] [--concurrency N]
+// [--max-turns N] [--out RUN_DIR]`:
 // multi-turn episodes on Terminal-Bench-layout tasks in the sandbox (moxi::eval::run_episode,
 // docs/agent-eval.md). Writes RUN_DIR/results.json and one trajectory per task under RUN_DIR/trajectories.
 // `moxi eval report RUN_DIR... --out report.html [--json]`: the runs' pass rates and, against the first,
@@ -6,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -53,6 +55,7 @@ void setup_eval_agent(CLI::App* eval) {
   struct args {
     std::string tasks, agent, out, model;
     eval::model_agent_options model_opt;
+    eval::endpoint_options endpoint;
     int concurrency = 1;
     bool keep = false, force = false, quiet = false;
     eval::episode_limits limits;
@@ -62,14 +65,19 @@ void setup_eval_agent(CLI::App* eval) {
       ->required()
       ->check(CLI::ExistingDirectory);
   cmd->add_option("--agent", a->agent,
-                  "model: a moxi model (-m) runs commands; oracle: runs each task's solution; null: does nothing")
+                  "model: a moxi model (-m) runs commands; endpoint: an OpenAI-compatible server (--endpoint) "
+                  "with function calling; oracle: runs each task's solution; null: does nothing")
       ->required()
-      ->check(CLI::IsMember({"model", "oracle", "null"}));
+      ->check(CLI::IsMember({"model", "endpoint", "oracle", "null"}));
+  cmd->add_option("--endpoint", a->endpoint.url, "API base URL for --agent endpoint (http://HOST:PORT/v1)");
+  cmd->add_option("--api-key", a->endpoint.api_key, "bearer token for --endpoint (default: $OPENAI_API_KEY)");
+  cmd->add_option("--endpoint-model", a->endpoint.model,
+                  "model name in the requests (default: the first of GET /models)");
   add_model_option(cmd, a->model, /*required=*/false)->description("model directory for --agent model");
-  cmd->add_option("--max-tokens", a->model_opt.max_tokens, "reply length limit per turn (--agent model)")
+  cmd->add_option("--max-tokens", a->model_opt.max_tokens, "reply length limit per turn (--agent model, endpoint)")
       ->check(integer_in(1, int64_t(1) << 20))
       ->capture_default_str();
-  cmd->add_option("--temperature", a->model_opt.temperature, "0 = greedy (--agent model)")
+  cmd->add_option("--temperature", a->model_opt.temperature, "0 = greedy (--agent model, endpoint)")
       ->check(number_in(0, 100))
       ->capture_default_str();
   cmd->add_option("--seed", a->model_opt.seed, "sampling seed (--agent model)")->check(unsigned_integer());
@@ -96,6 +104,7 @@ void setup_eval_agent(CLI::App* eval) {
   cmd->add_flag("-q,--quiet", a->quiet, "no line per finished task");
   set_examples(cmd,
                {"moxi eval agent --tasks tasks/terminal-bench --agent model -m models/moxi-small",
+                "moxi eval agent --tasks tasks/terminal-bench --agent endpoint --endpoint http://127.0.0.1:8000/v1",
                 "moxi eval agent --tasks tasks/terminal-bench --agent oracle --concurrency 2",
                 "moxi eval agent --tasks tasks/terminal-bench/work-count-errors --agent null --out run1"},
                "docs/agent-eval.md");
@@ -103,6 +112,8 @@ void setup_eval_agent(CLI::App* eval) {
     interrupt_guard stop_cleanly;  // SIGINT/SIGTERM: running commands killed, workspaces removed, exit 130
     if (a->agent == "model" && a->model.empty()) throw usage_error("--agent model needs -m/--model");
     if (a->agent != "model" && !a->model.empty()) throw usage_error("-m/--model is for --agent model only");
+    if (a->agent == "endpoint" && a->endpoint.url.empty()) throw usage_error("--agent endpoint needs --endpoint URL");
+    if (a->agent != "endpoint" && !a->endpoint.url.empty()) throw usage_error("--endpoint is for --agent endpoint only");
     const auto tasks = eval::load_agent_tasks(a->tasks);
     const std::string run = a->out.empty() ? default_run_dir(a->agent) : a->out;
     if (fs::exists(run) && !fs::is_empty(run) && !a->force)
@@ -121,6 +132,11 @@ void setup_eval_agent(CLI::App* eval) {
       em.chat = &lm->require_chat();
       em.stop_tokens = lm->stop_tokens;
       agent = eval::make_model_agent(em, a->model_opt);
+    } else if (a->agent == "endpoint") {
+      if (a->endpoint.api_key.empty() && std::getenv("OPENAI_API_KEY")) a->endpoint.api_key = std::getenv("OPENAI_API_KEY");
+      a->endpoint.max_tokens = a->model_opt.max_tokens;
+      a->endpoint.temperature = a->model_opt.temperature;
+      agent = eval::make_endpoint_agent(a->endpoint);
     } else {
       agent = a->agent == "oracle" ? eval::make_oracle_agent() : eval::make_null_agent();
     }

@@ -74,6 +74,20 @@ std::string command_of_reply(const std::string& reply, bool& finish);
 // The user message that carries an observation back to the model.
 std::string observation_message(const observation& o);
 
+// Any OpenAI-compatible chat server as the agent (endpoint-agent.cpp), with function calling: one tool,
+// `run_command` ({"command": string}); each call runs and its observation goes back as the `tool`
+// message of that call id; a reply without tool calls finishes. Several calls in one reply: the first
+// runs, the others are answered "not run: one command per turn". HTTP or API failures are agent errors.
+struct endpoint_options {
+  std::string url;      // the API base, e.g. http://127.0.0.1:8000/v1
+  std::string api_key;  // sent as a bearer token when not empty
+  std::string model;    // the request's "model"; empty: the first id of GET {url}/models
+  int64_t max_tokens = 512;
+  double temperature = 0;
+  double timeout_s = 300;  // per request
+};
+std::unique_ptr<agent> make_endpoint_agent(const endpoint_options& o);
+
 struct episode_limits {
   int max_turns = 30;
   double command_timeout_s = 60;  // per command, also capped by the time left in the episode
