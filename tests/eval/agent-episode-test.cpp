@@ -486,3 +486,47 @@ TEST_F(Episode, AnEndpointAgentRunsToolCallsAndGetsToolMessagesBack) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(Episode, ATrajectoryReadsBackAndReplaysTheSame) {
+  const auto t = load_agent_task(make_task(dir_, "count"));
+  scripted a;
+  a.commands = {"echo hi > a.txt", "cat a.txt", "wc -l < in.txt > count.txt"};
+  auto o = options();
+  const auto r = run_episode(t, a, o);
+  ASSERT_TRUE(r.pass) << r.test_output;
+  const auto rec = read_trajectory(o.trajectory);
+  EXPECT_EQ(rec.task, "count");
+  EXPECT_EQ(rec.commands, a.commands);
+  ASSERT_EQ(rec.observations.size(), 3u);
+  EXPECT_EQ(rec.observations[1].output, "hi\n");
+  EXPECT_TRUE(rec.pass);
+  EXPECT_EQ(rec.tests_total, 3);
+  auto replay = make_replay_agent(rec);
+  o.trajectory = path("replay.jsonl");
+  const auto again = run_episode(t, *replay, o);
+  EXPECT_TRUE(again.pass);
+  EXPECT_EQ(again.turns, 3);
+  const auto rec2 = read_trajectory(o.trajectory);
+  ASSERT_EQ(rec2.observations.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(rec2.observations[i].output, rec.observations[i].output);
+    EXPECT_EQ(rec2.observations[i].exit_code, rec.observations[i].exit_code);
+  }
+  // A trajectory cut before its result is refused, naming the problem.
+  std::ifstream in(path("trajectory.jsonl"));
+  std::string first;
+  std::getline(in, first);
+  std::ofstream(path("cut.jsonl")) << first << "\n";
+  EXPECT_THROW(read_trajectory(path("cut.jsonl")), moxi::error);
+  std::ofstream(path("garbage.jsonl")) << first << "\n{\"event\": \"observation\"}\n";
+  try {
+    read_trajectory(path("garbage.jsonl"));
+    ADD_FAILURE();
+  } catch (const moxi::error& e) {
+    EXPECT_NE(std::string(e.what()).find("garbage.jsonl:2"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <stdlib.h>
 #include <thread>
 
 #include "moxi/base/error.h"
@@ -213,6 +214,73 @@ void setup_eval_report(CLI::App* eval) {
       std::fprintf(stderr, "moxi eval report: %zu runs -> %s\n", runs.size(), a->out.c_str());
     }
     if (a->json) std::cout << eval::agent_report_json(runs).dump(2) << "\n";
+  });
+}
+
+void setup_eval_replay(CLI::App* eval) {
+  auto* cmd = eval->add_subcommand("replay", "Run a recorded episode's commands again and compare what they do now");
+  struct args {
+    std::string trajectory, tasks, out;
+  };
+  auto a = std::make_shared<args>();
+  cmd->add_option("trajectory", a->trajectory, "RUN_DIR/trajectories/TASK.jsonl of `moxi eval agent`")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--tasks", a->tasks, "the task directory, or the directory of tasks the run used")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  auto outs = std::make_shared<output_paths>(cmd);
+  outs->add("--out", a->out, "also write the replay's trajectory here", output_paths::kind::file);
+  set_examples(cmd, {"moxi eval replay run1/trajectories/work-top-ips.jsonl --tasks tasks/terminal-bench"},
+               "docs/agent-eval.md");
+  cmd->callback([a, outs] {
+    interrupt_guard stop_cleanly;
+    outs->check();
+    const auto rec = eval::read_trajectory(a->trajectory);
+    const auto tasks = eval::load_agent_tasks(a->tasks);
+    const eval::agent_task* task = nullptr;
+    for (const auto& t : tasks) task = t.id == rec.task ? &t : task;
+    if (!task) throw error(a->tasks + ": no task '" + rec.task + "' (the trajectory's task)");
+    std::string scratch = (fs::temp_directory_path() / "moxi-replay-XXXXXX").string();
+    if (!::mkdtemp(scratch.data())) throw error("cannot create a scratch directory under " + scratch);
+    fs::permissions(scratch, fs::perms(0755));  // the sandbox uid reaches the workspace below it
+    struct cleanup {
+      std::string dir;
+      ~cleanup() {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+      }
+    } remove_scratch{scratch};
+    eval::episode_options opt;
+    opt.work_dir = scratch;
+    opt.limits.max_turns = int(rec.commands.size()) + 1;
+    opt.trajectory = a->out.empty() ? scratch + "/replay.jsonl" : a->out;
+    if (!a->out.empty()) fs::remove(a->out);
+    auto agent = eval::make_replay_agent(rec);
+    const auto r = eval::run_episode(*task, *agent, opt);
+    if (!r.error.empty()) throw error("replay: " + r.error);
+    const auto now = eval::read_trajectory(opt.trajectory);
+    int differ = 0;
+    auto cut = [](const std::string& s) {
+      std::string t = s.substr(0, 120);
+      for (auto& c : t) c = c == '\n' ? ' ' : c;
+      return "'" + t + (s.size() > 120 ? "...'" : "'");
+    };
+    for (size_t i = 0; i < rec.observations.size() && i < now.observations.size(); ++i) {
+      const auto &was = rec.observations[i], &is = now.observations[i];
+      const bool same = was.exit_code == is.exit_code && was.output == is.output && was.limit == is.limit;
+      differ += !same;
+      std::printf("turn %zu: %s (exit %d", i + 1, same ? "same" : "differs", was.exit_code);
+      if (is.exit_code != was.exit_code) std::printf(" -> %d", is.exit_code);
+      std::printf(")\n");
+      if (was.output != is.output) std::printf("  was %s\n  now %s\n", cut(was.output).c_str(), cut(is.output).c_str());
+    }
+    const bool same_verdict = rec.pass == r.pass && rec.tests_passed == r.tests_passed && rec.tests_total == r.tests_total;
+    differ += !same_verdict;
+    std::printf("tests: %s %d/%d -> %s %d/%d: %s\n", rec.pass ? "pass" : "fail", rec.tests_passed, rec.tests_total,
+                r.pass ? "pass" : "fail", r.tests_passed, r.tests_total, same_verdict ? "same" : "differs");
+    std::printf("replay of %s: %zu commands, %d differences\n", rec.task.c_str(), rec.commands.size(), differ);
+    if (differ) throw error("the replay differs from the recording in " + std::to_string(differ) + " places");
   });
 }
 

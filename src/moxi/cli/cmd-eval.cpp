@@ -20,6 +20,7 @@ namespace moxi::cli {
 
 void setup_eval_agent(CLI::App* eval);   // cmd-eval-agent.cpp: `moxi eval agent`
 void setup_eval_report(CLI::App* eval);  // cmd-eval-agent.cpp: `moxi eval report`
+void setup_eval_replay(CLI::App* eval);  // cmd-eval-agent.cpp: `moxi eval replay`
 
 namespace {
 
@@ -141,6 +142,7 @@ void setup_eval(CLI::App& root) {
                "docs/eval.md");
   setup_eval_agent(cmd);
   setup_eval_report(cmd);
+  setup_eval_replay(cmd);
   cmd->require_subcommand(0, 1);
   cmd->callback([a, outs, cmd] {
     if (!cmd->get_subcommands().empty()) return;

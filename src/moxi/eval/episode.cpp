@@ -320,3 +320,63 @@ json results_json(const std::string& agent_name, const std::vector<episode_resul
 }
 
 }  // namespace moxi::eval
+
+namespace moxi::eval {
+
+recorded_episode read_trajectory(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw error(path + ": cannot read");
+  recorded_episode e;
+  bool started = false, ended = false;
+  size_t n = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++n;
+    if (line.empty()) continue;
+    const std::string where = path + ":" + std::to_string(n);
+    json j;
+    try {
+      j = json::parse(line);
+      const std::string ev = j.at("event");
+      if (ev == "start") {
+        e.task = j.at("task");
+        started = true;
+      } else if (ev == "action" && !j.at("finish").get<bool>()) {
+        e.commands.push_back(j.at("command"));
+      } else if (ev == "observation") {
+        observation o;
+        o.exit_code = j.at("exit_code");
+        o.output = j.at("output");
+        o.truncated = j.at("truncated");
+        o.limit = j.at("limit");
+        o.seconds = j.at("seconds");
+        e.observations.push_back(o);
+      } else if (ev == "result") {
+        const json& r = j.at("result");
+        e.pass = r.at("pass");
+        e.tests_passed = r.at("tests_passed");
+        e.tests_total = r.at("tests_total");
+        ended = true;
+      }
+    } catch (const json::exception& x) {
+      throw error(where + ": " + x.what());
+    }
+  }
+  if (!started) throw error(path + ": no start event (not a trajectory of `moxi eval agent`)");
+  if (!ended) throw error(path + ": no result event (the episode did not finish)");
+  return e;
+}
+
+std::unique_ptr<agent> make_replay_agent(const recorded_episode& e) {
+  struct replay_agent final : agent {
+    std::vector<std::string> commands;
+    std::string name() const override { return "replay"; }
+    std::unique_ptr<agent_session> start(const agent_task&) override {
+      return std::make_unique<oracle_session>(commands);
+    }
+  };
+  auto a = std::make_unique<replay_agent>();
+  a->commands = e.commands;
+  return a;
+}
+
+}  // namespace moxi::eval

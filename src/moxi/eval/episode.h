@@ -88,6 +88,19 @@ struct endpoint_options {
 };
 std::unique_ptr<agent> make_endpoint_agent(const endpoint_options& o);
 
+// A recorded episode (a trajectory file of `moxi eval agent`), read back for `moxi eval replay`.
+struct recorded_episode {
+  std::string task;                   // the task id of the start event
+  std::vector<std::string> commands;  // the actions that ran a command, in order
+  std::vector<observation> observations;
+  bool pass = false;  // the recorded verdict
+  int tests_passed = 0, tests_total = 0;
+};
+// Throws moxi::error naming the file and line of the first event it cannot read.
+recorded_episode read_trajectory(const std::string& path);
+// Runs the recorded commands again, in order, then finishes.
+std::unique_ptr<agent> make_replay_agent(const recorded_episode& e);
+
 struct episode_limits {
   int max_turns = 30;
   double command_timeout_s = 60;  // per command, also capped by the time left in the episode
