@@ -16,12 +16,4 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-dir=tests/eval/report-browser
-stamp=$dir/node_modules/.moxi-stamp
-want="$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)"
-if [[ -f $stamp && "$(cat "$stamp")" == "$want" ]]; then
-  echo "setup-report-test-deps: puppeteer-core is up to date"
-  exit 0
-fi
-(cd "$dir" && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
-echo "$want" > "$stamp"
+bash scripts/npm-ci-pinned.sh tests/eval/report-browser setup-report-test-deps

@@ -13,12 +13,4 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   $SUDO apt-get install -y -q --no-install-recommends nodejs npm
 fi
 
-dir=tests/serve/openai-client
-stamp=$dir/node_modules/.moxi-stamp
-want="$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)"
-if [[ -f $stamp && "$(cat "$stamp")" == "$want" ]]; then
-  echo "setup-serve-test-deps: openai client is up to date"
-  exit 0
-fi
-(cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
-echo "$want" > "$stamp"
+bash scripts/npm-ci-pinned.sh tests/serve/openai-client setup-serve-test-deps

@@ -41,6 +41,18 @@ inline command_result run_moxi(const std::string& args, const std::string& input
   return r;
 }
 
+// Runs a shell command line; its exit status (or 128 + signal) and its stdout (add 2>&1 for stderr too).
+inline command_result run_shell(const std::string& cmd) {
+  command_result r{-1, "", ""};
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), p)) > 0;) r.out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
 // Starts args[0] (a path) with args, stdout and stderr to the file `log`; returns its pid.
 inline pid_t spawn_logged(const std::vector<std::string>& args, const std::string& log) {
   const pid_t pid = ::fork();

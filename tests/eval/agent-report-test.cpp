@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/run-moxi.h"
 #include "common/temp-dir.h"
 #include "moxi/base/error.h"
 #include "moxi/eval/agent-report.h"
@@ -124,14 +125,10 @@ TEST_F(AgentReportRuns, ThePageRendersInHeadlessChromium) {
   EXPECT_NE(read_agent_run(a).results.dump().find("<script>"), std::string::npos);
   const std::string shot = path("out/report.png");
   const std::string cmd = "cd '" + dir + "' && timeout 120 node check.mjs '" + html + "' '" + shot + "' 8 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = ::pclose(p);
+  const auto run = moxi::testing::run_shell(cmd);
+  const std::string& out = run.out;
   std::printf("%s", out.c_str());
-  EXPECT_EQ(status, 0) << out;
+  EXPECT_EQ(run.code, 0) << out;
   EXPECT_EQ(out.find("not ok"), std::string::npos) << out;
   EXPECT_NE(out.find("ok - no console or page errors"), std::string::npos) << out;
   EXPECT_TRUE(fs::exists(shot));

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "common/run-moxi.h"
 #include "serve/http-test-util.h"
 
 namespace moxi::serve {
@@ -28,14 +29,10 @@ TEST(http_openai_client, OfficialClientDrivesTheServer) {
   auto s = start_server(cfg);
   const std::string cmd = "cd '" + dir + "' && MOXI_BASE_URL=http://127.0.0.1:" + std::to_string(s->port()) +
                           "/v1 MOXI_API_KEY=sk-moxi-test MOXI_MODEL=moxi-tiny timeout 120 node test.mjs 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = ::pclose(p);
+  const auto run = moxi::testing::run_shell(cmd);
+  const std::string& out = run.out;
   std::printf("%s", out.c_str());
-  EXPECT_EQ(status, 0) << out;
+  EXPECT_EQ(run.code, 0) << out;
   EXPECT_EQ(out.find("not ok"), std::string::npos) << out;
   EXPECT_NE(out.find("ok - chat stream"), std::string::npos) << out;
   EXPECT_TRUE(eventually([&] { return at_baseline(*s); }, 20));
