@@ -91,6 +91,19 @@ nlohmann::ordered_json message_content(const nlohmann::ordered_json& c, size_t i
 
 }  // namespace
 
+namespace {
+
+// A function or schema name as OpenAI accepts it: a-z, A-Z, 0-9, underscores and dashes, 1 to 64.
+bool function_name_ok(const nlohmann::ordered_json& n) {
+  if (!n.is_string()) return false;
+  const auto& s = n.get_ref<const std::string&>();
+  return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+}  // namespace
+
 std::shared_ptr<const runtime::json_grammar> parse_response_format(const nlohmann::ordered_json& rf) {
   if (!rf.is_object()) bad("response_format", "'response_format' must be an object");
   for (const auto& [k, v] : rf.items())
@@ -117,14 +130,7 @@ std::shared_ptr<const runtime::json_grammar> parse_response_format(const nlohman
     if (k != "name" && k != "description" && k != "schema" && k != "strict")
       bad(js + "." + k, "'" + js + "." + k + "' is not a known field");
   }
-  // OpenAI: a-z, A-Z, 0-9, underscores and dashes, at most 64.
-  const bool name_ok =
-      j.contains("name") && j["name"].is_string() && !j["name"].get<std::string>().empty() &&
-      j["name"].get<std::string>().size() <= 64 &&
-      std::all_of(j["name"].get_ref<const std::string&>().begin(),
-                  j["name"].get_ref<const std::string&>().end(),
-                  [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; });
-  if (!name_ok) bad(js + ".name", "'" + js + ".name' must be 1 to 64 of a-z, A-Z, 0-9, '_' and '-'");
+  if (!j.contains("name") || !function_name_ok(j["name"])) bad(js + ".name", "'" + js + ".name' must be 1 to 64 of a-z, A-Z, 0-9, '_' and '-'");
   if (j.contains("description") && !j["description"].is_string())
     bad(js + ".description", "'" + js + ".description' must be a string");
   if (j.contains("strict") && !j["strict"].is_boolean() && !j["strict"].is_null())
@@ -190,6 +196,58 @@ bool json_nesting_exceeds(std::string_view text, int max_depth) {
   return probe.too_deep;
 }
 
+namespace {
+
+// {"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}.
+void check_tool(const nlohmann::ordered_json& t, const std::string& where) {
+  if (!t.is_object() || !t.contains("type") || t["type"] != "function")
+    bad("tools", "'" + where + "' must be an object with 'type': 'function'");
+  if (!t.contains("function") || !t["function"].is_object())
+    bad("tools", "'" + where + ".function' must be an object");
+  const auto& f = t["function"];
+  if (!f.contains("name") || !function_name_ok(f["name"]))
+    bad("tools", "'" + where + ".function.name' must be 1 to 64 of a-z, A-Z, 0-9, '_' and '-'");
+  if (f.contains("description") && !f["description"].is_string())
+    bad("tools", "'" + where + ".function.description' must be a string");
+  if (f.contains("parameters") && !f["parameters"].is_object())
+    bad("tools", "'" + where + ".function.parameters' must be a JSON Schema object");
+}
+
+// "none" | "auto" | "required" | {"type": "function", "function": {"name"}}: the last two force a call
+// (of the named function; "required" only with a single tool), compiled to the grammar of its arguments.
+void parse_tool_choice(const nlohmann::ordered_json& tc, completion_request& r) {
+  const auto none = nlohmann::ordered_json::array();
+  const auto& tools = r.tools ? *r.tools : none;
+  const nlohmann::ordered_json* chosen = nullptr;
+  if (tc.is_string()) {
+    const std::string s = tc.get<std::string>();
+    if (s == "none" || s == "auto") return;
+    if (s != "required") bad("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or a function");
+    if (tools.size() != 1)
+      bad("tool_choice", "'tool_choice': 'required' needs exactly one tool here; name the function instead");
+    chosen = &tools[0];
+  } else if (tc.is_object() && tc.contains("type") && tc["type"] == "function" && tc.contains("function") &&
+             tc["function"].is_object() && tc["function"].contains("name") && tc["function"]["name"].is_string()) {
+    for (const auto& t : tools)
+      if (t["function"]["name"] == tc["function"]["name"]) chosen = &t;
+    if (!chosen)
+      bad("tool_choice", "'tool_choice' names '" + tc["function"]["name"].get<std::string>() + "', which is not in 'tools'");
+  } else {
+    bad("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or {'type': 'function', 'function': {'name': ...}}");
+  }
+  const auto& f = (*chosen)["function"];
+  r.forced_tool = f["name"].get<std::string>();
+  const nlohmann::ordered_json params = f.contains("parameters") ? f["parameters"] : nlohmann::ordered_json{{"type", "object"}};
+  try {
+    r.response_grammar = runtime::json_schema_grammar(params, "tools." + *r.forced_tool + ".parameters",
+                                                      runtime::json_grammar_options::decoding());
+  } catch (const moxi::error& e) {
+    bad("tools", e.what());
+  }
+}
+
+}  // namespace
+
 completion_request parse_completion_request(const std::string& text, bool chat,
                                             const std::string& served_model) {
   if (json_nesting_exceeds(text, max_json_depth))
@@ -230,10 +288,10 @@ completion_request parse_completion_request(const std::string& text, bool chat,
     if (has(body, "tools")) {
       const auto& t = ordered["tools"];
       if (!t.is_array()) bad("tools", "'tools' must be an array of tool definitions");
-      for (const auto& x : t)
-        if (!x.is_object()) bad("tools", "'tools' must be an array of objects");
+      for (size_t k = 0; k < t.size(); ++k) check_tool(t[k], "tools[" + std::to_string(k) + "]");
       r.tools = t;
     }
+    if (has(body, "tool_choice")) parse_tool_choice(ordered["tool_choice"], r);
     if (has(body, "chat_template_kwargs")) {
       if (!body["chat_template_kwargs"].is_object())
         bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
@@ -312,6 +370,8 @@ completion_request parse_completion_request(const std::string& text, bool chat,
   if (has(body, "ignore_eos")) r.ignore_eos = boolean(body, "ignore_eos");
   if (has(body, "return_tokens_as_token_ids")) r.tokens_as_ids = boolean(body, "return_tokens_as_token_ids");
   // Parsed again keeping key order: a schema's properties are generated in the order given.
+  if (has(body, "response_format") && r.forced_tool)
+    bad("response_format", "'response_format' cannot be combined with a 'tool_choice' that forces a call");
   if (has(body, "response_format"))
     r.response_grammar = parse_response_format(nlohmann::ordered_json::parse(text)["response_format"]);
   return r;
@@ -328,11 +388,39 @@ std::string render_chat(const formats::chat_template* tmpl, const completion_req
   o.add_generation_prompt = request.add_generation_prompt;
   o.tools = request.tools;
   o.extra = request.template_kwargs;
+  std::string prompt;
   try {
-    return tmpl->render(request.messages, o);
+    prompt = tmpl->render(request.messages, o);
   } catch (const std::exception& e) {
     throw api_error(400, e.what(), "messages");
   }
+  if (!request.forced_tool) return prompt;
+  // The template's own opening of a call: render the conversation with a probe call appended and keep it
+  // up to the probe's arguments (the conversation so far, then the assistant turn as the template renders
+  // a past one, up to where the arguments go).
+  const std::string marker = "\x01moxi-arguments\x01";
+  auto probe = request.messages;
+  probe.push_back({{"role", "assistant"},
+                   {"content", ""},
+                   {"tool_calls",
+                    {{{"id", "call_probe"},
+                      {"type", "function"},
+                      {"function", {{"name", *request.forced_tool}, {"arguments", marker}}}}}}});
+  o.add_generation_prompt = false;
+  std::string before, with_call;
+  try {
+    before = tmpl->render(request.messages, o);
+    with_call = tmpl->render(probe, o);
+  } catch (const std::exception& e) {
+    throw api_error(400, std::string("the chat template cannot render a tool call: ") + e.what(), "tool_choice");
+  }
+  const size_t at = with_call.find(marker);
+  if (with_call.rfind(before, 0) != 0 || at == std::string::npos || at < before.size())
+    throw api_error(400,
+                    "this model's chat template does not render a tool call's arguments after the conversation, "
+                    "so 'tool_choice' cannot force one",
+                    "tool_choice");
+  return with_call.substr(0, at);
 }
 
 json usage_counts::to_json() const {

@@ -58,6 +58,10 @@ struct completion_request {
   bool tokens_as_ids = false;  // vLLM's return_tokens_as_token_ids: logprob tokens "token_id:N"
   // response_format json_object / json_schema: the grammar the output is constrained to (null: text).
   std::shared_ptr<const runtime::json_grammar> response_grammar;
+  // tool_choice naming a function (or "required" with one tool): the reply is a call of it. The prompt
+  // ends with the template's own opening of a call (render_chat), the output is the arguments, held to
+  // the function's parameters schema by response_grammar, and the response carries them as tool_calls.
+  std::optional<std::string> forced_tool;
 };
 
 // OpenAI's response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
@@ -80,7 +84,9 @@ completion_request parse_completion_request(const std::string& body, bool chat,
                                             const std::string& served_model);
 
 // The prompt text of a chat request: the model's chat template over its messages, tools and
-// chat_template_kwargs. Throws api_error 400 when the model has none (`tmpl` null; as vLLM, no default
+// chat_template_kwargs. With a forced tool, the conversation is followed instead by an assistant turn as
+// the template renders a past one with a call, up to where the call's arguments go (found by rendering a
+// probe call; a template that does not render the call after the conversation cannot force one, a 400). Throws api_error 400 when the model has none (`tmpl` null; as vLLM, no default
 // template is made up) or when rendering fails (raise_exception in the template, a limit), with the
 // template's message.
 std::string render_chat(const formats::chat_template* tmpl, const completion_request& request);

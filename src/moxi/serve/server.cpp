@@ -438,6 +438,11 @@ struct completion_writer {
   clock_type::time_point deadline;
   std::vector<std::shared_ptr<generation>> gens;
   bool want_logprobs = false, include_usage = false;
+  std::string forced_tool;  // a forced call: the output is its arguments (api-openai.h)
+
+  std::string call_id(size_t i) const { return "call_" + id.substr(id.find('-') + 1) + "_" + std::to_string(i); }
+  // A forced call's finish: "tool_calls" when the arguments are complete.
+  json finish_of(const std::string& f) const { return !forced_tool.empty() && f == "stop" ? json("tool_calls") : json(f); }
 
   bool all_finished() const {
     for (const auto& g : gens)
@@ -497,9 +502,16 @@ struct completion_writer {
     for (size_t i = 0; i < n; ++i) {
       const auto& g = gens[i];
       if (g->finish == "error") return s.send_error(ex, 500, g->error);
-      json choice = {{"index", i}, {"finish_reason", g->finish}, {"logprobs", nullptr}};
+      json choice = {{"index", i}, {"finish_reason", finish_of(g->finish)}, {"logprobs", nullptr}};
       if (want_logprobs) choice["logprobs"] = logprobs_json(chat, lps[i]);
-      if (chat)
+      if (chat && !forced_tool.empty())
+        choice["message"] = {{"role", "assistant"},
+                             {"content", nullptr},
+                             {"tool_calls",
+                              {{{"id", call_id(i)},
+                                {"type", "function"},
+                                {"function", {{"name", forced_tool}, {"arguments", texts[i]}}}}}}};
+      else if (chat)
         choice["message"] = {{"role", "assistant"}, {"content", texts[i]}};
       else
         choice["text"] = texts[i];
@@ -514,7 +526,19 @@ struct completion_writer {
   std::string chunk(size_t index, const std::string& text, const json& logprobs, const json& finish,
                     bool role) const {
     json choice = {{"index", index}, {"logprobs", logprobs}, {"finish_reason", finish}};
-    if (chat) {
+    if (chat && !forced_tool.empty()) {
+      // The call's id, type and name come with the role; its arguments follow in pieces (OpenAI's shape).
+      json delta = json::object();
+      json call = {{"index", 0}, {"function", {{"arguments", text}}}};
+      if (role) {
+        delta["role"] = "assistant";
+        delta["content"] = nullptr;
+        call = {{"index", 0}, {"id", call_id(index)}, {"type", "function"},
+                {"function", {{"name", forced_tool}, {"arguments", ""}}}};
+      }
+      if (role || !text.empty()) delta["tool_calls"] = json::array({call});
+      choice["delta"] = delta;
+    } else if (chat) {
       json delta = json::object();
       if (role) delta["role"] = "assistant";
       if (!text.empty() || role) delta["content"] = text;
@@ -567,7 +591,7 @@ struct completion_writer {
         if (!texts[i].empty() || !lps[i].empty()) wrote = write(chunk(i, texts[i], lp, nullptr, false));
         if (ok && g.finished() && !sent_final[i]) {
           sent_final[i] = true;
-          wrote = write(chunk(i, "", nullptr, g.finish, false));
+          wrote = write(chunk(i, "", nullptr, finish_of(g.finish), false));
         }
       }
       if (failed) break;
@@ -652,6 +676,7 @@ void server::impl::handle_completion(const http_request& req, http_exchange& ex,
   w.deadline = arrival + std::chrono::milliseconds(int64_t(cfg.request_timeout_s * 1000));
   w.want_logprobs = r.top_logprobs >= 0;
   w.include_usage = r.include_usage;
+  if (r.forced_tool) w.forced_tool = *r.forced_tool;
   if (r.stream)
     w.respond_stream();
   else

@@ -159,6 +159,62 @@ await check('response_format json_schema: completed outputs parse and match the 
       e.param === 'response_format.json_schema.schema' && /'pattern' is not supported/.test(e.message));
 });
 
+await check('tool loop: a forced call, its result as a tool message, then a text reply; streamed calls too', async () => {
+  const tools = [{
+    type: 'function',
+    function: {
+      name: 'run_command',
+      description: 'run a shell command',
+      parameters: { type: 'object', properties: { command: { type: 'string', maxLength: 16 } },
+        required: ['command'], additionalProperties: false },
+    },
+  }];
+  const messages = [{ role: 'user', content: 'How many lines are in notes.txt?' }];
+  let call = null;
+  for (let seed = 1; seed <= 6 && !call; seed++) {
+    const r = await client.chat.completions.create({
+      model, messages, tools, tool_choice: { type: 'function', function: { name: 'run_command' } },
+      temperature: 1, seed, max_tokens: 80,
+    });
+    const c = r.choices[0];
+    assert.equal(c.message.tool_calls.length, 1);
+    assert.equal(c.message.tool_calls[0].function.name, 'run_command');
+    if (c.finish_reason !== 'tool_calls') continue;
+    const args = JSON.parse(c.message.tool_calls[0].function.arguments);
+    assert.equal(typeof args.command, 'string');
+    assert.ok([...args.command].length <= 16);
+    assert.deepEqual(Object.keys(args), ['command']);
+    call = c.message;
+  }
+  assert.ok(call, 'no call completed within max_tokens');
+  messages.push(call, { role: 'tool', tool_call_id: call.tool_calls[0].id, content: '12 notes.txt' });
+  const after = await client.chat.completions.create({ model, messages, tools, tool_choice: 'none', max_tokens: 8 });
+  assert.equal(typeof after.choices[0].message.content, 'string');
+  assert.ok(!after.choices[0].message.tool_calls);
+  // Streaming: the client's delta shape (index, id, type, name, then argument pieces).
+  const stream = await client.chat.completions.create({
+    model, messages: messages.slice(0, 1), tools, tool_choice: 'required', temperature: 1, seed: 2,
+    max_tokens: 80, stream: true,
+  });
+  let name = '', id = '', argText = '', finish = null;
+  for await (const chunk of stream) {
+    const d = chunk.choices[0]?.delta;
+    if (chunk.choices[0]?.finish_reason) finish = chunk.choices[0].finish_reason;
+    for (const tc of d?.tool_calls ?? []) {
+      assert.equal(tc.index, 0);
+      if (tc.id) { id = tc.id; name = tc.function.name; }
+      argText += tc.function?.arguments ?? '';
+    }
+  }
+  assert.equal(name, 'run_command');
+  assert.ok(id.startsWith('call_'));
+  assert.ok(['tool_calls', 'length'].includes(finish));
+  if (finish === 'tool_calls') assert.equal(typeof JSON.parse(argText).command, 'string');
+  await assert.rejects(
+    client.chat.completions.create({ model, messages, tools, tool_choice: { type: 'function', function: { name: 'nope' } } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice');
+});
+
 await check('errors: wrong API key is AuthenticationError', async () => {
   if (!process.env.MOXI_API_KEY) return;
   const bad = new OpenAI({ baseURL, apiKey: 'wrong-key', maxRetries: 0 });
