@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -373,6 +374,7 @@ TEST_F(Episode, AModelAgentPlaysThroughTheChatTemplate) {
   std::ifstream in(path("trajectory.jsonl"));
   int actions = 0;
   int64_t last_prompt = 0;
+  std::vector<int64_t> sequence;
   for (std::string line; std::getline(in, line);) {
     const auto e = nlohmann::json::parse(line);
     if (e.at("event") != "action") continue;
@@ -382,6 +384,13 @@ TEST_F(Episode, AModelAgentPlaysThroughTheChatTemplate) {
     EXPECT_EQ(ids.size(), lps.size());
     for (const auto& lp : lps) EXPECT_LE(lp.get<double>(), 1e-6);
     EXPECT_GT(e.at("prompt_tokens").get<int64_t>(), last_prompt) << "each turn sees the whole conversation";
+    // Contexts and replies add up to each prompt. moxi-tiny's template renders a past reply differently
+    // from how it was generated, so a later turn's context starts over (context_reset); the moxi-small
+    // template keeps it (AModelAgentRecordsTheEpisodesExactTokens).
+    if (e.value("context_reset", false)) sequence.clear();
+    for (const auto& id : e.at("context_token_ids")) sequence.push_back(id);
+    EXPECT_EQ(int64_t(sequence.size()), e.at("prompt_tokens").get<int64_t>());
+    for (const auto& id : ids) sequence.push_back(id);
     last_prompt = e.at("prompt_tokens");
     // Greedy: the first token is the model's most likely one, so its probability is at least 1 / vocab.
     if (!lps.empty()) {
@@ -527,6 +536,50 @@ TEST_F(Episode, ATrajectoryReadsBackAndReplaysTheSame) {
   } catch (const moxi::error& e) {
     EXPECT_NE(std::string(e.what()).find("garbage.jsonl:2"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+
+namespace {
+
+// With moxi-small's template (a past reply renders exactly as generated) the contexts are only what each
+// turn added: the observation and the template's markers.
+TEST_F(Episode, AModelAgentRecordsTheEpisodesExactTokens) {
+  const auto t = load_agent_task(make_task(dir_, "count"));
+  const auto lm = moxi::runtime::local_model::load(std::string(MOXI_SOURCE_DIR) + "/models/moxi-small");
+  eval_model m;
+  m.name = "moxi-small";
+  m.new_sequence = [&lm] { return std::make_unique<moxi::runtime::model_lm>(lm.model); };
+  m.tok = &lm.tok;
+  m.chat = &lm.require_chat();
+  m.stop_tokens = lm.stop_tokens;
+  model_agent_options mo;
+  mo.max_tokens = 64;
+  auto a = make_model_agent(m, mo);
+  auto o = options();
+  o.limits.max_turns = 3;
+  const auto r = run_episode(t, *a, o);
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  std::ifstream in(path("trajectory.jsonl"));
+  std::vector<int64_t> sequence;
+  bool ended = true;  // the previous reply ended with a stop token (the first turn has none)
+  int later = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto e = nlohmann::json::parse(line);
+    if (e.at("event") != "action") continue;
+    if (ended) {
+      EXPECT_FALSE(e.value("context_reset", false)) << line;
+      later += !sequence.empty();
+    }
+    if (e.value("context_reset", false)) sequence.clear();
+    for (const auto& id : e.at("context_token_ids")) sequence.push_back(id);
+    EXPECT_EQ(int64_t(sequence.size()), e.at("prompt_tokens").get<int64_t>());
+    const auto ids = e.at("token_ids");
+    for (const auto& id : ids) sequence.push_back(id);
+    ended = !ids.empty() && std::find(lm.stop_tokens.begin(), lm.stop_tokens.end(), ids.back().get<int>()) !=
+                                lm.stop_tokens.end();
+  }
+  EXPECT_GE(later, 1) << "no later turn extended the sequence";
 }
 
 }  // namespace

@@ -204,6 +204,8 @@ episode_result run_episode(const agent_task& t, agent& a, const episode_options&
                {"finish", act.finish},       {"command", act.command},
                {"text", act.text},           {"prompt_tokens", act.prompt_tokens},
                {"reply_tokens", act.reply_tokens}, {"t", since(t0)}};
+    if (!act.context_token_ids.empty()) ev["context_token_ids"] = act.context_token_ids;
+    if (act.context_reset) ev["context_reset"] = true;
     if (!act.token_ids.empty()) ev["token_ids"] = act.token_ids;
     if (!act.logprobs.empty()) ev["logprobs"] = act.logprobs;
     log.write(ev);

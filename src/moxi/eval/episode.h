@@ -32,7 +32,13 @@ struct action {
   std::string command;  // run with `bash -c` in the workspace
   std::string text;     // what the agent said (a model's raw reply), for the trajectory
   int64_t prompt_tokens = 0, reply_tokens = 0;
-  // Model agents: the reply's token ids and the sampler's log-probs, for RL on episodes.
+  // Model agents, for RL on episodes: the tokens that came before this reply and were not the model's
+  // (the instruction or the last observation, with the template's markers: masked out of a loss), the
+  // reply's token ids and their log-probs. Concatenating context, reply, context, reply ... gives the
+  // episode's exact token sequence; context_reset says this turn's context is the whole prompt instead
+  // (the template re-rendered earlier turns differently).
+  std::vector<int32_t> context_token_ids;
+  bool context_reset = false;
   std::vector<int32_t> token_ids;
   std::vector<float> logprobs;
 };

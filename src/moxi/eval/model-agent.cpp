@@ -54,6 +54,13 @@ class model_session final : public agent_session {
     a.reply_tokens = int64_t(g.tokens.size());
     a.token_ids.assign(g.tokens.begin(), g.tokens.end());
     a.logprobs = g.logprobs;
+    // What this turn added before the reply: the prompt past the previous prompt and reply, when the
+    // template kept them as they were (moxi's templates do).
+    const bool extends = ids.size() >= seq_.size() && std::equal(seq_.begin(), seq_.end(), ids.begin());
+    a.context_reset = !extends;
+    a.context_token_ids.assign(ids.begin() + (extends ? std::ptrdiff_t(seq_.size()) : 0), ids.end());
+    seq_.assign(ids.begin(), ids.end());
+    seq_.insert(seq_.end(), g.tokens.begin(), g.tokens.end());
     messages_.push_back({{"role", "assistant"}, {"content", a.text}});
     return a;
   }
@@ -63,6 +70,7 @@ class model_session final : public agent_session {
   model_agent_options o_;
   nlohmann::ordered_json messages_ = nlohmann::ordered_json::array();
   uint64_t turn_ = 0;
+  std::vector<token_id> seq_;  // the episode's tokens so far: prompts and replies
 };
 
 class model_agent final : public agent {
