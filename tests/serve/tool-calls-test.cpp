@@ -10,6 +10,8 @@
 #include <sstream>
 #include <string>
 
+#include "moxi/runtime/local-model.h"
+#include "moxi/serve/api-openai.h"
 #include "serve/http-test-util.h"
 
 namespace moxi::serve {
@@ -129,6 +131,17 @@ TEST(tool_calls, AutoAndNoneReplyWithTextAndAToolLoopRendersItsHistory) {
     EXPECT_FALSE(r.body["choices"][0]["message"].contains("tool_calls"));
     EXPECT_NE(r.body["choices"][0]["finish_reason"], "tool_calls");
   }
+  // Streamed with tools (auto), the text is held until it is known not to be a call, then sent: the
+  // same text as without streaming.
+  json body_auto = body_with("auto", 4);
+  const auto once = post(*c, body_auto);
+  body_auto["stream"] = true;
+  auto res = c->Post("/v1/chat/completions", body_auto.dump(), "application/json");
+  ASSERT_TRUE(res);
+  const auto sse = parse_sse(res->body, true);
+  ASSERT_TRUE(sse.ok) << sse.error;
+  EXPECT_EQ(sse.text, once.body["choices"][0]["message"]["content"]);
+  EXPECT_EQ(sse.finish_reason, once.body["choices"][0]["finish_reason"]);
   // The call goes back as the assistant turn, its result as a tool message; the next reply is text.
   const auto first = post(*c, body_with({{"type", "function"}, {"function", {{"name", "run_command"}}}}, 5));
   ASSERT_EQ(first.status, 200);
@@ -177,6 +190,39 @@ TEST(tool_calls, BadToolsAndToolChoicesAre400NamingTheField) {
   const auto r = post(*c, body);
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(r.body["error"]["param"], "response_format");
+}
+
+// moxi's call lines in a free-form reply (tool_choice auto), on crafted replies.
+TEST(tool_calls, CallLinesInAReplyAreParsedOnlyWhenTheyAreCalls) {
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(json::array({run_command_tool()}).dump());
+  auto p = parse_tool_calls("\n[call 1/1] run_command({\"command\": \"wc -l notes.txt\"})", tools);
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].first, "run_command");
+  EXPECT_EQ(p.calls[0].second, "{\"command\": \"wc -l notes.txt\"}");
+  EXPECT_TRUE(p.content.is_null());
+  p = parse_tool_calls("Let me count.\n[call 1/2] run_command({\"command\": \"ls\"})\n[call 2/2] run_command({})  ", tools);
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(p.content, "Let me count.");
+  EXPECT_EQ(p.calls[1].second, "{}");
+  for (const char* text : {"[call 1/1] other_tool({})",             // not in tools
+                           "[call 1/1] run_command({\"command\": }", // not JSON
+                           "[call 1/1] run_command([1, 2])",          // not an object
+                           "say [call 1/1] run_command({})",          // not at a line start
+                           "[call x/1] run_command({})", "plain text"}) {
+    p = parse_tool_calls(text, tools);
+    EXPECT_TRUE(p.calls.empty()) << text;
+    EXPECT_EQ(p.content, text);
+  }
+}
+
+TEST(tool_calls, MoxiTemplatesWriteCallLines) {
+  const auto cfg = bundled_config();
+  const auto lm = runtime::local_model::load(cfg.model_dir);
+  completion_request r;
+  r.messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  EXPECT_TRUE(template_uses_call_lines(lm.require_chat(), r));
+  const formats::chat_template plain("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}", "plain");
+  EXPECT_FALSE(template_uses_call_lines(plain, r));
 }
 
 }  // namespace

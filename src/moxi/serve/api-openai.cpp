@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <set>
 
 #include "moxi/base/error.h"
 
@@ -221,7 +222,10 @@ void parse_tool_choice(const nlohmann::ordered_json& tc, completion_request& r) 
   const nlohmann::ordered_json* chosen = nullptr;
   if (tc.is_string()) {
     const std::string s = tc.get<std::string>();
-    if (s == "none" || s == "auto") return;
+    if (s == "none" || s == "auto") {
+      r.tool_choice_none = s == "none";
+      return;
+    }
     if (s != "required") bad("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or a function");
     if (tools.size() != 1)
       bad("tool_choice", "'tool_choice': 'required' needs exactly one tool here; name the function instead");
@@ -423,6 +427,72 @@ std::string render_chat(const formats::chat_template* tmpl, const completion_req
   return with_call.substr(0, at);
 }
 
+bool template_uses_call_lines(const formats::chat_template& tmpl, const completion_request& request) {
+  auto probe = request.messages;
+  probe.push_back({{"role", "assistant"},
+                   {"content", ""},
+                   {"tool_calls",
+                    {{{"id", "call_probe"},
+                      {"type", "function"},
+                      {"function", {{"name", "moxi_probe"}, {"arguments", "{\"x\": 1}"}}}}}}});
+  formats::render_options o;
+  o.add_generation_prompt = false;
+  o.tools = request.tools;
+  o.extra = request.template_kwargs;
+  try {
+    return tmpl.render(probe, o).find("[call 1/1] moxi_probe({\"x\": 1})") != std::string::npos;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+parsed_reply parse_tool_calls(const std::string& text, const nlohmann::ordered_json& tools) {
+  parsed_reply out;
+  std::set<std::string> names;
+  for (const auto& t : tools)
+    if (t.is_object() && t.contains("function") && t["function"].contains("name")) names.insert(t["function"]["name"]);
+  size_t first_call = std::string::npos, pos = 0;
+  while (pos <= text.size()) {
+    const size_t end = std::min(text.find('\n', pos), text.size());
+    std::string line = text.substr(pos, end - pos);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
+    // [call I/N] NAME(ARGS)
+    size_t i = 0;
+    auto digits = [&] {
+      const size_t s = i;
+      while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
+      return i > s;
+    };
+    bool ok = line.rfind("[call ", 0) == 0 && (i = 6, digits()) && i < line.size() && line[i++] == '/' && digits() &&
+              line.compare(i, 2, "] ") == 0;
+    if (ok) {
+      i += 2;
+      const size_t open = line.find('(', i);
+      ok = open != std::string::npos && line.back() == ')';
+      if (ok) {
+        const std::string name = line.substr(i, open - i), args = line.substr(open + 1, line.size() - open - 2);
+        const auto v = json::parse(args, nullptr, false);
+        ok = names.count(name) && !v.is_discarded() && v.is_object();
+        if (ok) {
+          out.calls.emplace_back(name, args);
+          if (first_call == std::string::npos) first_call = pos;
+        }
+      }
+    }
+    if (end == text.size()) break;
+    pos = end + 1;
+  }
+  std::string content = text.substr(0, std::min(first_call, text.size()));
+  if (!out.calls.empty()) {
+    while (!content.empty() && std::isspace(static_cast<unsigned char>(content.back()))) content.pop_back();
+    size_t a = 0;
+    while (a < content.size() && std::isspace(static_cast<unsigned char>(content[a]))) ++a;
+    content = content.substr(a);
+  }
+  out.content = out.calls.empty() || !content.empty() ? json(content) : json(nullptr);
+  return out;
+}
+
 json usage_counts::to_json() const {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
@@ -472,6 +542,8 @@ validated_request validate_request(const std::string& body, bool chat, const req
       // The template's special tokens (<|user|>, <|end|> ...) must encode as specials, so the rendered text
       // is encoded with them on; as in vLLM, special-token text inside a message then is one too.
       prompt = ctx.tok->encode(render_chat(ctx.tmpl, r), /*allow_special=*/true);
+      r.parse_calls = r.tools && !r.tools->empty() && !r.forced_tool && !r.tool_choice_none &&
+                      template_uses_call_lines(*ctx.tmpl, r);
     } else if (r.prompt_text) {
       prompt = ctx.tok->encode(*r.prompt_text, /*allow_special=*/true);
     } else {

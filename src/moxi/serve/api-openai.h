@@ -62,13 +62,29 @@ struct completion_request {
   // ends with the template's own opening of a call (render_chat), the output is the arguments, held to
   // the function's parameters schema by response_grammar, and the response carries them as tool_calls.
   std::optional<std::string> forced_tool;
+  // tools with tool_choice auto (or absent) on a template that writes calls as `[call i/n] NAME(ARGS)`
+  // lines (moxi's): the reply is parsed for such lines (parse_tool_calls).
+  bool parse_calls = false;
+  bool tool_choice_none = false;
 };
+
+// A reply parsed for calls in moxi's syntax: each line `[call i/n] NAME(ARGS)` whose NAME is one of
+// `tools` and whose ARGS is a JSON object is a call (ARGS kept as written); the text before the first call
+// line is the content (null when empty). No such line: no calls, and the whole text is the content.
+struct parsed_reply {
+  nlohmann::json content;                 // string or null
+  std::vector<std::pair<std::string, std::string>> calls;  // {name, arguments}
+};
+parsed_reply parse_tool_calls(const std::string& text, const nlohmann::ordered_json& tools);
 
 // OpenAI's response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
 // "json_schema": {"name", "description"?, "schema", "strict"?}}; the JSON Schema subset of
 // runtime/json-constraint.h. Null for text. Throws api_error 400 naming the field (param
 // "response_format..." and the schema keyword's path in the message).
 std::shared_ptr<const runtime::json_grammar> parse_response_format(const nlohmann::ordered_json& rf);
+
+// The template writes tool calls in moxi's `[call i/n] NAME(ARGS)` syntax (checked by rendering a probe).
+bool template_uses_call_lines(const formats::chat_template& tmpl, const completion_request& request);
 
 // How deep arrays and objects may nest in a request body (the body itself is level 1). OpenAI's own API
 // accepts tool schemas nested a few levels; 64 leaves room for any real one.

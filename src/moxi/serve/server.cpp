@@ -439,6 +439,20 @@ struct completion_writer {
   std::vector<std::shared_ptr<generation>> gens;
   bool want_logprobs = false, include_usage = false;
   std::string forced_tool;  // a forced call: the output is its arguments (api-openai.h)
+  bool parse_calls = false;  // tool_choice auto: the reply is parsed for call lines (api-openai.h)
+  nlohmann::ordered_json tools;
+
+  json calls_json(size_t i, const parsed_reply& p, bool with_index) const {
+    json calls = json::array();
+    for (size_t k = 0; k < p.calls.size(); ++k) {
+      json c = {{"id", call_id(i) + "_" + std::to_string(k)},
+                {"type", "function"},
+                {"function", {{"name", p.calls[k].first}, {"arguments", p.calls[k].second}}}};
+      if (with_index) c["index"] = k;
+      calls.push_back(std::move(c));
+    }
+    return calls;
+  }
 
   std::string call_id(size_t i) const { return "call_" + id.substr(id.find('-') + 1) + "_" + std::to_string(i); }
   // A forced call's finish: "tool_calls" when the arguments are complete.
@@ -511,7 +525,14 @@ struct completion_writer {
                               {{{"id", call_id(i)},
                                 {"type", "function"},
                                 {"function", {{"name", forced_tool}, {"arguments", texts[i]}}}}}}};
-      else if (chat)
+      else if (chat && parse_calls) {
+        const auto p = parse_tool_calls(texts[i], tools);
+        choice["message"] = {{"role", "assistant"}, {"content", p.content}};
+        if (!p.calls.empty()) {
+          choice["message"]["tool_calls"] = calls_json(i, p, false);
+          if (g->finish == "stop") choice["finish_reason"] = "tool_calls";
+        }
+      } else if (chat)
         choice["message"] = {{"role", "assistant"}, {"content", texts[i]}};
       else
         choice["text"] = texts[i];
@@ -568,6 +589,7 @@ struct completion_writer {
     if (chat)
       for (size_t i = 0; i < n && ok; ++i) write(chunk(i, "", nullptr, nullptr, true));
     std::vector<bool> sent_final(n, false);
+    std::vector<std::string> held(n);  // parse_calls: a choice's text, parsed once it is complete
     while (ok) {
       std::vector<std::string> texts(n);
       std::vector<std::vector<logprob_entry>> lps(n);
@@ -588,6 +610,32 @@ struct completion_writer {
           break;
         }
         const json lp = want_logprobs && !lps[i].empty() ? logprobs_json(chat, lps[i]) : json(nullptr);
+        if (parse_calls) {
+          // Whether the text is a call is known only at its end: held, then sent as content or as calls.
+          held[i] += texts[i];
+          if (!lps[i].empty()) wrote = write(chunk(i, "", lp, nullptr, false));
+          if (ok && g.finished() && !sent_final[i]) {
+            sent_final[i] = true;
+            const auto p = parse_tool_calls(held[i], tools);
+            json finish = finish_of(g.finish);
+            if (p.calls.empty()) {
+              if (!held[i].empty()) write(chunk(i, held[i], nullptr, nullptr, false));
+            } else {
+              json delta = {{"tool_calls", calls_json(i, p, true)}};
+              if (p.content.is_string()) delta["content"] = p.content;
+              json c = {{"id", id},
+                        {"object", "chat.completion.chunk"},
+                        {"created", created},
+                        {"model", s.cfg.served_name},
+                        {"choices", json::array({json{{"index", i}, {"logprobs", nullptr}, {"finish_reason", nullptr},
+                                                      {"delta", delta}}})}};
+              write("data: " + dump(c) + "\n\n");
+              if (g.finish == "stop") finish = "tool_calls";
+            }
+            wrote = write(chunk(i, "", nullptr, finish, false));
+          }
+          continue;
+        }
         if (!texts[i].empty() || !lps[i].empty()) wrote = write(chunk(i, texts[i], lp, nullptr, false));
         if (ok && g.finished() && !sent_final[i]) {
           sent_final[i] = true;
@@ -677,6 +725,8 @@ void server::impl::handle_completion(const http_request& req, http_exchange& ex,
   w.want_logprobs = r.top_logprobs >= 0;
   w.include_usage = r.include_usage;
   if (r.forced_tool) w.forced_tool = *r.forced_tool;
+  w.parse_calls = chat && r.parse_calls;
+  if (r.tools) w.tools = *r.tools;
   if (r.stream)
     w.respond_stream();
   else
