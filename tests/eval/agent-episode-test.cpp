@@ -142,12 +142,14 @@ TEST_F(AgentTask, RefusesWhatNeedsDockerNamingTheLine) {
       {"FROM debian:bookworm\nWORKDIR /app\nCOPY *.txt /app/\n", "wildcard"},
       {"FROM debian:bookworm\nWORKDIR /app\nCOPY ../secret /app/\n", "outside the task directory"},
       {"FROM debian:bookworm\nWORKDIR /app\nCOPY missing.txt /app/\n", "does not exist"},
+      {"FROM debian:bookworm\nWORKDIR /app\nCOPY linked/hostname /app/\n", "through a link"},
       {"FROM debian:bookworm\nWORKDIR /usr/src\n", "WORKDIR /usr/src cannot hold the workspace"},
       {"WORKDIR /app\n", ":1: WORKDIR /app: the first instruction must be FROM"},
       {"FROM debian:bookworm\nFROBNICATE x\n", ":2: FROBNICATE x: unknown instruction"},
   };
   for (size_t i = 0; i < bad.size(); ++i) {
     const auto dir = make_task(dir_, "t" + std::to_string(i), bad[i].first);
+    fs::create_directory_symlink("/etc", dir + "/linked");  // a linked directory on a source's way
     try {
       load_agent_task(dir);
       ADD_FAILURE() << "accepted:\n" << bad[i].first;

@@ -195,6 +195,14 @@ void parse_dockerfile(agent_task& t, const fs::path& file) {
         const fs::path p = fs::path(t.dir) / rel;
         std::error_code ec;
         if (!fs::exists(fs::symlink_status(p, ec))) fail(l, "the source '" + src + "' does not exist");
+        // Through links too: a linked directory on the way (data -> /root) would copy host files into the
+        // workspace. The source itself may be a link; it is copied as a link, never followed.
+        if (!rel.empty()) {
+          const fs::path parent = fs::canonical(p.parent_path(), ec), root = fs::canonical(t.dir, ec);
+          const std::string ps = parent.string() + "/", rs = root.string() + "/";
+          if (ec || ps.compare(0, rs.size(), rs) != 0)
+            fail(l, "the source '" + src + "' leads outside the task directory through a link");
+        }
         if (ins == "ADD" && fs::is_regular_file(p)) {
           for (const char* ext : {".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz"}) {
             const std::string e = ext;
