@@ -322,6 +322,40 @@ TEST_F(Interrupts, EvalLeavesNoWorkspaceProcessOrMount) {
   EXPECT_GE(clean_stops, 1) << "no run was stopped by a signal mid-work";
 }
 
+// An agent run keeps the episodes that finished (results.json says "interrupted") and removes every
+// workspace, process and cgroup of the ones under way.
+TEST_F(Interrupts, EvalAgentKeepsFinishedEpisodesAndLeavesNoWorkspace) {
+  const std::string suite = std::string(MOXI_SOURCE_DIR) + "/tasks/terminal-bench";
+  fs::permissions(dir_, fs::perms(0755));  // the sandbox uid reaches the workspaces below it
+  for (const char* t : {"work-count-errors", "work-top-ips", "work-dedupe-emails", "coding-palindrome"}) {
+    fs::create_directories(path("tasks/") + t);
+    fs::copy(suite + "/" + t, path("tasks/") + t, fs::copy_options::recursive);
+  }
+  const std::string run = path("run");
+  const std::vector<std::string> args = {"eval", "agent", "--tasks", path("tasks"), "--agent", "oracle",
+                                         "--out", run, "--force", "-q"};
+  const int clean_stops = trials(
+      "eval agent", args, [&] { return fs::exists(run + "/work") && !fs::is_empty(run + "/work"); },
+      [&](const outcome& o, bool stopped, const std::string& what) {
+        const bool wrote = fs::exists(run + "/results.json");
+        if (WIFEXITED(o.status) && WEXITSTATUS(o.status) == 0) {
+          ASSERT_TRUE(wrote) << what;
+          const auto j = nlohmann::json::parse(read_file(run + "/results.json"));
+          EXPECT_EQ(j.at("overall").at("tasks"), 4) << what;
+          EXPECT_FALSE(j.contains("interrupted")) << what;
+        }
+        if (stopped && wrote) {
+          const auto j = nlohmann::json::parse(read_file(run + "/results.json"));
+          EXPECT_TRUE(j.value("interrupted", false)) << what;
+          EXPECT_LE(j.at("overall").at("tasks").get<int>(), 4) << what;
+          for (const auto& t : j.at("tasks")) EXPECT_TRUE(t.at("pass").get<bool>()) << what << ": " << t.dump();
+        }
+        EXPECT_FALSE(fs::exists(run + "/work")) << what << ": workspaces left";
+      },
+      run);
+  EXPECT_GE(clean_stops, 1) << "no run was stopped by a signal mid-work";
+}
+
 // A larger-than-tiny config (more experts) so that writing takes long enough to be interrupted, in BF16
 // so that quantize accepts its checkpoint.
 std::string write_config(const std::string& path) {

@@ -172,11 +172,21 @@ void setup_eval_agent(CLI::App* eval) {
     std::vector<std::thread> threads;
     for (int k = 0; k < a->concurrency; ++k) threads.emplace_back(worker);
     for (auto& th : threads) th.join();
-    check_interrupt();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    auto res = eval::results_json(agent->name(), results, secs);
+    // Interrupted: the finished episodes are kept (results.json says "interrupted"), then moxi exits 130.
+    const bool stopped = interrupt_requested();
+    std::vector<eval::episode_result> finished;
+    for (auto& r : results)
+      if (!r.id.empty()) finished.push_back(std::move(r));
+    auto res = eval::results_json(agent->name(), finished, secs);
     res["tasks_dir"] = a->tasks;
+    if (stopped) res["interrupted"] = true;
     eval::write_file_atomic((fs::path(run) / "results.json").string(), res.dump(2) + "\n");
+    if (stopped) {
+      std::error_code ec;
+      if (!a->keep) fs::remove_all(work, ec);
+      check_interrupt();
+    }
     if (!a->keep) fs::remove_all(work);
     print_summary(res);
     std::printf("agent %s: %zu tasks in %.1f s, concurrency %d -> %s/results.json\n", agent->name().c_str(),
