@@ -1,7 +1,9 @@
 // `moxi data --domain D --split S --n N --seed S --out FILE.jsonl`: writes generated verifiable tasks
 // (eval/task-generator.h), atomically; --verify runs every reference solution through its checker.
+// `--format terminal-bench`: terminal tasks as Terminal-Bench task directories (eval/terminal-bench-export.h).
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 
@@ -11,8 +13,10 @@
 #include "moxi/cli/options.h"
 #include "moxi/eval/check.h"
 #include "moxi/eval/task-generator.h"
+#include "moxi/eval/terminal-bench-export.h"
 
 namespace moxi::cli {
+namespace fs = std::filesystem;
 namespace {
 
 void setup_data(CLI::App& root) {
@@ -22,6 +26,7 @@ void setup_data(CLI::App& root) {
     size_t n = 100;
     uint64_t seed = 0;
     std::vector<std::string> templates;
+    std::string format = "jsonl";
     bool verify = false;
   };
   auto a = std::make_shared<args>();
@@ -38,15 +43,33 @@ void setup_data(CLI::App& root) {
   cmd->add_option("--templates", a->templates,
                   "only these templates of the split, comma-separated (all by default; docs/tasks.md lists them)")
       ->delimiter(',');
+  cmd->add_option("--format", a->format,
+                  "jsonl: one task per line; terminal-bench: --out is a directory of Terminal-Bench tasks "
+                  "(terminal domain only) for `moxi eval agent`")
+      ->check(CLI::IsMember({"jsonl", "terminal-bench"}))
+      ->capture_default_str();
   auto outs = std::make_shared<output_paths>(cmd);
   outs->add("--out", a->out, "output JSONL file (written atomically)", output_paths::kind::file)->required();
   cmd->add_flag("--verify", a->verify, "check every reference solution with its checker (in the sandbox)");
   set_examples(cmd,
                {"moxi data --domain math --split test --n 30 --seed 7 --out test-math.jsonl",
                 "moxi data --domain code --n 200 --out train-code.jsonl --verify",
-                "moxi data --domain chat --templates repeat --n 50 --out repeat.jsonl"},
+                "moxi data --domain chat --templates repeat --n 50 --out repeat.jsonl",
+                "moxi data --domain terminal --split test --n 20 --format terminal-bench --out tb-tasks"},
                "docs/tasks.md");
   cmd->callback([a, outs] {
+    if (a->format == "terminal-bench") {
+      if (a->domain != "terminal") throw usage_error("--format terminal-bench needs --domain terminal");
+      if (a->verify) throw usage_error("--verify checks JSONL tasks; `moxi eval agent --agent oracle` checks a directory");
+      if (fs::exists(a->out) && !outs->force())
+        throw usage_error(a->out + " exists (give --force to replace a directory this command wrote)");
+      const auto tasks = eval::generate_tasks(eval::parse_domain(a->domain), eval::parse_split(a->split), a->n,
+                                              a->seed, a->templates);
+      eval::write_terminal_bench(tasks, a->out);
+      std::fprintf(stderr, "moxi data: %zu terminal/%s tasks (seed %llu) -> %s/ (Terminal-Bench layout)\n",
+                   tasks.size(), a->split.c_str(), static_cast<unsigned long long>(a->seed), a->out.c_str());
+      return;
+    }
     outs->check();
     const auto t0 = std::chrono::steady_clock::now();
     const auto tasks =

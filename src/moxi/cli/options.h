@@ -63,6 +63,7 @@ class output_paths {
   // leaves the old checkpoint as it was).
   std::string write_path(const std::string& path) const;
   void publish(const std::string& path) const;
+  bool force() const { return force_; }  // --force was given
 
  private:
   struct entry {
