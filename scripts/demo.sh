@@ -15,7 +15,7 @@ echo "== The 2.8T seed model planned on 8 nodes x 8 GPUs (TP 8, EP 64), 1M-token
   --context 1048576 --batch 1
 
 echo
-echo "== moxi-small: the same architecture family at 28 M parameters, MXFP4 experts"
+echo "== moxi-small: the same architecture family at 27 M parameters, MXFP4 experts"
 report=$("$MOXI" inspect "$MODEL")  # validates every header and tensor against config.json
 printf '%s\n' "$report" | sed -n '1,5p'
 printf '%s\n' "$report" | tail -n 1
