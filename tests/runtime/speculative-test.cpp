@@ -359,8 +359,9 @@ TEST(SpeculativeModel, MtpAcceptanceOfTheTrainedModels) {
     const auto r = run_generate(seq, prompt, o, &lm.tok);
     EXPECT_EQ(r.drafted, r.verify_steps) << name;
     EXPECT_LE(r.accepted, r.drafted);
-    // The first token, one per verify step and one per kept draft, and at the end at most one plain step.
-    EXPECT_GE(int64_t(r.tokens.size()), 1 + r.verify_steps + r.accepted) << name;
+    // The first token, one per verify step and one per kept draft (less one when a kept draft is the stop
+    // token: its step ends there, without the bonus token), and at the end at most one plain step.
+    EXPECT_GE(int64_t(r.tokens.size()), r.verify_steps + r.accepted) << name;
     EXPECT_LE(int64_t(r.tokens.size()), 2 + r.verify_steps + r.accepted) << name;
     std::printf("%s: %lld of %lld drafts accepted\n", name, (long long)r.accepted, (long long)r.drafted);
     EXPECT_GT(double(r.accepted), 0.2 * double(r.drafted)) << name;

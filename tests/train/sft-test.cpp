@@ -306,6 +306,16 @@ TEST(Recipe, UnknownFieldsAndBadValuesNameTheFieldAndOverridesApply) {
   EXPECT_THROW(train::parse_recipe(bad, "r.json", "/base"), error);
   r.lr = 0;
   EXPECT_THROW(train::validate(r), error);
+  // A generated source may keep only some templates; load_tasks draws those alone.
+  auto picked = base;
+  picked["data"]["train"] = {{{"domain", "chat"}, {"n", 12}, {"seed", 3}, {"templates", {"repeat"}}}};
+  const auto rp = train::parse_recipe(picked, "r.json", "/base");
+  ASSERT_EQ(rp.train_data.at(0).templates, std::vector<std::string>{"repeat"});
+  const auto tasks = train::load_tasks(rp.train_data.at(0));
+  ASSERT_EQ(tasks.size(), 12u);
+  for (const auto& t : tasks) EXPECT_EQ(t.template_name, "repeat");
+  picked["data"]["train"][0]["templates"] = {"nope"};
+  EXPECT_THROW(train::load_tasks(train::parse_recipe(picked, "r.json", "/base").train_data.at(0)), error);
 }
 
 // The exported directory, loaded by the engine, gives the trainer's QAT logits (MXFP4 experts encoded from
