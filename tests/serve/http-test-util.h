@@ -50,6 +50,13 @@ inline server_config tiny_config() {
   return c;
 }
 
+// tiny_config() over the bundled, trained moxi-tiny (its byte-level BPE and chat template).
+inline server_config bundled_config() {
+  auto cfg = tiny_config();
+  cfg.model_dir = std::string(MOXI_SOURCE_DIR) + "/models/moxi-tiny";
+  return cfg;
+}
+
 inline std::unique_ptr<server> start_server(const server_config& c) {
   auto s = std::make_unique<server>(c);
   s->start();
@@ -61,6 +68,17 @@ inline std::unique_ptr<httplib::Client> client_for(const server& s) {
   c->set_read_timeout(60, 0);
   c->set_write_timeout(60, 0);
   return c;
+}
+
+// A POST of a JSON body: the status and the parsed body (discarded when not JSON; status 0 when no reply).
+struct json_reply {
+  int status = 0;
+  nlohmann::json body;
+};
+inline json_reply post(httplib::Client& c, const std::string& path, const nlohmann::json& body) {
+  auto res = c.Post(path, body.dump(), "application/json");
+  if (!res) return {};
+  return {res->status, nlohmann::json::parse(res->body, nullptr, false)};
 }
 
 struct sse_result {

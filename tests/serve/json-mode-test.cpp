@@ -15,23 +15,6 @@ namespace {
 
 using namespace moxi::serve::testing;
 
-struct reply {
-  int status = 0;
-  json body;
-};
-
-reply post(httplib::Client& c, const std::string& path, const json& body) {
-  auto res = c.Post(path, body.dump(), "application/json");
-  if (!res) return {};
-  return {res->status, json::parse(res->body, nullptr, false)};
-}
-
-server_config bundled_config() {
-  auto cfg = tiny_config();
-  cfg.model_dir = std::string(MOXI_SOURCE_DIR) + "/models/moxi-tiny";
-  return cfg;
-}
-
 size_t code_points(const std::string& s) {
   size_t n = 0;
   for (unsigned char c : s) n += (c & 0xC0) != 0x80;

@@ -19,21 +19,8 @@ namespace {
 
 using namespace moxi::serve::testing;
 
-struct reply {
-  int status = 0;
-  json body;
-};
-
-reply post(httplib::Client& c, const json& body) {
-  auto res = c.Post("/v1/chat/completions", body.dump(), "application/json");
-  if (!res) return {};
-  return {res->status, json::parse(res->body, nullptr, false)};
-}
-
-server_config bundled_config() {
-  auto cfg = tiny_config();
-  cfg.model_dir = std::string(MOXI_SOURCE_DIR) + "/models/moxi-tiny";
-  return cfg;
+json_reply post(httplib::Client& c, const json& body) {
+  return testing::post(c, "/v1/chat/completions", body);
 }
 
 json run_command_tool() {

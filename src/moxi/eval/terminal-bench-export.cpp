@@ -130,20 +130,6 @@ def test_contents_match():
     assert not differ, f"differ: {differ}"
 )PY";
 
-const char* compare_name(compare_mode m) {
-  switch (m) {
-    case compare_mode::stdout_text:
-      return "stdout";
-    case compare_mode::lines:
-      return "lines";
-    case compare_mode::count:
-      return "count";
-    case compare_mode::files:
-      return "files";
-  }
-  return "stdout";
-}
-
 void write(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());
   std::ofstream out(p, std::ios::binary);
@@ -206,7 +192,7 @@ void write_terminal_bench(const std::vector<task>& tasks, const std::string& dir
             "#!/bin/bash\n# Runs the task's tests on /app (TEST_DIR holds tests/, which the agent never sees).\n"
             "python3 -m pytest -rA -p no:cacheprovider \"$TEST_DIR/test_outputs.py\"\n");
       write(d / "tests" / "task.json",
-            json{{"id", t.id}, {"template", t.template_name}, {"compare", compare_name(t.compare)},
+            json{{"id", t.id}, {"template", t.template_name}, {"compare", to_string(t.compare)},
                  {"reference", t.reference}}
                     .dump(2) +
                 "\n");

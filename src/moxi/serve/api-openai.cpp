@@ -381,6 +381,24 @@ completion_request parse_completion_request(const std::string& text, bool chat,
   return r;
 }
 
+namespace {
+
+// The conversation followed by an assistant turn that calls `name` with `arguments` (the text as given):
+// what the template renders for it shows how it writes a call.
+nlohmann::ordered_json with_probe_call(const nlohmann::ordered_json& messages, const std::string& name,
+                                       const std::string& arguments) {
+  auto probe = messages;
+  probe.push_back({{"role", "assistant"},
+                   {"content", ""},
+                   {"tool_calls",
+                    {{{"id", "call_probe"},
+                      {"type", "function"},
+                      {"function", {{"name", name}, {"arguments", arguments}}}}}}});
+  return probe;
+}
+
+}  // namespace
+
 std::string render_chat(const formats::chat_template* tmpl, const completion_request& request) {
   if (!tmpl)
     throw api_error(400,
@@ -403,13 +421,7 @@ std::string render_chat(const formats::chat_template* tmpl, const completion_req
   // up to the probe's arguments (the conversation so far, then the assistant turn as the template renders
   // a past one, up to where the arguments go).
   const std::string marker = "\x01moxi-arguments\x01";
-  auto probe = request.messages;
-  probe.push_back({{"role", "assistant"},
-                   {"content", ""},
-                   {"tool_calls",
-                    {{{"id", "call_probe"},
-                      {"type", "function"},
-                      {"function", {{"name", *request.forced_tool}, {"arguments", marker}}}}}}});
+  const auto probe = with_probe_call(request.messages, *request.forced_tool, marker);
   o.add_generation_prompt = false;
   std::string before, with_call;
   try {
@@ -428,13 +440,7 @@ std::string render_chat(const formats::chat_template* tmpl, const completion_req
 }
 
 bool template_uses_call_lines(const formats::chat_template& tmpl, const completion_request& request) {
-  auto probe = request.messages;
-  probe.push_back({{"role", "assistant"},
-                   {"content", ""},
-                   {"tool_calls",
-                    {{{"id", "call_probe"},
-                      {"type", "function"},
-                      {"function", {{"name", "moxi_probe"}, {"arguments", "{\"x\": 1}"}}}}}}});
+  const auto probe = with_probe_call(request.messages, "moxi_probe", "{\"x\": 1}");
   formats::render_options o;
   o.add_generation_prompt = false;
   o.tools = request.tools;
