@@ -308,6 +308,14 @@ TEST_F(Episode, LimitsEndTheEpisode) {
   const auto s = run_episode(t, slow, o);
   EXPECT_EQ(s.stop, "timeout");
   EXPECT_LE(s.turns, 2);
+  // The episode's output budget: 3000 bytes a command against 5000 in all ends it after two.
+  scripted loud;
+  loud.commands = {"head -c 3000 /dev/zero", "head -c 3000 /dev/zero", "head -c 3000 /dev/zero", "true"};
+  o.limits.episode_timeout_s = 0;
+  o.limits.episode_output_bytes = 5000;
+  const auto l = run_episode(t, loud, o);
+  EXPECT_EQ(l.stop, "output");
+  EXPECT_EQ(l.turns, 2);
 }
 
 TEST_F(Episode, ResultsSummarizePerCategory) {

@@ -95,6 +95,10 @@ void setup_eval_agent(CLI::App* eval) {
                   "seconds per episode (0: the task's max_agent_timeout_sec)")
       ->check(number_in(0, 86400))
       ->capture_default_str();
+  cmd->add_option("--episode-output-bytes", a->limits.episode_output_bytes,
+                  "stdout + stderr bytes of all an episode's commands together; past it the episode ends")
+      ->check(integer_in(1, int64_t(1) << 40))
+      ->capture_default_str();
   cmd->add_option("--observation-bytes", a->limits.observation_bytes,
                   "bytes of each stream of a command's output the agent sees (the rest is marked as cut)")
       ->check(integer_in(16, int64_t(1) << 24))

@@ -182,7 +182,12 @@ episode_result run_episode(const agent_task& t, agent& a, const episode_options&
 
   observation last;
   bool have_last = false;
+  uint64_t output_total = 0;
   for (;;) {
+    if (output_total > lim.episode_output_bytes) {
+      r.stop = "output";
+      break;
+    }
     const double left = budget - since(t0);
     if (left <= 0) {
       r.stop = "timeout";
@@ -224,6 +229,7 @@ episode_result run_episode(const agent_task& t, agent& a, const episode_options&
     }
     if (!rr.started) return fail("sandbox: the command did not start: " + rr.error);
     ++r.turns;
+    output_total += rr.out.bytes + rr.err.bytes;
     last = observation{};
     last.exit_code = rr.exit_code;
     last.seconds = rr.duration_s;

@@ -113,6 +113,7 @@ struct episode_limits {
   double episode_timeout_s = 0;   // 0: the task's max_agent_timeout_sec
   uint64_t observation_bytes = 4096;  // per stream shown to the agent
   uint64_t output_bytes = 1 << 20;    // captured per stream and command (the rest is only counted)
+  uint64_t episode_output_bytes = 16 << 20;  // all commands' stdout + stderr together; past it the episode ends
   sandbox::limits sandbox;            // memory, pids, disk ... of every command and of the tests
 };
 
@@ -123,7 +124,7 @@ struct episode_result {
   int turns = 0;  // commands run
   int64_t prompt_tokens = 0, reply_tokens = 0;
   double seconds = 0;       // the whole episode, tests included
-  std::string stop;         // "finished", "max_turns", "timeout", or "error"
+  std::string stop;         // "finished", "max_turns", "timeout", "output", or "error"
   std::string error;        // an infrastructure failure (setup, sandbox, agent): not a verdict
   std::string test_output;  // the tests' output (cut to 16 KB)
 };
