@@ -366,12 +366,7 @@ namespace {
 TEST_F(Episode, AModelAgentPlaysThroughTheChatTemplate) {
   const auto t = load_agent_task(make_task(dir_, "count"));
   const auto lm = moxi::runtime::local_model::load(std::string(MOXI_SOURCE_DIR) + "/models/moxi-tiny");
-  eval_model m;
-  m.name = "moxi-tiny";
-  m.new_sequence = [&lm] { return std::make_unique<moxi::runtime::model_lm>(lm.model); };
-  m.tok = &lm.tok;
-  m.chat = &lm.require_chat();
-  m.stop_tokens = lm.stop_tokens;
+  const eval_model m = eval_model_of(lm);
   model_agent_options mo;
   mo.max_tokens = 24;
   auto a = make_model_agent(m, mo);
@@ -558,12 +553,7 @@ namespace {
 TEST_F(Episode, AModelAgentRecordsTheEpisodesExactTokens) {
   const auto t = load_agent_task(make_task(dir_, "count"));
   const auto lm = moxi::runtime::local_model::load(std::string(MOXI_SOURCE_DIR) + "/models/moxi-small");
-  eval_model m;
-  m.name = "moxi-small";
-  m.new_sequence = [&lm] { return std::make_unique<moxi::runtime::model_lm>(lm.model); };
-  m.tok = &lm.tok;
-  m.chat = &lm.require_chat();
-  m.stop_tokens = lm.stop_tokens;
+  const eval_model m = eval_model_of(lm);
   model_agent_options mo;
   mo.max_tokens = 64;
   auto a = make_model_agent(m, mo);

@@ -131,11 +131,8 @@ void setup_eval_agent(CLI::App* eval) {
     std::unique_ptr<eval::agent> agent;
     if (a->agent == "model") {
       lm.emplace(runtime::local_model::load(a->model));
+      em = eval::eval_model_of(*lm);
       em.name = a->model;
-      em.new_sequence = [&lm] { return std::make_unique<runtime::model_lm>(lm->model); };
-      em.tok = &lm->tok;
-      em.chat = &lm->require_chat();
-      em.stop_tokens = lm->stop_tokens;
       agent = eval::make_model_agent(em, a->model_opt);
     } else if (a->agent == "endpoint") {
       if (a->endpoint.api_key.empty() && std::getenv("OPENAI_API_KEY")) a->endpoint.api_key = std::getenv("OPENAI_API_KEY");

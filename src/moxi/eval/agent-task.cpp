@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "moxi/base/error.h"
+#include "moxi/eval/task.h"
 #include "moxi/sandbox/sandbox.h"
 
 namespace moxi::eval {
@@ -29,13 +30,6 @@ std::string read_text(const fs::path& p) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-std::string trim(const std::string& s) {
-  size_t a = 0, b = s.size();
-  while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
-  while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
-  return s.substr(a, b - a);
 }
 
 std::string unquote(const std::string& s) {
@@ -71,11 +65,11 @@ std::string normal_absolute(const std::string& p) {
 // The arguments of a COPY/ADD line: JSON array form or words; `--flag=value` options first.
 std::vector<std::string> copy_args(const std::string& rest, std::vector<std::string>& flags) {
   std::vector<std::string> args;
-  std::string r = trim(rest);
+  std::string r = trim_space(rest);
   while (r.rfind("--", 0) == 0) {
     const size_t sp = r.find_first_of(" \t");
     flags.push_back(r.substr(0, sp));
-    r = sp == std::string::npos ? "" : trim(r.substr(sp));
+    r = sp == std::string::npos ? "" : trim_space(r.substr(sp));
   }
   if (!r.empty() && r[0] == '[') {
     // ["src", "dest"]: strings without escapes, as Terminal-Bench's Dockerfiles write them.
@@ -106,7 +100,7 @@ std::vector<dockerfile_line> dockerfile_lines(const std::string& text) {
   while (std::getline(in, line)) {
     ++n;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    const std::string t = trim(line);
+    const std::string t = trim_space(line);
     if (joined.empty() && (t.empty() || t[0] == '#')) continue;
     if (!joined.empty() && !t.empty() && t[0] == '#') continue;  // comments inside a continued line
     if (joined.empty()) start = n;
@@ -118,7 +112,7 @@ std::vector<dockerfile_line> dockerfile_lines(const std::string& text) {
     const size_t sp = joined.find_first_of(" \t");
     std::string ins = joined.substr(0, sp);
     std::transform(ins.begin(), ins.end(), ins.begin(), [](unsigned char c) { return char(std::toupper(c)); });
-    out.push_back({start, ins, sp == std::string::npos ? "" : trim(joined.substr(sp))});
+    out.push_back({start, ins, sp == std::string::npos ? "" : trim_space(joined.substr(sp))});
     joined.clear();
   }
   if (!joined.empty()) throw error("the last instruction ends with a line continuation");
@@ -170,7 +164,7 @@ void parse_dockerfile(agent_task& t, const fs::path& file) {
     } else if (!from && ins != "ARG") {
       fail(l, "the first instruction must be FROM");
     } else if (ins == "WORKDIR") {
-      const std::string w = unquote(trim(l.rest));
+      const std::string w = unquote(trim_space(l.rest));
       if (w.empty()) fail(l, "WORKDIR needs a path");
       workdir = normal_absolute(w[0] == '/' ? w : workdir + "/" + w);
     } else if (ins == "COPY" || ins == "ADD") {
@@ -213,11 +207,11 @@ void parse_dockerfile(agent_task& t, const fs::path& file) {
         copies.push_back({rel, dest_abs, into_dir});
       }
     } else if (ins == "ENV") {
-      const std::string r = trim(l.rest);
+      const std::string r = trim_space(l.rest);
       if (r.find('=') == std::string::npos || r.find_first_of(" \t") < r.find('=')) {
         const size_t sp = r.find_first_of(" \t");
         if (sp == std::string::npos) fail(l, "ENV needs a value");
-        t.env[r.substr(0, sp)] = unquote(trim(r.substr(sp)));
+        t.env[r.substr(0, sp)] = unquote(trim_space(r.substr(sp)));
       } else {
         std::istringstream in(r);
         for (std::string kv; in >> kv;) {
@@ -292,7 +286,7 @@ void parse_task_yaml(agent_task& t, const fs::path& file) {
   if (!n.IsMap()) throw error(where + ": expected a mapping of task fields");
   if (!n["instruction"]) throw error(where + ": no 'instruction'");
   t.instruction = yaml_string(n, "instruction", where);
-  if (trim(t.instruction).empty()) throw error(where + ": 'instruction' is empty");
+  if (trim_space(t.instruction).empty()) throw error(where + ": 'instruction' is empty");
   if (n["category"]) t.category = yaml_string(n, "category", where);
   if (n["difficulty"]) t.difficulty = yaml_string(n, "difficulty", where);
   if (n["tags"]) {

@@ -48,13 +48,6 @@ constexpr size_t kChunk = 64;             // items per batch: bounds the workspa
 constexpr size_t kMaxTreeEntries = 4096;  // a candidate that makes more files fails
 constexpr uint64_t kMaxTreeBytes = 8 << 20;
 
-std::string trim(std::string_view s) {
-  const size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string_view::npos) return {};
-  const size_t e = s.find_last_not_of(" \t\r\n");
-  return std::string(s.substr(b, e - b + 1));
-}
-
 std::vector<std::string> split_lines(std::string_view s) {
   std::vector<std::string> v;
   size_t pos = 0;
@@ -84,7 +77,7 @@ std::string fenced_block(std::string_view reply) {
 std::string last_line(const std::string& s) {
   const auto lines = split_lines(s);
   for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
-    const auto t = trim(*it);
+    const auto t = trim_space(*it);
     if (!t.empty()) return t.size() > 300 ? t.substr(0, 300) + "..." : t;
   }
   return {};
@@ -152,7 +145,7 @@ std::string normalize_stdout(const std::string& s) {
 std::vector<std::string> normalize_lines(const std::string& s) {
   std::vector<std::string> v;
   for (const auto& l : split_lines(s)) {
-    std::string t = trim(l);
+    std::string t = trim_space(l);
     while (t.rfind("./", 0) == 0) t = t.substr(2);
     if (!t.empty()) v.push_back(std::move(t));
   }
@@ -166,7 +159,7 @@ std::optional<std::string> count_of(const std::string& s) {
   const auto is_number = [](const std::string& t) {
     return !t.empty() && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
-  const std::string text = trim(s);
+  const std::string text = trim_space(s);
   if (text.empty() || text.find('\n') != std::string::npos) return std::nullopt;
   std::istringstream in(text);
   std::vector<std::string> tokens;
@@ -283,7 +276,7 @@ check_result check_math(const task& t, std::string_view candidate) {
   check_result r;
   const auto lines = split_lines(candidate);
   std::string last;
-  for (auto it = lines.rbegin(); it != lines.rend() && last.empty(); ++it) last = trim(*it);
+  for (auto it = lines.rbegin(); it != lines.rend() && last.empty(); ++it) last = trim_space(*it);
   const auto got = extract_number(last);
   if (!got) {
     r.detail = last.empty() ? "no number in the answer" : "no number on the last line";
@@ -329,7 +322,7 @@ const std::map<std::string, std::vector<std::string>>& chat_key_words() {
 // no leading command word), has at least 3 words, ends a sentence, and says the intent's key point.
 check_result check_chat(const task& t, std::string_view candidate) {
   check_result r;
-  const std::string text = trim(candidate);
+  const std::string text = trim_space(candidate);
   const std::string intent = t.params.is_object() ? t.params.value("intent", "") : "";
   if (intent == "repeat") {  // the given text, exactly (surrounding white space aside)
     const std::string want = t.params.value("text", "");
@@ -415,7 +408,7 @@ sandbox::limits default_check_limits() {
 }
 
 std::string extract_command(std::string_view reply) {
-  std::string s = trim(fenced_block(reply));
+  std::string s = trim_space(fenced_block(reply));
   if (s.rfind("$ ", 0) == 0) s = s.substr(2);
   return s;
 }

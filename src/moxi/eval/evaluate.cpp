@@ -201,15 +201,19 @@ eval_report evaluate(const eval_model& m, const std::vector<task>& tasks, const 
   return r;
 }
 
-eval_report evaluate(const runtime::local_model& lm, const std::vector<task>& tasks,
-                     const evaluate_options& o) {
+eval_model eval_model_of(const runtime::local_model& lm) {
   eval_model m;
   m.name = lm.dir;
   m.new_sequence = [&lm] { return std::make_unique<runtime::model_lm>(lm.model); };
   m.tok = &lm.tok;
   m.chat = &lm.require_chat();
   m.stop_tokens = lm.stop_tokens;
-  return evaluate(m, tasks, o);
+  return m;
+}
+
+eval_report evaluate(const runtime::local_model& lm, const std::vector<task>& tasks,
+                     const evaluate_options& o) {
+  return evaluate(eval_model_of(lm), tasks, o);
 }
 
 eval_report evaluate(const std::string& model_dir, const std::vector<task>& tasks,

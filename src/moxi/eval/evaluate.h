@@ -36,6 +36,9 @@ struct eval_model {
   std::vector<token_id> stop_tokens;  // end of the reply (e.g. <|end|>, eos)
 };
 
+// An engine model as an eval_model (sequences are runtime::model_lm over lm.model); `lm` must outlive it.
+eval_model eval_model_of(const runtime::local_model& lm);
+
 struct evaluate_options {
   int64_t max_tokens = 256;  // reply length limit (greedy decoding)
   // Sequences decoded at once. 1: one at a time, each on the kernels' thread pool. n > 1: n threads, each

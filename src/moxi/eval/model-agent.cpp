@@ -5,6 +5,7 @@
 #include "moxi/base/error.h"
 #include "moxi/base/interrupt.h"
 #include "moxi/eval/episode.h"
+#include "moxi/eval/task.h"
 #include "moxi/eval/evaluate.h"
 #include "moxi/runtime/local-model.h"
 
@@ -15,13 +16,6 @@ namespace {
 constexpr const char* kProtocol =
     "\n\nWork in the terminal: reply with one shell command at a time and you will see its output. "
     "Reply DONE when the task is complete.";
-
-std::string trim(const std::string& s) {
-  size_t a = 0, b = s.size();
-  while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
-  while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
-  return s.substr(a, b - a);
-}
 
 class model_session final : public agent_session {
  public:
@@ -96,13 +90,13 @@ std::unique_ptr<agent> make_model_agent(const eval_model& m, const model_agent_o
 }
 
 std::string command_of_reply(const std::string& reply, bool& finish) {
-  std::string t = trim(reply);
+  std::string t = trim_space(reply);
   if (t.rfind("```", 0) == 0) {  // ```sh\nCMD\n```
     const size_t nl = t.find('\n');
     const size_t end = nl == std::string::npos ? std::string::npos : t.find("```", nl);
-    t = trim(nl == std::string::npos ? "" : t.substr(nl + 1, end == std::string::npos ? end : end - nl - 1));
+    t = trim_space(nl == std::string::npos ? "" : t.substr(nl + 1, end == std::string::npos ? end : end - nl - 1));
   }
-  if (t.rfind("$ ", 0) == 0) t = trim(t.substr(2));
+  if (t.rfind("$ ", 0) == 0) t = trim_space(t.substr(2));
   std::string upper = t;
   std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return char(std::toupper(c)); });
   finish = t.empty() || upper == "DONE" || upper == "DONE.";

@@ -268,4 +268,11 @@ void write_file_atomic(const std::string& path, std::string_view data) {
   }
 }
 
+std::string trim_space(std::string_view s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return {};
+  const size_t e = s.find_last_not_of(" \t\r\n");
+  return std::string(s.substr(b, e - b + 1));
+}
+
 }  // namespace moxi::eval

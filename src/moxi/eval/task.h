@@ -69,6 +69,9 @@ task task_from_json(const nlohmann::json& j, const std::string& where);
 std::string to_jsonl(const std::vector<task>& tasks);
 std::vector<task> read_jsonl(const std::string& path);
 
+// `s` without leading and trailing spaces, tabs, CRs and LFs.
+std::string trim_space(std::string_view s);
+
 // Writes path.tmp-<pid>, fsyncs it, renames it over path and fsyncs the directory: a reader sees the old
 // file or the complete new one, never a torn one.
 void write_file_atomic(const std::string& path, std::string_view data);

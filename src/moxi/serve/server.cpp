@@ -567,6 +567,11 @@ struct completion_writer {
     } else {
       choice["text"] = text;
     }
+    return event(choice);
+  }
+
+  // One SSE event carrying `choice`.
+  std::string event(const json& choice) const {
     json c = {{"id", id},
               {"object", chat ? "chat.completion.chunk" : "text_completion"},
               {"created", created},
@@ -623,13 +628,7 @@ struct completion_writer {
             } else {
               json delta = {{"tool_calls", calls_json(i, p, true)}};
               if (p.content.is_string()) delta["content"] = p.content;
-              json c = {{"id", id},
-                        {"object", "chat.completion.chunk"},
-                        {"created", created},
-                        {"model", s.cfg.served_name},
-                        {"choices", json::array({json{{"index", i}, {"logprobs", nullptr}, {"finish_reason", nullptr},
-                                                      {"delta", delta}}})}};
-              write("data: " + dump(c) + "\n\n");
+              write(event({{"index", i}, {"logprobs", nullptr}, {"finish_reason", nullptr}, {"delta", delta}}));
               if (g.finish == "stop") finish = "tool_calls";
             }
             wrote = write(chunk(i, "", nullptr, finish, false));
