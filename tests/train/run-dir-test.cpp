@@ -21,6 +21,7 @@
 #include "common/temp-dir.h"
 #include "moxi/train/interrupt.h"
 #include "moxi/train/recipe.h"
+#include "moxi/train/rl-recipe.h"
 
 namespace fs = std::filesystem;
 using namespace moxi;
@@ -183,6 +184,14 @@ TEST(RunDir, ExportNeverReplacesAModelDirectoryTheRunDidNotWrite) {
 TEST(RunDir, OutMovesTheExportAndTheBundledRecipesExportUnderRuns) {
   for (const auto& e : fs::directory_iterator(kSource + "/recipes")) {
     if (e.path().extension() != ".json") continue;
+    if (e.path().stem().string().ends_with("-rl")) {  // an RL recipe (docs/rl.md): the same rules
+      auto rl = train::load_rl_recipe(e.path().string());
+      EXPECT_EQ(fs::path(train::export_target(rl)), fs::path(rl.out) / "model") << e.path();
+      train::apply_override(rl, "out=/somewhere/else");
+      EXPECT_EQ(train::export_target(rl), "/somewhere/else/model") << e.path();
+      train::validate(rl);
+      continue;
+    }
     auto r = train::load_recipe(e.path().string());
     const auto target = fs::path(train::export_target(r));
     const auto rel = target.lexically_relative(fs::path(kSource) / "models");

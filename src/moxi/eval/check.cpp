@@ -224,6 +224,7 @@ check_result compare_terminal(const task& t, const outcome& ref, const outcome& 
     r.detail = run_failure(cand);
     return r;
   }
+  r.completed = true;
   switch (t.compare) {
     case compare_mode::stdout_text: {
       const auto want = normalize_stdout(ref.out), got = normalize_stdout(cand.out);
@@ -282,6 +283,7 @@ check_result check_math(const task& t, std::string_view candidate) {
     r.detail = last.empty() ? "no number in the answer" : "no number on the last line";
     return r;
   }
+  r.completed = true;
   const long double want = std::strtold(t.answer.c_str(), nullptr);
   const long double have = std::strtold(got->c_str(), nullptr);
   r.pass = std::fabs(double(have - want)) <= 1e-9 * std::max(1.0, std::fabs(double(want)));
@@ -323,6 +325,7 @@ const std::map<std::string, std::vector<std::string>>& chat_key_words() {
 check_result check_chat(const task& t, std::string_view candidate) {
   check_result r;
   const std::string text = trim_space(candidate);
+  r.completed = !text.empty();
   const std::string intent = t.params.is_object() ? t.params.value("intent", "") : "";
   if (intent == "repeat") {  // the given text, exactly (surrounding white space aside)
     const std::string want = t.params.value("text", "");
@@ -643,12 +646,15 @@ std::vector<check_result> checker::check_chunk(
         r.error = true;
         r.detail = run_failure(cand);
       } else if (cand.ok() && cand.out.find("MOXI-TESTS-PASSED " + nonces[i]) != std::string::npos) {
-        r.pass = true;
+        r.pass = r.completed = true;
         r.detail = "tests passed";
       } else if (cand.ok()) {
         r.detail = "the test did not finish (exited early?)";
       } else {
         r.detail = run_failure(cand);
+        // The function returned and the test's assertion judged the value: the program ran.
+        r.completed =
+            cand.fired == sandbox::limit_kind::none && last_line(cand.err).rfind("AssertionError", 0) == 0;
       }
     }
   }

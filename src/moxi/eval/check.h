@@ -28,6 +28,10 @@ struct check_result {
   // candidate was not judged, so RL should drop the sample rather than punish it.
   bool error = false;
   std::string detail;  // why it failed, or what passed ("12 == 12")
+  // The reply did its job mechanically, right or wrong (RL's "task completion" reward): the command exited
+  // 0 within its limits, the program imported and its function returned (a failed assertion counts, an
+  // exception does not), a final number was given, a chat reply is not empty.
+  bool completed = false;
 };
 
 // Limits for one candidate run: the tasks need milliseconds and kilobytes.

@@ -27,12 +27,7 @@ namespace {
 // One task: its history's turns, then its prompt as the final user turn, rendered with the generation
 // prompt, decoded greedily.
 void generate_reply(const eval_model& m, const task& t, int64_t max_tokens, task_record& rec) {
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  for (const auto& h : t.history) messages.push_back({{"role", h.role}, {"content", h.content}});
-  messages.push_back({{"role", "user"}, {"content", t.prompt}});
-  formats::render_options ro;
-  ro.add_generation_prompt = true;
-  const std::string prompt = m.chat->render(messages, ro);
+  const std::string prompt = render_task_prompt(t, *m.chat);
   const auto ids = m.tok->encode(prompt, /*allow_special=*/true);
   if (ids.empty()) throw error("eval: task " + t.id + " renders to an empty prompt");
 
@@ -54,6 +49,15 @@ void generate_reply(const eval_model& m, const task& t, int64_t max_tokens, task
 }
 
 }  // namespace
+
+std::string render_task_prompt(const task& t, const formats::chat_template& chat) {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (const auto& h : t.history) messages.push_back({{"role", h.role}, {"content", h.content}});
+  messages.push_back({{"role", "user"}, {"content", t.prompt}});
+  formats::render_options ro;
+  ro.add_generation_prompt = true;
+  return chat.render(messages, ro);
+}
 
 void summarize(eval_report& r) {
   r.by_domain.clear();

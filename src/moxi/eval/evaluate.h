@@ -36,6 +36,10 @@ struct eval_model {
   std::vector<token_id> stop_tokens;  // end of the reply (e.g. <|end|>, eos)
 };
 
+// The text a model is given for a task: its history's turns, then its prompt as the final user turn,
+// rendered with the template's generation prompt (what evaluation and RL rollouts both decode from).
+std::string render_task_prompt(const task& t, const formats::chat_template& chat);
+
 // An engine model as an eval_model (sequences are runtime::model_lm over lm.model); `lm` must outlive it.
 eval_model eval_model_of(const runtime::local_model& lm);
 

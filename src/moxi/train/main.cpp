@@ -7,6 +7,7 @@
 
 #include "moxi/base/error.h"
 #include "moxi/train/interrupt.h"
+#include "moxi/train/rl.h"
 #include "moxi/train/sft.h"
 
 namespace {
@@ -62,6 +63,31 @@ void run_sft(const sft_args& a) {
   std::printf("; model: %s\n", res.export_dir.c_str());
 }
 
+struct rl_args {
+  std::string recipe, init, out, export_dir;
+  std::vector<std::string> set;
+  int64_t steps = -1, threads = -1, seed = -1;
+  moxi::train::run_options run;
+};
+
+void run_rl(const rl_args& a) {
+  using namespace moxi::train;
+  rl_recipe r = load_rl_recipe(a.recipe);
+  auto set = [&](const std::string& key, const nlohmann::json& v) {
+    apply_override(r, key + "=" + v.dump());
+  };
+  if (!a.init.empty()) set("model.init", absolute(a.init));
+  if (!a.out.empty()) set("out", absolute(a.out));
+  if (!a.export_dir.empty()) set("export", absolute(a.export_dir));
+  if (a.steps >= 0) set("optimizer.steps", a.steps);
+  if (a.threads >= 0) set("threads", a.threads);
+  if (a.seed >= 0) set("seed", a.seed);
+  for (const auto& s : a.set) apply_override(r, s);
+  const auto res = moxi::train::run_rl(r, a.run);
+  std::printf("trained %lld RL steps; model: %s\n", static_cast<long long>(res.steps_done),
+              res.export_dir.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -91,8 +117,9 @@ int main(int argc, char** argv) {
       "  moxi train sft --recipe recipes/moxi-tiny.json --out run --steps 200 --set eval.every=50\n\n"
       "Documentation: docs/train.md in the moxi source tree.");
   app.footer(
-      "EXAMPLES:\n  moxi train sft --recipe recipes/moxi-tiny.json --out run\n\n"
-      "Documentation: docs/train.md in the moxi source tree.");
+      "EXAMPLES:\n  moxi train sft --recipe recipes/moxi-tiny.json --out run\n"
+      "  moxi train rl --recipe recipes/moxi-small-rl.json\n\n"
+      "Documentation: docs/train.md and docs/rl.md in the moxi source tree.");
   sft->add_option("--set", a.set, "any recipe field, dotted: --set eval.every=50 (value as JSON)");
   sft->add_flag("--override", a.run.override_recipe,
                 "resume even though steps, lr, data, ... differ from the run's saved recipe (the new values "
@@ -101,6 +128,32 @@ int main(int argc, char** argv) {
                 "export over an existing model directory this run did not write (e.g. models/moxi-tiny): its "
                 "model files are replaced, other files (a README) stay");
   sft->callback([&a] { run_sft(a); });
+
+  auto* rl = app.add_subcommand(
+      "rl", "Reinforcement learning (GRPO or PPO) from an SFT model (docs/rl.md), resumable");
+  rl_args ra;
+  rl->add_option("--recipe", ra.recipe, "RL recipe JSON (recipes/moxi-small-rl.json)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  rl->add_option("--init", ra.init, "the SFT model directory to start from (recipe model.init)");
+  rl->add_option("--out", ra.out, "run directory: checkpoints, log.jsonl (resumed when it has a checkpoint)");
+  rl->add_option("--export", ra.export_dir, "where the final model goes (default OUT/model)");
+  rl->add_option("--steps", ra.steps, "policy-update steps")->check(CLI::PositiveNumber);
+  rl->add_option("--seed", ra.seed, "seed of the prompt draw, the samplers and the mini-batch order")
+      ->check(CLI::NonNegativeNumber);
+  rl->add_option("--threads", ra.threads, "torch threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  rl->add_option("--set", ra.set, "any recipe field, dotted: --set algorithm.kl.coef=0.01 (value as JSON)");
+  rl->add_flag(
+      "--override", ra.run.override_recipe,
+      "resume even though the recipe differs from the run's saved one (the new values become the run's)");
+  rl->add_flag("--force", ra.run.force_export,
+               "export over an existing model directory this run did not write");
+  rl->footer(
+      "EXAMPLES:\n  moxi train rl --recipe recipes/moxi-small-rl.json\n"
+      "  moxi train rl --recipe recipes/moxi-small-rl.json --out runs/rl-try --steps 5 --set "
+      "rollout.prompts=4\n\n"
+      "Documentation: docs/rl.md in the moxi source tree.");
+  rl->callback([&ra] { run_rl(ra); });
   // Interrupted, the trainer says how to resume: the same command (`moxi train` execs this with its args).
   std::string command = "moxi train";
   for (int i = 1; i < argc; ++i) command += " " + moxi::train::shell_quote(argv[i]);

@@ -9,59 +9,14 @@
 
 #include "moxi/base/error.h"
 #include "moxi/formats/bpe-trainer.h"
+#include "moxi/train/recipe-detail.h"
 
 namespace moxi::train {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
-
-// Reads one object's fields, remembering which keys were consumed so that unknown ones are reported.
-class reader {
- public:
-  reader(const json& j, std::string where) : j_(j), where_(std::move(where)) {
-    if (!j_.is_object()) throw error(where_ + ": expected an object");
-  }
-  // Call after the last get: a key nobody asked for is a typo or a field of another version.
-  void finish() const {
-    for (const auto& [k, v] : j_.items())
-      if (!seen_.count(k)) throw error(where_ + ": unknown field '" + k + "'");
-  }
-  bool has(const std::string& k) {
-    seen_.insert(k);
-    return j_.contains(k) && !j_[k].is_null();
-  }
-  const json& at(const std::string& k) {
-    seen_.insert(k);
-    return j_.at(k);
-  }
-  std::string field(const std::string& k) const { return where_ + "." + k; }
-
-  template <class T>
-  void get(const std::string& k, T& out) {
-    if (!has(k)) return;
-    try {
-      out = j_[k].get<T>();
-    } catch (const json::exception&) {
-      throw error(field(k) + ": expected " + expected<T>() + ", got " + j_[k].dump());
-    }
-  }
-
- private:
-  template <class T>
-  static const char* expected() {
-    if constexpr (std::is_same_v<T, std::string>)
-      return "a string";
-    else if constexpr (std::is_floating_point_v<T>)
-      return "a number";
-    else
-      return "an integer";
-  }
-  const json& j_;
-  std::string where_;
-  std::set<std::string> seen_;
-};
+namespace detail {
 
 std::string resolve(const std::string& base, const std::string& p) {
   if (p.empty() || fs::path(p).is_absolute()) return p;
@@ -69,7 +24,7 @@ std::string resolve(const std::string& base, const std::string& p) {
 }
 
 std::vector<data_source> parse_sources(const json& list, const std::string& where, const std::string& base,
-                                       const std::string& default_split) {
+                                       const std::string& default_split, bool weighted) {
   if (!list.is_array()) throw error(where + ": expected a list of {file} or {domain, split, n, seed}");
   std::vector<data_source> out;
   for (size_t i = 0; i < list.size(); ++i) {
@@ -87,6 +42,10 @@ std::vector<data_source> parse_sources(const json& list, const std::string& wher
     r.get("n", s.n);
     r.get("seed", s.seed);
     r.get("templates", s.templates);
+    if (weighted) {
+      r.get("weight", s.weight);
+      if (!(s.weight > 0)) throw error(w + ".weight: must be > 0");
+    }
     if (s.file.empty() && (s.domain.empty() || s.n <= 0))
       throw error(w + ": needs either \"file\" or \"domain\" and \"n\" > 0");
     r.finish();
@@ -96,7 +55,6 @@ std::vector<data_source> parse_sources(const json& list, const std::string& wher
   return out;
 }
 
-// Sets doc[a][b]... = value for a dotted key, creating objects on the way.
 void set_dotted(json& doc, const std::string& key, json value) {
   json* at = &doc;
   std::stringstream ss(key);
@@ -113,7 +71,9 @@ void set_dotted(json& doc, const std::string& key, json value) {
   (*at)[parts.back()] = std::move(value);
 }
 
-}  // namespace
+}  // namespace detail
+
+using namespace detail;
 
 recipe parse_recipe(const json& j, const std::string& source, const std::string& base_dir) {
   recipe r;
@@ -256,32 +216,30 @@ std::string export_target(const recipe& r) {
   return r.export_dir.empty() ? (fs::path(r.out) / "model").lexically_normal().string() : r.export_dir;
 }
 
-namespace {
-
-json sources_json(const std::vector<data_source>& sources) {
+json detail::sources_json(const std::vector<data_source>& sources) {
   json out = json::array();
   for (const auto& s : sources) {
+    json j;
     if (!s.file.empty())
-      out.push_back({{"file", s.file}});
+      j = {{"file", s.file}};
     else if (s.templates.empty())
-      out.push_back({{"domain", s.domain}, {"split", s.split}, {"n", s.n}, {"seed", s.seed}});
+      j = {{"domain", s.domain}, {"split", s.split}, {"n", s.n}, {"seed", s.seed}};
     else
-      out.push_back(
-          {{"domain", s.domain}, {"split", s.split}, {"n", s.n}, {"seed", s.seed}, {"templates", s.templates}});
+      j = {
+          {"domain", s.domain}, {"split", s.split}, {"n", s.n}, {"seed", s.seed}, {"templates", s.templates}};
+    if (s.weight != 1.0) j["weight"] = s.weight;
+    out.push_back(j);
   }
   return out;
 }
 
-// {"a": {"b": 1}} -> {"a.b": 1}; lists stay whole values.
-void flatten(const json& j, const std::string& prefix, std::map<std::string, json>& out) {
+void detail::flatten(const json& j, const std::string& prefix, std::map<std::string, json>& out) {
   if (!j.is_object()) {
     out[prefix] = j;
     return;
   }
   for (const auto& [k, v] : j.items()) flatten(v, prefix.empty() ? k : prefix + "." + k, out);
 }
-
-}  // namespace
 
 json to_json(const recipe& r) {
   json j = {{"seed", r.seed}, {"threads", r.threads}};

@@ -2,8 +2,6 @@
 // held-out evaluation, atomic checkpoints and resume, the QAT phase and the export.
 #include "moxi/train/sft.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -23,6 +21,7 @@
 #include "moxi/train/interrupt.h"
 #include "moxi/train/losses.h"
 #include "moxi/train/optim.h"
+#include "moxi/train/run-dir.h"
 #include "moxi/train/run-lock.h"
 
 namespace moxi::train {
@@ -32,112 +31,26 @@ using nlohmann::json;
 
 namespace {
 
-std::string read_text(const std::string& path, const std::string& what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw error(what + " " + path + ": cannot open");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), O_RDONLY | (directory ? O_DIRECTORY : 0));
-  if (fd < 0) throw io_error("open", path, errno);
-  const int rc = ::fsync(fd);
-  const int e = errno;
-  ::close(fd);
-  if (rc != 0) throw io_error("fsync", path, e);
-}
-
-// fsyncs every file of a directory and the directory itself.
-void fsync_tree(const std::string& dir) {
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.is_regular_file()) fsync_path(e.path().string(), false);
-  fsync_path(dir, true);
-}
-
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.close();
-  if (!f) throw error("cannot write " + path);
-}
-
-std::string step_name(int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "step-%08" PRId64, step);
-  return buf;
-}
-
-std::string format_duration(double s) {
-  if (s < 0 || !std::isfinite(s)) return "?";
-  const int64_t t = int64_t(s + 0.5);
-  char buf[32];
-  if (t >= 3600)
-    std::snprintf(buf, sizeof buf, "%" PRId64 "h%02" PRId64 "m", t / 3600, (t / 60) % 60);
-  else
-    std::snprintf(buf, sizeof buf, "%" PRId64 "m%02" PRId64 "s", t / 60, t % 60);
-  return buf;
-}
-
-// A deep copy (the pre-QAT export must not round the weights training continues from).
-train_model clone(const train_model& m) {
-  train_model c(m.config(), m.options());
-  for (const auto& [name, p] : m.params()) c.params()[name] = p.detach().clone().requires_grad_(true);
-  return c;
-}
-
-// ---- checkpoints ---------------------------------------------------------------------------------------
-
 struct run_state {
   int64_t step = 0;  // steps completed = the next step to run
 };
 
-// out/checkpoints/step-N written as a temporary directory, fsynced, renamed into place; then `latest` is
-// replaced atomically. A kill at any point leaves `latest` naming a complete checkpoint.
 // Besides the training state, a checkpoint is a loadable model directory: save() writes a config.json that
 // declares no quantization for the F32 master weights, and the tokenizer and chat template come along.
 void write_checkpoint(const std::string& out, const train_model& m, torch::optim::Optimizer& opt,
                       const run_state& st, const batch_order& order, const export_assets& assets) {
-  const std::string root = out + "/checkpoints", name = step_name(st.step), final_dir = root + "/" + name;
-  const std::string tmp = root + "/.tmp-" + name + "-" + std::to_string(::getpid());
-  fs::remove_all(tmp);
-  m.save(tmp, {.mxfp4_experts = false, .float_type = dtype::F32});  // exact master weights
-  write_model_assets(tmp, m.config(), assets);
-  torch::save(opt, tmp + "/optimizer.pt");
-  auto gen = at::detail::getDefaultCPUGenerator();
-  torch::Tensor rng;
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    rng = gen.get_state();
-  }
-  torch::save(rng, tmp + "/rng.pt");
-  const json state = {{"step", st.step},
-                      {"data_position",
-                       {{"epoch", st.step / order.batches_per_epoch()},
-                        {"batch", st.step % order.batches_per_epoch()},
-                        {"batches_per_epoch", order.batches_per_epoch()}}}};
-  write_file(tmp + "/state.json", state.dump(2) + "\n");
-  fsync_tree(tmp);
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a previous run died between rename and `latest`
-  fs::rename(tmp, final_dir);
-  fsync_path(root, true);
-  eval::write_file_atomic(root + "/latest", name + "\n");
-  // Older checkpoints are no longer needed once `latest` names the new one.
-  for (const auto& e : fs::directory_iterator(root)) {
-    const auto n = e.path().filename().string();
-    if (e.is_directory() && n.rfind("step-", 0) == 0 && n != name) fs::remove_all(e.path());
-  }
-}
-
-std::string latest_checkpoint(const std::string& out) {
-  const std::string p = out + "/checkpoints/latest";
-  if (!fs::exists(p)) return {};
-  auto name = read_text(p, "checkpoint pointer");
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  const std::string dir = out + "/checkpoints/" + name;
-  if (!fs::is_directory(dir)) throw error(p + ": names " + name + ", which does not exist");
-  return dir;
+  commit_checkpoint(out, st.step, [&](const std::string& tmp) {
+    m.save(tmp, {.mxfp4_experts = false, .float_type = dtype::F32});  // exact master weights
+    write_model_assets(tmp, m.config(), assets);
+    torch::save(opt, tmp + "/optimizer.pt");
+    save_rng(tmp + "/rng.pt");
+    const json state = {{"step", st.step},
+                        {"data_position",
+                         {{"epoch", st.step / order.batches_per_epoch()},
+                          {"batch", st.step % order.batches_per_epoch()},
+                          {"batches_per_epoch", order.batches_per_epoch()}}}};
+    write_file(tmp + "/state.json", state.dump(2) + "\n");
+  });
 }
 
 // ---- tokenizer and data -------------------------------------------------------------------------------
@@ -198,57 +111,7 @@ std::vector<eval::task> load_all(const std::vector<data_source>& sources) {
   return out;
 }
 
-void append_log(const std::string& out, const json& line) {
-  std::ofstream f(out + "/log.jsonl", std::ios::app);
-  f << line.dump() << "\n";
-}
-
 // ---- what a run may overwrite ---------------------------------------------------------------------------
-
-// The files an export writes into its directory (and those of a sharded checkpoint its config.json would
-// orphan): a directory holding any of them holds a model.
-constexpr const char* kModelFiles[] = {
-    "config.json",    "model.safetensors",     "model.safetensors.index.json",
-    "tokenizer.json", "tokenizer_config.json", "generation_config.json"};
-
-// The name of the file in the run directory that records an export target outside it, written before the
-// first file goes there, so that the run may later re-export there (after a resume or a crash mid-export).
-std::string claim_file(const std::string& out) {
-  return out + "/export-target";
-}
-
-bool inside(const std::string& dir, const std::string& path) {
-  const auto rel = fs::path(path).lexically_normal().lexically_relative(fs::path(dir).lexically_normal());
-  return !rel.empty() && *rel.begin() != "..";
-}
-
-// An export may write into a directory that holds no model, into the run's own directory, or into the one
-// this run recorded as its export target; anything else needs force (--force). Called before training, so a
-// refused run wastes no time, and again right before the export.
-void check_export_target(const std::string& out, const std::string& target, bool force) {
-  if (fs::exists(target) && !fs::is_directory(target))
-    throw error("export target " + target + " exists and is not a directory");
-  if (force || inside(out, target)) return;
-  std::vector<std::string> held;
-  for (const char* f : kModelFiles)
-    if (fs::exists(fs::path(target) / f)) held.push_back(f);
-  if (held.empty()) return;
-  if (fs::exists(claim_file(out))) {
-    auto claimed = read_text(claim_file(out), "export record");
-    while (!claimed.empty() && claimed.back() == '\n') claimed.pop_back();
-    if (fs::path(claimed).lexically_normal() == fs::path(target).lexically_normal()) return;
-  }
-  std::string files;
-  for (const auto& f : held) files += (files.empty() ? "" : ", ") + f;
-  throw error(
-      "export target " + target + " already holds a model (" + files +
-      ") that this run did not write; pass --force to replace its model files (other files there stay), "
-      "or --export another directory (the default is the run directory's model/)");
-}
-
-void claim_export_target(const std::string& out, const std::string& target) {
-  if (!inside(out, target)) eval::write_file_atomic(claim_file(out), target + "\n");
-}
 
 // A run directory started before keeps the recipe it was started with (OUT/recipe.json); resuming it with
 // other values for what shapes the training would silently change the schedule halfway. Returns the
@@ -441,11 +304,7 @@ sft_result run_sft(const recipe& r, const run_options& o) {
   auto opt = make_adamw(groups, {r.lr, r.weight_decay, r.beta1, r.beta2, r.eps});
   if (!resume_dir.empty()) {
     torch::load(*opt, resume_dir + "/optimizer.pt");
-    torch::Tensor rng;
-    torch::load(rng, resume_dir + "/rng.pt");
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(rng);
+    load_rng(resume_dir + "/rng.pt");
     st.step =
         json::parse(read_text(resume_dir + "/state.json", "checkpoint state")).at("step").get<int64_t>();
     std::fprintf(stderr, "sft: resuming from %s (step %" PRId64 ")\n", resume_dir.c_str(), st.step);

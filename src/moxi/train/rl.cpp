@@ -1,0 +1,639 @@
+// The RL driver (see rl.h; the algorithms and every logged quantity in docs/rl.md).
+#include "moxi/train/rl.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "moxi/base/error.h"
+#include "moxi/base/splitmix.h"
+#include "moxi/eval/evaluate.h"
+#include "moxi/eval/reward.h"
+#include "moxi/model/config.h"
+#include "moxi/runtime/local-model.h"
+#include "moxi/serve/offline.h"
+#include "moxi/train/interrupt.h"
+#include "moxi/train/optim.h"
+#include "moxi/train/run-dir.h"
+#include "moxi/train/run-lock.h"
+#include "moxi/train/sft-data.h"
+
+namespace moxi::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+// A deterministic 64-bit value of (seed, a, b, c): prompt choice and sampler seeds depend only on the recipe
+// seed and the step, so a resumed run draws exactly what an uninterrupted one would.
+uint64_t mix(uint64_t seed, uint64_t a, uint64_t b = 0, uint64_t c = 0) {
+  uint64_t s = seed ^ 0x5151'7e7e'0000'0000ull;
+  splitmix64(s);
+  s ^= a * 0x9e3779b97f4a7c15ull;
+  splitmix64(s);
+  s ^= b * 0xc2b2ae3d27d4eb4full;
+  splitmix64(s);
+  s ^= c * 0x165667b19e3779f9ull;
+  return splitmix64(s);
+}
+
+// The files besides the weights that the SFT model directory carries (the RL export and checkpoints keep
+// them unchanged).
+export_assets read_assets(const std::string& dir, const formats::model_config& c,
+                          const formats::tokenizer& tok, const std::vector<token_id>& stop_tokens) {
+  export_assets a;
+  a.tokenizer_json = read_text(dir + "/tokenizer.json", "tokenizer");
+  const json tc = json::parse(read_text(dir + "/tokenizer_config.json", "tokenizer config"));
+  auto str = [&](const char* k) {
+    return tc.contains(k) && tc[k].is_string() ? tc[k].get<std::string>() : "";
+  };
+  a.chat_template = str("chat_template");
+  a.bos_token = str("bos_token");
+  a.eos_token = str("eos_token");
+  a.pad_token = str("pad_token");
+  for (token_id t : stop_tokens)
+    if (!c.eos_token_id || t != *c.eos_token_id) {
+      a.end_token_id = t;
+      a.end_token = std::string(tok.token_bytes(t));
+    }
+  if (a.chat_template.empty()) throw error(dir + ": the model has no chat template (tokenizer_config.json)");
+  return a;
+}
+
+// The policy's current weights for the engine: routed experts MXFP4 as served, the rest F32 (the master
+// weights) or BF16 (rounded in the copy, not in place), written to `dir` and loaded by the engine.
+std::unique_ptr<model::model> engine_snapshot(const train_model& m, const std::string& dir, dtype floats) {
+  const std::string tmp = dir + ".tmp-" + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  m.save(tmp, {.mxfp4_experts = true, .float_type = floats});
+  fs::remove_all(dir);
+  fs::rename(tmp, dir);
+  return std::make_unique<model::model>(model::model::load(dir));
+}
+
+struct prompt_ref {
+  const eval::task* task = nullptr;
+  const std::vector<token_id>* ids = nullptr;
+};
+
+// One sampled reply and everything the update needs of it.
+struct rollout {
+  const eval::task* task = nullptr;
+  int64_t group = 0;  // the prompt it answers (within the step)
+  std::vector<token_id> prompt, reply;
+  std::vector<float> engine_logp;
+  bool truncated = false;
+  eval::reward rw;
+};
+
+// Per-domain sums for the log.
+struct domain_stats {
+  int64_t samples = 0, tokens = 0;
+  double reward = 0, correct = 0, completion = 0, format = 0, length = 0;
+  double kl = 0, entropy = 0, clipped = 0;  // token sums
+  json to_json() const {
+    const double n = std::max<int64_t>(samples, 1), t = std::max<int64_t>(tokens, 1);
+    return {{"samples", samples},
+            {"reward", reward / n},
+            {"pass_rate", correct / n},
+            {"completion", completion / n},
+            {"format", format / n},
+            {"length", length / n},
+            {"kl", kl / t},
+            {"entropy", entropy / t},
+            {"clip_frac", clipped / t},
+            {"response_length", double(tokens) / n}};
+  }
+};
+
+// Rows of prompt + reply, right-padded: tokens [N, T]; per-token tensors are [N, T - 1] over positions
+// p = 0..T-2, where position p's logits predict token p + 1; mask is 1 where token p + 1 is a reply token.
+struct batch {
+  torch::Tensor tokens, targets, mask;
+  torch::Tensor engine_logp;  // [N, T - 1], the sampler's log-probs on the reply positions (0 elsewhere)
+  std::vector<int64_t> last;  // per row: the position of its last reply token
+};
+
+batch make_rl_batch(const std::vector<rollout>& rows, int64_t pad_id) {
+  batch b;
+  const int64_t N = int64_t(rows.size());
+  int64_t T = 0;
+  for (const auto& r : rows) T = std::max<int64_t>(T, int64_t(r.prompt.size() + r.reply.size()));
+  b.tokens = torch::full({N, T}, pad_id, torch::kInt64);
+  b.mask = torch::zeros({N, T - 1}, torch::kFloat32);
+  b.engine_logp = torch::zeros({N, T - 1}, torch::kFloat32);
+  auto tok = b.tokens.accessor<int64_t, 2>();
+  auto msk = b.mask.accessor<float, 2>();
+  auto elp = b.engine_logp.accessor<float, 2>();
+  for (int64_t i = 0; i < N; ++i) {
+    const auto& r = rows[size_t(i)];
+    const int64_t P = int64_t(r.prompt.size());
+    for (int64_t j = 0; j < P; ++j) tok[i][j] = r.prompt[size_t(j)];
+    for (int64_t j = 0; j < int64_t(r.reply.size()); ++j) {
+      tok[i][P + j] = r.reply[size_t(j)];
+      msk[i][P + j - 1] = 1;
+      if (size_t(j) < r.engine_logp.size()) elp[i][P + j - 1] = r.engine_logp[size_t(j)];
+    }
+    b.last.push_back(P + int64_t(r.reply.size()) - 2);
+  }
+  b.targets = b.tokens.slice(1, 1);
+  return b;
+}
+
+// What one pass over a batch computes (no gradient): per-token log-probs, entropies, and the final hidden
+// states when asked.
+struct pass_out {
+  torch::Tensor logp, entropy, hidden;
+};
+
+pass_out score_pass(const train_model& m, const batch& b, bool want_hidden, bool want_entropy,
+                    double temperature, int64_t chunk = 16) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> lp, en, hs;
+  const int64_t N = b.tokens.size(0);
+  for (int64_t at = 0; at < N; at += chunk) {
+    const auto rows = b.tokens.slice(0, at, std::min(N, at + chunk));
+    const auto out = m.forward(rows);
+    const auto logits = out.logits.slice(1, 0, rows.size(1) - 1) / temperature;
+    lp.push_back(rl::token_logprobs(logits, b.targets.slice(0, at, std::min(N, at + chunk))));
+    if (want_entropy) en.push_back(rl::entropy_from_logits(logits));
+    if (want_hidden) hs.push_back(out.hidden.slice(1, 0, rows.size(1) - 1));
+  }
+  pass_out p;
+  p.logp = torch::cat(lp);
+  if (want_entropy) p.entropy = torch::cat(en);
+  if (want_hidden) p.hidden = torch::cat(hs);
+  return p;
+}
+
+// PPO's value head: v = hidden . w + b on the policy's final hidden state, detached (the critic is a linear
+// map of the policy's features and does not train the trunk).
+struct value_head {
+  torch::Tensor w, b;
+  explicit value_head(int64_t hidden)
+      : w(torch::zeros({hidden}, torch::kFloat32).requires_grad_(true)),
+        b(torch::zeros({1}, torch::kFloat32).requires_grad_(true)) {}
+  torch::Tensor operator()(const torch::Tensor& h) const { return torch::matmul(h.detach(), w) + b; }
+};
+
+std::vector<std::string> check_saved_rl_recipe(const rl_recipe& r, bool override_recipe) {
+  const std::string path = r.out + "/recipe.json";
+  rl_recipe saved;
+  try {
+    saved = parse_rl_recipe(json::parse(read_text(path, "saved recipe")), path, r.base_dir);
+  } catch (const std::exception& e) {
+    if (override_recipe) return {std::string("(unreadable saved recipe: ") + e.what() + ")"};
+    throw error(std::string("cannot compare with the run's saved recipe: ") + e.what() +
+                "; pass --override to continue with the new recipe");
+  }
+  const auto diffs = schedule_differences(saved, r);
+  if (diffs.empty() || override_recipe) return diffs;
+  std::string list;
+  for (const auto& d : diffs) list += "\n  " + d;
+  throw error("run directory " + r.out + " was started with another recipe (" + path +
+              "); resuming with these values would change the training:" + list +
+              "\nrun the same command as before to resume, pass --override to continue with the new values, "
+              "or pass another --out to start a new run");
+}
+
+}  // namespace
+
+rl_result run_rl(const rl_recipe& r, const run_options& o) {
+  validate(r);
+  if (r.threads > 0) torch::set_num_threads(r.threads);
+  fs::create_directories(r.out + "/checkpoints");
+  const run_lock lock(r.out);
+  for (const auto& e : fs::directory_iterator(r.out + "/checkpoints"))
+    if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());
+  const std::string final_export = export_target(r);
+  check_export_target(r.out, final_export, o.force_export);
+  const std::string saved_recipe = r.out + "/recipe.json";
+  if (fs::exists(saved_recipe)) {
+    const auto accepted = check_saved_rl_recipe(r, o.override_recipe);
+    if (!accepted.empty()) {
+      std::string list;
+      for (const auto& d : accepted) list += "\n  " + d;
+      std::fprintf(stderr, "rl: --override: continuing the run with the new values:%s\n", list.c_str());
+      append_log(r.out, {{"override", accepted}});
+      eval::write_file_atomic(saved_recipe, to_json(r).dump(2) + "\n");
+    }
+  } else {
+    eval::write_file_atomic(saved_recipe, to_json(r).dump(2) + "\n");
+  }
+  const std::string resume_dir = latest_checkpoint(r.out);
+
+  // The SFT model: tokenizer, chat template, stop tokens, and the weights of the policy's start and of the
+  // frozen reference.
+  const auto sft = runtime::local_model::load(r.init);
+  const auto& chat = sft.require_chat();
+  const auto config = model::load_model_config(r.init);
+  const auto assets = read_assets(r.init, config, sft.tok, sft.stop_tokens);
+  train_options topts;
+  topts.qat = r.qat;
+  train_model policy =
+      resume_dir.empty() ? train_model::load(r.init, topts) : train_model::load(config, resume_dir, topts);
+  train_model ref = train_model::load(r.init, topts);
+  for (auto& [name, p] : ref.params()) p.requires_grad_(false);
+
+  // Prompts: every source's tasks rendered as the model sees them at inference.
+  struct source_prompts {
+    std::vector<eval::task> tasks;
+    std::vector<std::vector<token_id>> ids;
+    double weight = 1;
+  };
+  std::vector<source_prompts> sources;
+  double weight_sum = 0;
+  for (const auto& s : r.train_data) {
+    source_prompts sp;
+    sp.tasks = load_tasks(s);
+    sp.weight = s.weight;
+    if (sp.tasks.empty()) continue;
+    for (const auto& t : sp.tasks) {
+      const auto ids = sft.tok.encode(eval::render_task_prompt(t, chat), /*allow_special=*/true);
+      sp.ids.emplace_back(ids.begin(), ids.end());
+    }
+    weight_sum += sp.weight;
+    sources.push_back(std::move(sp));
+  }
+  if (sources.empty()) throw error(r.source + ": data.train yields no tasks");
+  std::vector<eval::task> eval_tasks;
+  for (const auto& s : r.eval_data) {
+    auto t = load_tasks(s);
+    eval_tasks.insert(eval_tasks.end(), std::make_move_iterator(t.begin()), std::make_move_iterator(t.end()));
+  }
+  auto pick = [&](int64_t step, int64_t round, int64_t j) {
+    const uint64_t h = mix(r.seed, uint64_t(step), uint64_t(round), uint64_t(j));
+    double u = double(h >> 11) / double(1ull << 53) * weight_sum;
+    size_t s = 0;
+    while (s + 1 < sources.size() && u >= sources[s].weight) u -= sources[s++].weight;
+    const size_t i = size_t(mix(r.seed ^ 0xabcdef, uint64_t(step), uint64_t(round), uint64_t(j)) %
+                            uint64_t(sources[s].tasks.size()));
+    return prompt_ref{&sources[s].tasks[i], &sources[s].ids[i]};
+  };
+
+  // Optimizers: AdamW over the policy (as SFT), Adam over the value head (PPO).
+  const auto groups = group_parameters(policy);
+  auto opt = make_adamw(groups, {r.lr, r.weight_decay, r.beta1, r.beta2, r.eps});
+  std::vector<torch::Tensor> all_params = groups.params[0];
+  all_params.insert(all_params.end(), groups.params[1].begin(), groups.params[1].end());
+  const bool ppo = r.algorithm == rl_algorithm::ppo;
+  value_head vh(config.hidden_size);
+  torch::optim::Adam vopt({vh.w, vh.b}, torch::optim::AdamOptions(r.value_lr));
+  rl::kl_controller klc{r.kl_coef, r.kl_target, r.kl_horizon};
+  int64_t start = 0;
+  if (!resume_dir.empty()) {
+    torch::load(*opt, resume_dir + "/optimizer.pt");
+    if (ppo) {
+      // Into the tensors the optimizer holds (torch::load would replace the tensor objects).
+      torch::Tensor w, bias;
+      torch::load(w, resume_dir + "/value-w.pt");
+      torch::load(bias, resume_dir + "/value-b.pt");
+      {
+        torch::NoGradGuard ng;
+        vh.w.copy_(w);
+        vh.b.copy_(bias);
+      }
+      torch::load(vopt, resume_dir + "/value-optimizer.pt");
+    }
+    load_rng(resume_dir + "/rng.pt");
+    const json st = json::parse(read_text(resume_dir + "/state.json", "checkpoint state"));
+    start = st.at("step").get<int64_t>();
+    klc.coef = st.at("kl_coef").get<double>();
+    std::fprintf(stderr, "rl: resuming from %s (step %" PRId64 ")\n", resume_dir.c_str(), start);
+  }
+  auto checkpoint = [&](int64_t step) {
+    commit_checkpoint(r.out, step, [&](const std::string& tmp) {
+      policy.save(tmp, {.mxfp4_experts = false, .float_type = dtype::F32});
+      write_model_assets(tmp, config, assets);
+      torch::save(*opt, tmp + "/optimizer.pt");
+      if (ppo) {
+        torch::save(vh.w, tmp + "/value-w.pt");
+        torch::save(vh.b, tmp + "/value-b.pt");
+        torch::save(vopt, tmp + "/value-optimizer.pt");
+      }
+      save_rng(tmp + "/rng.pt");
+      write_file(tmp + "/state.json", json({{"step", step}, {"kl_coef", klc.coef}}).dump(2) + "\n");
+    });
+  };
+
+  eval::checker checker;
+  auto pass_eval = [&](const std::string& dir, const std::string& name, int64_t step) {
+    if (eval_tasks.empty()) return;
+    eval::evaluate_options eo;
+    eo.max_tokens = r.eval_max_tokens;
+    eo.progress = false;
+    eo.check = &checker;
+    const auto rep = eval::evaluate(dir, eval_tasks, eo);
+    std::string line;
+    json by = json::object();
+    for (const auto& [d, s] : rep.by_domain) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, " %s %" PRId64 "/%" PRId64 " (%.1f%%)", eval::to_string(d), s.passed,
+                    s.judged(), 100 * s.pass_rate());
+      line += buf;
+      by[eval::to_string(d)] = s.pass_rate();
+    }
+    std::fprintf(stderr, "rl: step %" PRId64 " held-out pass rate (%s):%s\n", step, name.c_str(),
+                 line.c_str());
+    append_log(r.out, {{"step", step}, {"eval_pass_rate", by}, {"model", name}});
+    eval::write_file_atomic(r.out + "/eval-" + name + ".json", eval::to_json(rep).dump(2) + "\n");
+  };
+
+  const int64_t pad_id = config.pad_token_id.value_or(0);
+  const double norm_len = double(r.max_tokens);
+  int64_t n_params = 0;
+  for (const auto& p : all_params) n_params += p.numel();
+  std::fprintf(stderr,
+               "rl: %s from %s, %" PRId64 " trainable parameters, %" PRId64 " steps of %" PRId64
+               " prompts x %" PRId64 " samples, KL %s (%s, coef %g)%s\n",
+               to_string(r.algorithm), r.init.c_str(), n_params, r.steps, r.prompts, r.samples,
+               to_string(r.kl_where), rl::to_string(r.kl_estimator), r.kl_coef, r.qat ? ", QAT on" : "");
+  if (start == 0) pass_eval(r.init, "sft", 0);  // the baseline (nothing without eval tasks)
+
+  rl_result res;
+  double sec_per_step = 0;
+  std::optional<graceful_interrupts> graceful;
+  graceful.emplace();
+  for (int64_t step = start; step < r.steps; ++step) {
+    const auto t_step = clock_type::now();
+    const double lr =
+        r.warmup_steps > 0 ? r.lr * std::min(1.0, double(step + 1) / double(r.warmup_steps)) : r.lr;
+    set_lr(*opt, lr);
+
+    // ---- rollouts ----
+    auto t0 = clock_type::now();
+    auto engine = engine_snapshot(policy, r.out + "/rollout-model",
+                                  r.rollout_weights == "bf16" ? dtype::BF16 : dtype::F32);
+    std::vector<rollout> kept;
+    int64_t groups_kept = 0, groups_filtered = 0, dropped = 0, generated = 0;
+    double rollout_s = 0;
+    for (int64_t round = 0; round < r.max_gen_batches && groups_kept < r.prompts; ++round) {
+      std::vector<prompt_ref> prompts;
+      std::vector<serve::offline_request> reqs;
+      for (int64_t j = 0; j < r.prompts; ++j) {
+        prompts.push_back(pick(step, round, j));
+        serve::offline_request q;
+        q.prompt = *prompts.back().ids;
+        q.n = int(r.samples);
+        q.max_tokens = r.max_tokens;
+        q.sampling.temperature = float(r.temperature);
+        q.sampling.seed = mix(r.seed, uint64_t(step), uint64_t(round), uint64_t(j) + 0x1000000);
+        q.stop_tokens = sft.stop_tokens;
+        reqs.push_back(std::move(q));
+      }
+      serve::offline_options oo;
+      oo.max_running = int32_t(r.max_running);
+      oo.max_batch_tokens = r.max_batch_tokens;
+      serve::offline_stats os;
+      const auto outs = serve::generate_offline(*engine, reqs, oo, &os);
+      rollout_s += os.seconds;
+      generated += os.generated_tokens;
+      // Replies as text, judged all at once in the sandbox.
+      std::vector<rollout> all;
+      std::vector<std::pair<const eval::task*, std::string>> items;
+      for (size_t j = 0; j < outs.size(); ++j)
+        for (const auto& s : outs[j]) {
+          rollout ro;
+          ro.task = prompts[j].task;
+          ro.group = round * r.prompts + int64_t(j);
+          ro.prompt = reqs[j].prompt;
+          ro.reply = s.tokens;
+          ro.engine_logp = s.logprobs;
+          ro.truncated = s.finish == serve::finish_reason::LENGTH;
+          std::vector<token_id> text_ids = s.tokens;
+          if (!ro.truncated && !text_ids.empty()) text_ids.pop_back();  // the stop token
+          items.emplace_back(ro.task,
+                             runtime::to_valid_utf8(sft.tok.decode(text_ids, /*skip_special=*/true)));
+          all.push_back(std::move(ro));
+        }
+      const auto checks = checker.check_all(items);
+      for (size_t i = 0; i < all.size(); ++i)
+        all[i].rw = eval::score_reply(*all[i].task, items[i].second, checks[i], int64_t(all[i].reply.size()),
+                                      all[i].truncated, r.reward);
+      // Groups: dropped samples leave; GRPO with dynamic sampling keeps only groups whose rewards differ.
+      for (int64_t j = 0; j < r.prompts && groups_kept < r.prompts; ++j) {
+        std::vector<rollout*> members;
+        for (auto& ro : all)
+          if (ro.group == round * r.prompts + j) {
+            if (ro.rw.dropped)
+              ++dropped;
+            else
+              members.push_back(&ro);
+          }
+        if (members.empty()) continue;
+        if (!ppo && r.dynamic_sampling) {
+          bool differ = false;
+          for (auto* m : members) differ |= m->rw.total != members[0]->rw.total;
+          if (!differ) {
+            ++groups_filtered;
+            continue;
+          }
+        }
+        for (auto* m : members) kept.push_back(std::move(*m));
+        ++groups_kept;
+      }
+      if (ppo || !r.dynamic_sampling) break;
+    }
+    engine.reset();
+    const double rollout_wall = seconds_since(t0);
+
+    std::map<std::string, domain_stats> by_domain;
+    json log = {{"step", step + 1},
+                {"lr", lr},
+                {"groups", groups_kept},
+                {"groups_filtered", groups_filtered},
+                {"dropped", dropped},
+                {"rollout_tokens", generated},
+                {"rollout_tokens_per_s", rollout_s > 0 ? double(generated) / rollout_s : 0.0}};
+    double mean_reward = 0, mean_pass = 0, mean_kl = 0, mean_entropy = 0, clip_frac = 0, gnorm = 0;
+    double train_tps = 0;
+    if (kept.empty()) {
+      std::fprintf(stderr, "rl: step %" PRId64 ": no group with a learning signal; no update\n", step + 1);
+    } else {
+      // ---- the trainer's view of the rollouts ----
+      t0 = clock_type::now();
+      const auto b = make_rl_batch(kept, pad_id);
+      const int64_t N = b.tokens.size(0);
+      const auto old = score_pass(policy, b, ppo, true, r.temperature);
+      const auto refp = score_pass(ref, b, false, false, r.temperature);
+      const auto& mask = b.mask;
+      const auto kl_old = rl::kl_penalty(old.logp, refp.logp, r.kl_estimator);
+
+      // Scores and advantages.
+      auto scores = torch::zeros({N}, torch::kFloat32);
+      for (int64_t i = 0; i < N; ++i) scores[i] = float(kept[size_t(i)].rw.total);
+      torch::Tensor kl_reward = torch::zeros_like(old.logp);
+      if (r.kl_where == kl_placement::reward) kl_reward = klc.coef * kl_old * mask;
+      torch::Tensor adv, returns, values_old;
+      if (!ppo) {
+        const auto group = torch::empty({N}, torch::kInt64);
+        for (int64_t i = 0; i < N; ++i) group[i] = kept[size_t(i)].group;
+        const auto a = rl::grpo_advantages(scores - kl_reward.sum(1), group, r.norm_adv_by_std);
+        adv = a.unsqueeze(1).expand_as(old.logp).contiguous() * mask;
+      } else {
+        torch::NoGradGuard ng;
+        values_old = vh(old.hidden) * mask;
+        auto tok_rewards = -kl_reward;
+        for (int64_t i = 0; i < N; ++i) tok_rewards[i][b.last[size_t(i)]] += scores[i];
+        const auto g = rl::gae(tok_rewards, values_old, mask, r.gamma, r.lam);
+        adv = g.advantages * mask;
+        returns = g.returns;
+      }
+      // Truncated importance sampling between the engine that sampled and the trainer's graph.
+      torch::Tensor tis;
+      if (r.tis_cap > 0) tis = torch::exp(old.logp - b.engine_logp).clamp_max(r.tis_cap) * mask;
+
+      // ---- updates: epochs x mini-batches ----
+      std::vector<torch::Tensor> clipped(static_cast<size_t>(N));
+      double clip_sum = 0, clip_n = 0;
+      int64_t trained_tokens = 0;
+      for (int64_t epoch = 0; epoch < r.epochs; ++epoch) {
+        std::vector<int64_t> order(static_cast<size_t>(N));
+        for (int64_t i = 0; i < N; ++i) order[size_t(i)] = i;
+        uint64_t st = mix(r.seed, uint64_t(step), uint64_t(epoch), 0x5eed);
+        for (int64_t i = N - 1; i > 0; --i)
+          std::swap(order[size_t(i)], order[size_t(splitmix64(st) % uint64_t(i + 1))]);
+        const int64_t per = (N + r.mini_batches - 1) / r.mini_batches;
+        for (int64_t at = 0; at < N; at += per) {
+          std::vector<int64_t> idx(order.begin() + at, order.begin() + std::min(N, at + per));
+          const auto ix = torch::tensor(idx, torch::kInt64);
+          const auto mb_mask = mask.index_select(0, ix);
+          const auto out = policy.forward(b.tokens.index_select(0, ix));
+          const int64_t T1 = b.targets.size(1);
+          const auto logits = out.logits.slice(1, 0, T1) / r.temperature;
+          const auto logp = rl::token_logprobs(logits, b.targets.index_select(0, ix));
+          const auto pl =
+              rl::policy_loss(logp, old.logp.index_select(0, ix), adv.index_select(0, ix), mb_mask, r.clip,
+                              r.agg, norm_len, tis.defined() ? tis.index_select(0, ix) : tis);
+          auto loss = pl.loss;
+          if (r.kl_where == kl_placement::loss && klc.coef > 0)
+            loss = loss + klc.coef * rl::aggregate(
+                                         rl::kl_penalty(logp, refp.logp.index_select(0, ix), r.kl_estimator),
+                                         mb_mask, r.agg, norm_len);
+          if (r.entropy_coef > 0)
+            loss = loss -
+                   r.entropy_coef * rl::aggregate(rl::entropy_from_logits(logits), mb_mask, r.agg, norm_len);
+          opt->zero_grad();
+          loss.backward();
+          gnorm = clip_grad_norm(all_params, r.clip_norm);
+          opt->step();
+          if (ppo) {
+            const auto v = vh(out.hidden.slice(1, 0, T1)) * mb_mask;
+            const auto vl = rl::value_loss(v, values_old.index_select(0, ix), returns.index_select(0, ix),
+                                           mb_mask, r.value_clip, r.agg, norm_len);
+            vopt.zero_grad();
+            vl.backward();
+            vopt.step();
+          }
+          if (epoch == r.epochs - 1)
+            for (size_t k = 0; k < idx.size(); ++k) clipped[size_t(idx[k])] = pl.clipped[int64_t(k)];
+          clip_sum += pl.clip_frac * mb_mask.sum().item<double>();
+          clip_n += mb_mask.sum().item<double>();
+          trained_tokens += int64_t(b.tokens.index_select(0, ix).numel());
+        }
+      }
+      klc.update((kl_old * mask).sum().item<double>() / std::max(1.0, mask.sum().item<double>()), 1);
+      const double train_s = seconds_since(t0);
+      train_tps = train_s > 0 ? double(trained_tokens) / train_s : 0;
+      clip_frac = clip_n > 0 ? clip_sum / clip_n : 0;
+
+      // ---- logs ----
+      const auto diff = (old.logp - b.engine_logp).abs() * mask;
+      const double ntok = std::max(1.0, mask.sum().item<double>());
+      for (int64_t i = 0; i < N; ++i) {
+        const auto& ro = kept[size_t(i)];
+        auto& d = by_domain[eval::to_string(ro.task->domain)];
+        const auto m = mask[i];
+        ++d.samples;
+        d.tokens += int64_t(ro.reply.size());
+        d.reward += ro.rw.total;
+        d.correct += ro.rw.correct;
+        d.completion += ro.rw.completion;
+        d.format += ro.rw.format;
+        d.length += ro.rw.length;
+        d.kl += (kl_old[i] * m).sum().item<double>();
+        d.entropy += (old.entropy[i] * m).sum().item<double>();
+        d.clipped += (clipped[size_t(i)].to(torch::kFloat32) * m).sum().item<double>();
+      }
+      mean_reward = scores.mean().item<double>();
+      for (const auto& ro : kept) mean_pass += ro.rw.correct / double(N);
+      mean_kl = (kl_old * mask).sum().item<double>() / ntok;
+      mean_entropy = (old.entropy * mask).sum().item<double>() / ntok;
+      log["samples"] = N;
+      log["reward"] = mean_reward;
+      log["pass_rate"] = mean_pass;
+      log["kl"] = mean_kl;
+      log["kl_coef"] = klc.coef;
+      log["entropy"] = mean_entropy;
+      log["clip_frac"] = clip_frac;
+      log["grad_norm"] = gnorm;
+      log["engine_logprob_diff_mean"] = diff.sum().item<double>() / ntok;
+      log["engine_logprob_diff_max"] = diff.max().item<double>();
+      log["train_tokens_per_s"] = train_tps;
+      json dom = json::object();
+      for (const auto& [name, d] : by_domain) dom[name] = d.to_json();
+      log["domains"] = dom;
+    }
+    ++res.steps_done;
+    const int64_t done = step + 1;
+    const double step_s = seconds_since(t_step);
+    sec_per_step = sec_per_step == 0 ? step_s : 0.7 * sec_per_step + 0.3 * step_s;
+    log["seconds"] = step_s;
+    log["rollout_seconds"] = rollout_wall;
+    append_log(r.out, log);
+    if (done % r.log_every == 0 || done == r.steps) {
+      std::string doms;
+      for (const auto& [name, d] : by_domain) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, " %s %.0f%%", name.c_str(),
+                      100 * d.correct / double(std::max<int64_t>(d.samples, 1)));
+        doms += buf;
+      }
+      std::fprintf(stderr,
+                   "rl: step %" PRId64 "/%" PRId64
+                   " reward %.3f pass %.1f%% (%s) kl %.4f entropy %.3f clip %.3f | "
+                   "rollout %.0f tok/s, train %.0f tok/s | eta %s\n",
+                   done, r.steps, mean_reward, 100 * mean_pass, doms.empty() ? "-" : doms.substr(1).c_str(),
+                   mean_kl, mean_entropy, clip_frac, rollout_s > 0 ? double(generated) / rollout_s : 0.0,
+                   train_tps, format_duration(sec_per_step * double(r.steps - done)).c_str());
+    }
+    if (r.eval_every > 0 && done % r.eval_every == 0 && done != r.steps) {
+      auto copy = clone(policy);
+      export_model(copy, assets, r.out + "/model-eval");
+      pass_eval(r.out + "/model-eval", "step", done);
+    }
+    const int sig = interrupt_requested();
+    if (sig || done % r.checkpoint_every == 0 || done == r.steps) checkpoint(done);
+    if (sig)
+      throw interrupted(sig, "interrupted after step " + std::to_string(done) + "; checkpoint " + r.out +
+                                 "/checkpoints/" + step_name(done) +
+                                 " written; the same command resumes the run from it:\n  " +
+                                 resume_command());
+  }
+  graceful.reset();
+  fs::remove_all(r.out + "/rollout-model");
+  check_export_target(r.out, final_export, o.force_export);
+  claim_export_target(r.out, final_export);
+  export_model(policy, assets, final_export);
+  std::fprintf(stderr, "rl: exported %s\n", final_export.c_str());
+  pass_eval(final_export, "final", r.steps);
+  res.export_dir = final_export;
+  return res;
+}
+
+}  // namespace moxi::train

@@ -1,0 +1,43 @@
+// Run-directory plumbing shared by the training drivers (SFT, RL): files written whole, atomic resumable
+// checkpoints under RUN/checkpoints (docs/train.md "Run directory"), the JSONL log, the RNG state, and the
+// rule that an export never replaces a model directory the run did not write.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "moxi/train/model.h"
+
+namespace moxi::train {
+
+std::string read_text(const std::string& path, const std::string& what);  // throws naming `what` and path
+void write_file(const std::string& path, const std::string& text);
+void fsync_path(const std::string& path, bool directory);
+void fsync_tree(const std::string& dir);      // every file of the directory, then the directory
+std::string step_name(int64_t step);          // "step-00000042"
+std::string format_duration(double seconds);  // "1h02m", "3m05s", "?" when unknown
+// A deep copy with its own parameters (an export must not round the weights training continues from).
+train_model clone(const train_model& m);
+
+// out/checkpoints/step-N: `fill` writes the files into a temporary directory, which is fsynced and renamed
+// into place; then `latest` is replaced atomically and older checkpoints are removed. A kill at any point
+// leaves `latest` naming a complete checkpoint.
+void commit_checkpoint(const std::string& out, int64_t step,
+                       const std::function<void(const std::string& dir)>& fill);
+// The directory `latest` names, or "" when the run has no checkpoint yet.
+std::string latest_checkpoint(const std::string& out);
+// libtorch's default CPU generator, saved and restored exactly.
+void save_rng(const std::string& path);
+void load_rng(const std::string& path);
+
+void append_log(const std::string& out, const nlohmann::json& line);  // one line of out/log.jsonl
+
+// An export may write into a directory that holds no model, into the run's own directory, or into the one
+// this run recorded as its export target (claim_export_target); anything else needs force. Throws
+// moxi::error explaining the choices.
+void check_export_target(const std::string& out, const std::string& target, bool force);
+void claim_export_target(const std::string& out, const std::string& target);
+
+}  // namespace moxi::train
