@@ -20,6 +20,7 @@
 #include "common/run-moxi.h"
 #include "common/temp-dir.h"
 #include "moxi/train/interrupt.h"
+#include "moxi/train/loop.h"
 #include "moxi/train/recipe.h"
 #include "moxi/train/rl-recipe.h"
 
@@ -184,6 +185,11 @@ TEST(RunDir, ExportNeverReplacesAModelDirectoryTheRunDidNotWrite) {
 TEST(RunDir, OutMovesTheExportAndTheBundledRecipesExportUnderRuns) {
   for (const auto& e : fs::directory_iterator(kSource + "/recipes")) {
     if (e.path().extension() != ".json") continue;
+    if (e.path().stem().string().ends_with("-loop")) {  // a loop recipe (docs/rl.md "The loop")
+      auto lp = train::load_loop_recipe(e.path().string());
+      EXPECT_EQ(fs::path(lp.out).parent_path().filename(), "runs") << e.path();
+      continue;
+    }
     if (e.path().stem().string().ends_with("-rl")) {  // an RL recipe (docs/rl.md): the same rules
       auto rl = train::load_rl_recipe(e.path().string());
       EXPECT_EQ(fs::path(train::export_target(rl)), fs::path(rl.out) / "model") << e.path();

@@ -7,6 +7,7 @@
 
 #include "moxi/base/error.h"
 #include "moxi/train/interrupt.h"
+#include "moxi/train/loop.h"
 #include "moxi/train/rl.h"
 #include "moxi/train/sft.h"
 
@@ -88,6 +89,28 @@ void run_rl(const rl_args& a) {
               res.export_dir.c_str());
 }
 
+struct loop_args {
+  std::string recipe, init, out;
+  std::vector<std::string> set;
+  int64_t rounds = -1, threads = -1;
+  moxi::train::run_options run;
+};
+
+void run_loop(const loop_args& a) {
+  using namespace moxi::train;
+  loop_recipe r = load_loop_recipe(a.recipe);
+  auto set = [&](const std::string& key, const nlohmann::json& v) {
+    apply_override(r, key + "=" + v.dump());
+  };
+  if (!a.init.empty()) set("model.init", absolute(a.init));
+  if (!a.out.empty()) set("out", absolute(a.out));
+  if (a.rounds >= 0) set("rounds", a.rounds);
+  if (a.threads >= 0) set("threads", a.threads);
+  for (const auto& s : a.set) apply_override(r, s);
+  const auto res = moxi::train::run_loop(r, a.run);
+  std::printf("ran %lld rounds; model: %s\n", static_cast<long long>(res.rounds_done), res.model.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -154,6 +177,23 @@ int main(int argc, char** argv) {
       "rollout.prompts=4\n\n"
       "Documentation: docs/rl.md in the moxi source tree.");
   rl->callback([&ra] { run_rl(ra); });
+
+  auto* loop = app.add_subcommand(
+      "loop",
+      "The iterative loop: collect, SFT on successes, RL on failures, evaluate (docs/rl.md), resumable");
+  loop_args la;
+  loop->add_option("--recipe", la.recipe, "loop recipe JSON (recipes/moxi-small-loop.json)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  loop->add_option("--init", la.init, "the model to start from (recipe model.init)");
+  loop->add_option("--out", la.out, "loop directory: round-K/ per round (resumed where it stopped)");
+  loop->add_option("--rounds", la.rounds, "rounds to run")->check(CLI::PositiveNumber);
+  loop->add_option("--threads", la.threads, "torch threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  loop->add_option("--set", la.set, "any recipe field, dotted: --set rl.optimizer.steps=5 (value as JSON)");
+  loop->footer(
+      "EXAMPLES:\n  moxi train loop --recipe recipes/moxi-small-loop.json --rounds 2\n\n"
+      "Documentation: docs/rl.md in the moxi source tree.");
+  loop->callback([&la] { run_loop(la); });
   // Interrupted, the trainer says how to resume: the same command (`moxi train` execs this with its args).
   std::string command = "moxi train";
   for (int i = 1; i < argc; ++i) command += " " + moxi::train::shell_quote(argv[i]);
