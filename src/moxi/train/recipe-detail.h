@@ -70,6 +70,10 @@ std::string resolve(const std::string& base, const std::string& p);
 std::vector<data_source> parse_sources(const json& list, const std::string& where, const std::string& base,
                                        const std::string& default_split, bool weighted = false);
 json sources_json(const std::vector<data_source>& sources);
+// The JSON of a recipe file; errors name the file.
+json read_recipe_file(const std::string& path);
+// A `dotted.key=value` assignment (value as JSON, else a bare string such as a path) applied to doc.
+void apply_assignment(json& doc, const std::string& assignment);
 // Sets doc[a][b]... = value for a dotted key, creating objects on the way.
 void set_dotted(json& doc, const std::string& key, json value);
 // {"a": {"b": 1}} -> {"a.b": 1}; lists stay whole values.

@@ -55,6 +55,29 @@ std::vector<data_source> parse_sources(const json& list, const std::string& wher
   return out;
 }
 
+json read_recipe_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw error("recipe " + path + ": cannot open");
+  try {
+    return json::parse(f);
+  } catch (const json::exception& e) {
+    throw error("recipe " + path + ": " + e.what());
+  }
+}
+
+void apply_assignment(json& doc, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos) throw error("override '" + assignment + "': expected key=value");
+  const std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  json value;
+  try {
+    value = json::parse(text);
+  } catch (const json::exception&) {
+    value = text;  // a bare string (a path, a name)
+  }
+  set_dotted(doc, key, std::move(value));
+}
+
 void set_dotted(json& doc, const std::string& key, json value) {
   json* at = &doc;
   std::stringstream ss(key);
@@ -156,28 +179,13 @@ recipe parse_recipe(const json& j, const std::string& source, const std::string&
 }
 
 recipe load_recipe(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw error("recipe " + path + ": cannot open");
-  json j;
-  try {
-    j = json::parse(f);
-  } catch (const json::exception& e) {
-    throw error("recipe " + path + ": " + e.what());
-  }
-  return parse_recipe(j, path, fs::absolute(path).parent_path().string());
+  return parse_recipe(read_recipe_file(path), path, fs::absolute(path).parent_path().string());
 }
 
 void apply_override(recipe& r, const std::string& assignment) {
-  const auto eq = assignment.find('=');
-  if (eq == std::string::npos) throw error("override '" + assignment + "': expected key=value");
-  const std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
-  json value;
-  try {
-    value = json::parse(text);
-  } catch (const json::exception&) {
-    value = text;  // a bare string (a path, a name)
-  }
-  set_field(r, key, value);
+  auto doc = r.doc;
+  apply_assignment(doc, assignment);
+  r = parse_recipe(doc, r.source, r.base_dir);
 }
 
 void set_field(recipe& r, const std::string& dotted_key, const nlohmann::json& value) {

@@ -155,28 +155,12 @@ rl_recipe parse_rl_recipe(const json& j, const std::string& source, const std::s
 }
 
 rl_recipe load_rl_recipe(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw error("recipe " + path + ": cannot open");
-  json j;
-  try {
-    j = json::parse(f);
-  } catch (const json::exception& e) {
-    throw error("recipe " + path + ": " + e.what());
-  }
-  return parse_rl_recipe(j, path, fs::absolute(path).parent_path().string());
+  return parse_rl_recipe(read_recipe_file(path), path, fs::absolute(path).parent_path().string());
 }
 
 void apply_override(rl_recipe& r, const std::string& assignment) {
-  const auto eq = assignment.find('=');
-  if (eq == std::string::npos) throw error("override '" + assignment + "': expected key=value");
-  json value;
-  try {
-    value = json::parse(assignment.substr(eq + 1));
-  } catch (const json::exception&) {
-    value = assignment.substr(eq + 1);
-  }
   auto doc = r.doc;
-  set_dotted(doc, assignment.substr(0, eq), value);
+  apply_assignment(doc, assignment);
   r = parse_rl_recipe(doc, r.source, r.base_dir);
 }
 

@@ -191,26 +191,6 @@ struct value_head {
   torch::Tensor operator()(const torch::Tensor& h) const { return torch::matmul(h.detach(), w) + b; }
 };
 
-std::vector<std::string> check_saved_rl_recipe(const rl_recipe& r, bool override_recipe) {
-  const std::string path = r.out + "/recipe.json";
-  rl_recipe saved;
-  try {
-    saved = parse_rl_recipe(json::parse(read_text(path, "saved recipe")), path, r.base_dir);
-  } catch (const std::exception& e) {
-    if (override_recipe) return {std::string("(unreadable saved recipe: ") + e.what() + ")"};
-    throw error(std::string("cannot compare with the run's saved recipe: ") + e.what() +
-                "; pass --override to continue with the new recipe");
-  }
-  const auto diffs = schedule_differences(saved, r);
-  if (diffs.empty() || override_recipe) return diffs;
-  std::string list;
-  for (const auto& d : diffs) list += "\n  " + d;
-  throw error("run directory " + r.out + " was started with another recipe (" + path +
-              "); resuming with these values would change the training:" + list +
-              "\nrun the same command as before to resume, pass --override to continue with the new values, "
-              "or pass another --out to start a new run");
-}
-
 }  // namespace
 
 rl_result run_rl(const rl_recipe& r, const run_options& o) {
@@ -218,23 +198,12 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
   if (r.threads > 0) torch::set_num_threads(r.threads);
   fs::create_directories(r.out + "/checkpoints");
   const run_lock lock(r.out);
-  for (const auto& e : fs::directory_iterator(r.out + "/checkpoints"))
-    if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());
+  remove_checkpoint_leftovers(r.out);
   const std::string final_export = export_target(r);
   check_export_target(r.out, final_export, o.force_export);
-  const std::string saved_recipe = r.out + "/recipe.json";
-  if (fs::exists(saved_recipe)) {
-    const auto accepted = check_saved_rl_recipe(r, o.override_recipe);
-    if (!accepted.empty()) {
-      std::string list;
-      for (const auto& d : accepted) list += "\n  " + d;
-      std::fprintf(stderr, "rl: --override: continuing the run with the new values:%s\n", list.c_str());
-      append_log(r.out, {{"override", accepted}});
-      eval::write_file_atomic(saved_recipe, to_json(r).dump(2) + "\n");
-    }
-  } else {
-    eval::write_file_atomic(saved_recipe, to_json(r).dump(2) + "\n");
-  }
+  adopt_recipe(r.out, to_json(r), o.override_recipe, "rl", [&](const json& saved) {
+    return schedule_differences(parse_rl_recipe(saved, r.out + "/recipe.json", r.base_dir), r);
+  });
   const std::string resume_dir = latest_checkpoint(r.out);
 
   // The SFT model: tokenizer, chat template, stop tokens, and the weights of the policy's start and of the

@@ -123,6 +123,41 @@ std::string latest_checkpoint(const std::string& out) {
   return dir;
 }
 
+void remove_checkpoint_leftovers(const std::string& out) {
+  for (const auto& e : fs::directory_iterator(out + "/checkpoints"))
+    if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());
+}
+
+void adopt_recipe(const std::string& out, const json& now, bool override_recipe, const char* tag,
+                  const std::function<std::vector<std::string>(const json& saved)>& differences) {
+  const std::string path = out + "/recipe.json";
+  if (!fs::exists(path)) {
+    eval::write_file_atomic(path, now.dump(2) + "\n");
+    return;
+  }
+  std::vector<std::string> diffs;
+  try {
+    diffs = differences(json::parse(read_text(path, "saved recipe")));
+  } catch (const std::exception& e) {
+    if (!override_recipe)
+      throw error(std::string("cannot compare with the run's saved recipe: ") + e.what() +
+                  "; pass --override to continue with the new recipe");
+    diffs = {std::string("(unreadable saved recipe: ") + e.what() + ")"};
+  }
+  if (diffs.empty()) return;
+  std::string list;
+  for (const auto& d : diffs) list += "\n  " + d;
+  if (!override_recipe)
+    throw error(
+        "run directory " + out + " was started with another recipe (" + path +
+        "); resuming with these values would change the training:" + list +
+        "\nrun the same command as before to resume, pass --override to continue with the new values, "
+        "or pass another --out to start a new run");
+  std::fprintf(stderr, "%s: --override: continuing the run with the new values:%s\n", tag, list.c_str());
+  append_log(out, {{"override", diffs}});
+  eval::write_file_atomic(path, now.dump(2) + "\n");
+}
+
 void append_log(const std::string& out, const json& line) {
   std::ofstream f(out + "/log.jsonl", std::ios::app);
   f << line.dump() << "\n";

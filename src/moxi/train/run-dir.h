@@ -7,6 +7,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "moxi/train/model.h"
 
@@ -33,6 +34,17 @@ void save_rng(const std::string& path);
 void load_rng(const std::string& path);
 
 void append_log(const std::string& out, const nlohmann::json& line);  // one line of out/log.jsonl
+
+// Removes what a process killed while writing a checkpoint left in out/checkpoints (call under the lock).
+void remove_checkpoint_leftovers(const std::string& out);
+
+// A run directory keeps the recipe it was started with (out/recipe.json); resuming with other values for what
+// shapes the training would silently change the schedule halfway. `differences` parses the saved recipe
+// (JSON) and lists the schedule fields that differ from the current one ("optimizer.steps: 400 -> 50").
+// Without a saved recipe, `now` is saved. With differences: an error listing them, unless override_recipe,
+// which logs them (to stderr with `tag`, and to the run's log) and saves `now` as the run's recipe.
+void adopt_recipe(const std::string& out, const nlohmann::json& now, bool override_recipe, const char* tag,
+                  const std::function<std::vector<std::string>(const nlohmann::json& saved)>& differences);
 
 // An export may write into a directory that holds no model, into the run's own directory, or into the one
 // this run recorded as its export target (claim_export_target); anything else needs force. Throws

@@ -113,31 +113,6 @@ std::vector<eval::task> load_all(const std::vector<data_source>& sources) {
 
 // ---- what a run may overwrite ---------------------------------------------------------------------------
 
-// A run directory started before keeps the recipe it was started with (OUT/recipe.json); resuming it with
-// other values for what shapes the training would silently change the schedule halfway. Returns the
-// differences that `override` accepted (logged by the caller); throws when there are some and no override.
-std::vector<std::string> check_saved_recipe(const recipe& r, bool override_recipe) {
-  const std::string path = r.out + "/recipe.json";
-  recipe saved;
-  try {
-    // Runs saved the recipe file as written (relative paths): read against the current recipe's directory.
-    saved = parse_recipe(json::parse(read_text(path, "saved recipe")), path, r.base_dir);
-  } catch (const std::exception& e) {
-    if (override_recipe) return {std::string("(unreadable saved recipe: ") + e.what() + ")"};
-    throw error(std::string("cannot compare with the run's saved recipe: ") + e.what() +
-                "; pass --override to continue with the new recipe");
-  }
-  const auto diffs = schedule_differences(saved, r);
-  if (diffs.empty() || override_recipe) return diffs;
-  std::string list;
-  for (const auto& d : diffs) list += "\n  " + d;
-  throw error(
-      "run directory " + r.out + " was started with another recipe (" + path + "); resuming with " +
-      "these values would change the training:" + list +
-      "\nrun the same command as before to resume, pass --override to continue with the new values, or "
-      "pass another --out to start a new run");
-}
-
 }  // namespace
 
 // ---- export ---------------------------------------------------------------------------------------------
@@ -222,24 +197,13 @@ sft_result run_sft(const recipe& r, const run_options& o) {
   if (r.threads > 0) torch::set_num_threads(r.threads);
   fs::create_directories(r.out + "/checkpoints");
   const run_lock run_dir_lock(r.out);  // before anything in the run directory is read or written
-  // Leftovers of a process that died while writing a checkpoint (nobody else writes here: the lock).
-  for (const auto& e : fs::directory_iterator(r.out + "/checkpoints"))
-    if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());
+  remove_checkpoint_leftovers(r.out);  // nobody else writes here: the lock
   const std::string final_export = export_target(r);
   check_export_target(r.out, final_export, o.force_export);
-  const std::string saved_recipe = r.out + "/recipe.json";
-  if (fs::exists(saved_recipe)) {
-    const auto accepted = check_saved_recipe(r, o.override_recipe);
-    if (!accepted.empty()) {
-      std::string list;
-      for (const auto& d : accepted) list += "\n  " + d;
-      std::fprintf(stderr, "sft: --override: continuing the run with the new values:%s\n", list.c_str());
-      append_log(r.out, {{"override", accepted}});
-      eval::write_file_atomic(saved_recipe, to_json(r).dump(2) + "\n");
-    }
-  } else {
-    eval::write_file_atomic(saved_recipe, to_json(r).dump(2) + "\n");
-  }
+  adopt_recipe(r.out, to_json(r), o.override_recipe, "sft", [&](const json& saved) {
+    // Runs saved the recipe file as written (relative paths): read against the current recipe's directory.
+    return schedule_differences(parse_recipe(saved, r.out + "/recipe.json", r.base_dir), r);
+  });
   const std::string resume_dir = latest_checkpoint(r.out);
 
   const auto config = model::load_model_config(r.init.empty() ? r.config : r.init);
