@@ -349,8 +349,8 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
     auto engine = engine_snapshot(policy, r.out + "/rollout-model",
                                   r.rollout_weights == "bf16" ? dtype::BF16 : dtype::F32);
     std::vector<rollout> kept;
-    int64_t groups_kept = 0, groups_filtered = 0, dropped = 0, generated = 0;
-    double rollout_s = 0;
+    int64_t groups_kept = 0, groups_filtered = 0, dropped = 0, generated = 0, judged = 0;
+    double rollout_s = 0, judged_correct = 0, judged_reward = 0;  // every judged sample, before filtering
     for (int64_t round = 0; round < r.max_gen_batches && groups_kept < r.prompts; ++round) {
       std::vector<prompt_ref> prompts;
       std::vector<serve::offline_request> reqs;
@@ -394,6 +394,12 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
       for (size_t i = 0; i < all.size(); ++i)
         all[i].rw = eval::score_reply(*all[i].task, items[i].second, checks[i], int64_t(all[i].reply.size()),
                                       all[i].truncated, r.reward);
+      for (const auto& ro : all)
+        if (!ro.rw.dropped) {
+          ++judged;
+          judged_correct += ro.rw.correct;
+          judged_reward += ro.rw.total;
+        }
       // Groups: dropped samples leave; GRPO with dynamic sampling keeps only groups whose rewards differ.
       for (int64_t j = 0; j < r.prompts && groups_kept < r.prompts; ++j) {
         std::vector<rollout*> members;
@@ -428,6 +434,8 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
                 {"groups_filtered", groups_filtered},
                 {"dropped", dropped},
                 {"rollout_tokens", generated},
+                {"rollout_pass_rate", judged ? judged_correct / double(judged) : 0.0},
+                {"rollout_reward", judged ? judged_reward / double(judged) : 0.0},
                 {"rollout_tokens_per_s", rollout_s > 0 ? double(generated) / rollout_s : 0.0}};
     double mean_reward = 0, mean_pass = 0, mean_kl = 0, mean_entropy = 0, clip_frac = 0, gnorm = 0;
     double train_tps = 0;
@@ -573,13 +581,15 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
                       100 * d.correct / double(std::max<int64_t>(d.samples, 1)));
         doms += buf;
       }
-      std::fprintf(stderr,
-                   "rl: step %" PRId64 "/%" PRId64
-                   " reward %.3f pass %.1f%% (%s) kl %.4f entropy %.3f clip %.3f | "
-                   "rollout %.0f tok/s, train %.0f tok/s | eta %s\n",
-                   done, r.steps, mean_reward, 100 * mean_pass, doms.empty() ? "-" : doms.substr(1).c_str(),
-                   mean_kl, mean_entropy, clip_frac, rollout_s > 0 ? double(generated) / rollout_s : 0.0,
-                   train_tps, format_duration(sec_per_step * double(r.steps - done)).c_str());
+      std::fprintf(
+          stderr,
+          "rl: step %" PRId64 "/%" PRId64
+          " sampled pass %.1f%% | kept: reward %.3f pass %.1f%% (%s) kl %.4f entropy %.3f clip %.3f | "
+          "rollout %.0f tok/s, train %.0f tok/s | eta %s\n",
+          done, r.steps, judged ? 100 * judged_correct / double(judged) : 0.0, mean_reward, 100 * mean_pass,
+          doms.empty() ? "-" : doms.substr(1).c_str(), mean_kl, mean_entropy, clip_frac,
+          rollout_s > 0 ? double(generated) / rollout_s : 0.0, train_tps,
+          format_duration(sec_per_step * double(r.steps - done)).c_str());
     }
     if (r.eval_every > 0 && done % r.eval_every == 0 && done != r.steps) {
       auto copy = clone(policy);
