@@ -302,25 +302,11 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
 
   eval::checker checker;
   auto pass_eval = [&](const std::string& dir, const std::string& name, int64_t step) {
-    if (eval_tasks.empty()) return;
     eval::evaluate_options eo;
     eo.max_tokens = r.eval_max_tokens;
     eo.progress = false;
     eo.check = &checker;
-    const auto rep = eval::evaluate(dir, eval_tasks, eo);
-    std::string line;
-    json by = json::object();
-    for (const auto& [d, s] : rep.by_domain) {
-      char buf[96];
-      std::snprintf(buf, sizeof buf, " %s %" PRId64 "/%" PRId64 " (%.1f%%)", eval::to_string(d), s.passed,
-                    s.judged(), 100 * s.pass_rate());
-      line += buf;
-      by[eval::to_string(d)] = s.pass_rate();
-    }
-    std::fprintf(stderr, "rl: step %" PRId64 " held-out pass rate (%s):%s\n", step, name.c_str(),
-                 line.c_str());
-    append_log(r.out, {{"step", step}, {"eval_pass_rate", by}, {"model", name}});
-    eval::write_file_atomic(r.out + "/eval-" + name + ".json", eval::to_json(rep).dump(2) + "\n");
+    log_pass_rates(r.out, "rl", "eval_pass_rate", dir, name, step, eval_tasks, eo);
   };
 
   const int64_t pad_id = config.pad_token_id.value_or(0);

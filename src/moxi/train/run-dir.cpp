@@ -123,6 +123,25 @@ std::string latest_checkpoint(const std::string& out) {
   return dir;
 }
 
+void log_pass_rates(const std::string& out, const char* tag, const char* key, const std::string& dir,
+                    const std::string& name, int64_t step, const std::vector<eval::task>& tasks,
+                    const eval::evaluate_options& options) {
+  if (tasks.empty()) return;
+  const auto rep = eval::evaluate(dir, tasks, options);
+  std::string line;
+  json by = json::object();
+  for (const auto& [d, s] : rep.by_domain) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " %s %" PRId64 "/%" PRId64 " (%.1f%%)", eval::to_string(d), s.passed,
+                  s.judged(), 100 * s.pass_rate());
+    line += buf;
+    by[eval::to_string(d)] = s.pass_rate();
+  }
+  std::fprintf(stderr, "%s: step %" PRId64 " pass rate (%s):%s\n", tag, step, name.c_str(), line.c_str());
+  append_log(out, {{"step", step}, {key, by}, {"model", name}});
+  eval::write_file_atomic(out + "/eval-" + name + ".json", eval::to_json(rep).dump(2) + "\n");
+}
+
 void remove_checkpoint_leftovers(const std::string& out) {
   for (const auto& e : fs::directory_iterator(out + "/checkpoints"))
     if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "moxi/eval/evaluate.h"
 #include "moxi/train/model.h"
 
 namespace moxi::train {
@@ -34,6 +35,13 @@ void save_rng(const std::string& path);
 void load_rng(const std::string& path);
 
 void append_log(const std::string& out, const nlohmann::json& line);  // one line of out/log.jsonl
+
+// Greedy pass rates of the model directory `dir` on `tasks` (moxi eval, checkers in the sandbox): prints
+// "<tag>: step N pass rate (<name>): math 3/10 (30.0%) ...", logs {step, <key>: {domain: rate}, model: name}
+// to out/log.jsonl and writes the report to out/eval-<name>.json. Nothing without tasks.
+void log_pass_rates(const std::string& out, const char* tag, const char* key, const std::string& dir,
+                    const std::string& name, int64_t step, const std::vector<eval::task>& tasks,
+                    const eval::evaluate_options& options);
 
 // Removes what a process killed while writing a checkpoint left in out/checkpoints (call under the lock).
 void remove_checkpoint_leftovers(const std::string& out);

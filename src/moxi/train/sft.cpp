@@ -298,23 +298,10 @@ sft_result run_sft(const recipe& r, const run_options& o) {
 
   // Greedy pass rates of an exported directory through the engine and the sandboxed checkers (moxi eval).
   auto pass_eval = [&](const std::string& dir, const std::string& name, int64_t step) {
-    if (eval_tasks.empty()) return;
     eval::evaluate_options eo;
     eo.max_tokens = r.pass_eval_max_new;
     eo.progress = false;
-    const auto rep = eval::evaluate(dir, eval_tasks, eo);
-    std::string line;
-    json by = json::object();
-    for (const auto& [d, st2] : rep.by_domain) {
-      char buf[96];
-      std::snprintf(buf, sizeof buf, " %s %" PRId64 "/%" PRId64 " (%.1f%%)", eval::to_string(d), st2.passed,
-                    st2.judged(), 100 * st2.pass_rate());
-      line += buf;
-      by[eval::to_string(d)] = st2.pass_rate();
-    }
-    std::fprintf(stderr, "sft: step %" PRId64 " pass rate (%s):%s\n", step, name.c_str(), line.c_str());
-    append_log(r.out, {{"step", step}, {"pass_rate", by}, {"model", name}});
-    eval::write_file_atomic(r.out + "/eval-" + name + ".json", eval::to_json(rep).dump(2) + "\n");
+    log_pass_rates(r.out, "sft", "pass_rate", dir, name, step, eval_tasks, eo);
   };
 
   sft_result res;
