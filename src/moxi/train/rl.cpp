@@ -584,11 +584,7 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
     }
     const int sig = interrupt_requested();
     if (sig || done % r.checkpoint_every == 0 || done == r.steps) checkpoint(done);
-    if (sig)
-      throw interrupted(sig, "interrupted after step " + std::to_string(done) + "; checkpoint " + r.out +
-                                 "/checkpoints/" + step_name(done) +
-                                 " written; the same command resumes the run from it:\n  " +
-                                 resume_command());
+    if (sig) throw interrupted_after(sig, r.out, done);
   }
   graceful.reset();
   fs::remove_all(r.out + "/rollout-model");

@@ -142,6 +142,12 @@ void log_pass_rates(const std::string& out, const char* tag, const char* key, co
   eval::write_file_atomic(out + "/eval-" + name + ".json", eval::to_json(rep).dump(2) + "\n");
 }
 
+interrupted interrupted_after(int sig, const std::string& out, int64_t step) {
+  return interrupted(sig, "interrupted after step " + std::to_string(step) + "; checkpoint " + out +
+                              "/checkpoints/" + step_name(step) +
+                              " written; the same command resumes the run from it:\n  " + resume_command());
+}
+
 void remove_checkpoint_leftovers(const std::string& out) {
   for (const auto& e : fs::directory_iterator(out + "/checkpoints"))
     if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());

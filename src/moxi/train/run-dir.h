@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "moxi/eval/evaluate.h"
+#include "moxi/train/interrupt.h"
 #include "moxi/train/model.h"
 
 namespace moxi::train {
@@ -42,6 +43,10 @@ void append_log(const std::string& out, const nlohmann::json& line);  // one lin
 void log_pass_rates(const std::string& out, const char* tag, const char* key, const std::string& dir,
                     const std::string& name, int64_t step, const std::vector<eval::task>& tasks,
                     const eval::evaluate_options& options);
+
+// What a driver throws when a signal stopped it after `step` was checkpointed: the message names the
+// checkpoint and the command that resumes the run (interrupt.h).
+interrupted interrupted_after(int sig, const std::string& out, int64_t step);
 
 // Removes what a process killed while writing a checkpoint left in out/checkpoints (call under the lock).
 void remove_checkpoint_leftovers(const std::string& out);

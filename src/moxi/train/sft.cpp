@@ -381,11 +381,7 @@ sft_result run_sft(const recipe& r, const run_options& o) {
       st.step = done;
       write_checkpoint(r.out, m, *opt, st, order, assets);
     }
-    if (sig)
-      throw interrupted(sig, "interrupted after step " + std::to_string(done) + "; checkpoint " + r.out +
-                                 "/checkpoints/" + step_name(done) +
-                                 " written; the same command resumes the run from it:\n  " +
-                                 resume_command());
+    if (sig) throw interrupted_after(sig, r.out, done);
   }
   graceful.reset();
   auto fo = m.options();
