@@ -14,6 +14,8 @@ PACKAGES=(
   python3  # the code-domain checkers run candidate programs and their tests with it (in the sandbox)
   python3-pytest  # agentic tasks' hidden tests (tasks/terminal-bench, Terminal-Bench's run-tests.sh)
   libyaml-cpp-dev  # Terminal-Bench task.yaml and solution.yaml
+  libpng-dev libjpeg62-turbo-dev libexif-dev  # image decoding (src/moxi/image)
+  python3-pil  # the image tests' reference decoder and resizer (tests/image)
 )
 
 missing=()
