@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/chat-turns.h"
 #include "common/run-moxi.h"
 #include "common/temp-dir.h"
 #include "moxi/formats/chat-template.h"
@@ -28,15 +29,7 @@ result run(const std::string& args, const std::string& input, const std::string&
   return moxi::testing::run_moxi(args, input, dir, env);
 }
 
-// The --show-prompt lines of stderr, one per turn.
-std::vector<nlohmann::json> turns(const std::string& err) {
-  std::vector<nlohmann::json> out;
-  std::istringstream in(err);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty() && line[0] == '{') out.push_back(nlohmann::json::parse(line));
-  return out;
-}
+using moxi::testing::chat_turns;
 
 class Chat : public moxi::testing::temp_dir_test {
  protected:
@@ -62,7 +55,7 @@ TEST_F(Chat, EachTurnSeesTheWholeHistoryAndCacheReuseChangesNoReply) {
   const std::string input = "count the lines in notes.txt\nand the words?\n/reset\nhello\n";
   const auto reuse = run("chat --model " + path("m") + " --max-tokens 12 --show-prompt", input, dir_);
   ASSERT_EQ(reuse.code, 0) << reuse.err;
-  const auto t = turns(reuse.err);
+  const auto t = chat_turns(reuse.err);
   ASSERT_EQ(t.size(), 3u) << reuse.err;
 
   const std::string r1 = t[0].at("reply");
@@ -90,7 +83,7 @@ TEST_F(Chat, EachTurnSeesTheWholeHistoryAndCacheReuseChangesNoReply) {
   const auto fresh =
       run("chat --model " + path("m") + " --max-tokens 12 --show-prompt --no-cache-reuse", input, dir_);
   ASSERT_EQ(fresh.code, 0) << fresh.err;
-  const auto f = turns(fresh.err);
+  const auto f = chat_turns(fresh.err);
   ASSERT_EQ(f.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(f[i].at("reply"), t[i].at("reply")) << "turn " << i + 1;
@@ -105,7 +98,7 @@ TEST_F(Chat, SystemMessageExitAndEof) {
   auto r = run("chat --model " + path("m") + " --max-tokens 4 --show-prompt --system 'Be brief.'",
                "first\n/exit\nnever read\n", dir_);
   ASSERT_EQ(r.code, 0) << r.err;
-  auto t = turns(r.err);
+  auto t = chat_turns(r.err);
   ASSERT_EQ(t.size(), 1u) << r.err;
   EXPECT_EQ(t[0].at("prompt").get<std::string>(),
             render(nlohmann::ordered_json::array({msg("system", "Be brief."), msg("user", "first")})));
@@ -114,7 +107,7 @@ TEST_F(Chat, SystemMessageExitAndEof) {
   // are reported, not sent.
   r = run("chat --model " + path("m") + " --max-tokens 4 --show-prompt", "\n/frobnicate\nlast line", dir_);
   ASSERT_EQ(r.code, 0) << r.err;
-  t = turns(r.err);
+  t = chat_turns(r.err);
   ASSERT_EQ(t.size(), 1u) << r.err;
   EXPECT_EQ(t[0].at("prompt").get<std::string>(),
             render(nlohmann::ordered_json::array({msg("user", "last line")})));
@@ -135,7 +128,7 @@ TEST_F(Chat, RepliesStayInsideTheModelsContext) {
   r = run("chat --model " + path("short") + " --max-tokens 100 --show-prompt", long_line + "\nhi\n", dir_);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("the model's context is 40: /reset"), std::string::npos) << r.err;
-  const auto t = turns(r.err);
+  const auto t = chat_turns(r.err);
   ASSERT_EQ(t.size(), 1u) << "the long line is dropped from the conversation, 'hi' is answered";
   EXPECT_EQ(t[0].at("prompt").get<std::string>(), render(nlohmann::ordered_json::array({msg("user", "hi")})));
   // The reply ran to the end of the context (this checkpoint does not emit a stop token before it).
@@ -175,7 +168,7 @@ TEST_F(Chat, MoxiSmallTemplateSecondTurnPrefillsOnlyTheNewMessage) {
   const std::string input = "count the lines in notes.txt\nand the words?\n";
   const auto r = run("chat --model " + path("m") + " --max-tokens 3 --show-prompt", input, dir_);
   ASSERT_EQ(r.code, 0) << r.err;
-  const auto t = turns(r.err);
+  const auto t = chat_turns(r.err);
   ASSERT_EQ(t.size(), 2u) << r.err;
   const auto tok = moxi::formats::tokenizer::from_hf_json_file(path("m") + "/tokenizer.json");
   const std::string first = t[0].at("prompt").get<std::string>() + t[0].at("reply").get<std::string>();

@@ -159,7 +159,7 @@ TEST(chat_template_reference, raise_exception_names_template_and_line) {
     FAIL() << "expected raise_exception";
   } catch (const moxi::error& e) {
     EXPECT_NE(std::string(e.what()).find("tokenizer_config.json"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find(":14: raise_exception: moxi-tiny: unknown role narrator"),
+    EXPECT_NE(std::string(e.what()).find(":15: raise_exception: moxi-tiny: unknown role narrator"),
               std::string::npos)
         << e.what();
   }

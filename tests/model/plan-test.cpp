@@ -61,8 +61,12 @@ TEST(PlanTest, SeedMatchesModelMdSection1) {
   EXPECT_EQ(r.num_shards, 96);
   // Active share ~3.7 %.
   EXPECT_NEAR(r.active_params / double(r.total_params), 0.037, 0.002);
-  // Vision ~401 M for the tower; the planner's vision figure adds the projector, so it is larger.
-  EXPECT_GT(r.vision_params, int64_t(401e6 * 0.99));
+  // Vision: the MoonViT tower with 26 blocks is the seeds' ~401 M (27 blocks, MoonViT-SO-400M's, would be
+  // 417 M); the Kimi-VL projector into the 7168 text width adds LayerNorm(1152) + 4608 x 4608 + 4608 -> 7168.
+  expect_within(double(r.vision_tower_params), 401e6, 0.005, "seed vision tower");
+  const int64_t merged = 4 * 1152;
+  EXPECT_EQ(r.vision_projector_params, 2 * 1152 + merged * merged + merged + 7168 * merged + 7168);
+  EXPECT_EQ(r.vision_params, r.vision_tower_params + r.vision_projector_params);
   EXPECT_GT(r.mtp_params, 0);
   EXPECT_GT(r.checkpoint_bytes, r.disk_bytes);
   // Shards are balanced within one tensor of the mean.
@@ -193,9 +197,12 @@ TEST(PlanTest, TinySeedExactCountsByGroup) {
                                + vd * vd + vd                  // wo
                                + vi * vd + vi + vd * vi + vd;  // fc0, fc1
   const int64_t merged = vd * vm * vm;
-  const int64_t vision = vd * 3 * vp * vp + vd + vpos * vpos * vd + vl * vision_block + 2 * vd  // tower
-                         + 2 * vd + merged * merged + merged + H * merged + H;                  // projector
+  const int64_t tower = vd * 3 * vp * vp + vd + vpos * vpos * vd + vl * vision_block + 2 * vd;
+  const int64_t projector = 2 * vd + merged * merged + merged + H * merged + H;
+  const int64_t vision = tower + projector;
   EXPECT_EQ(r.vision_params, vision);
+  EXPECT_EQ(r.vision_tower_params, tower);
+  EXPECT_EQ(r.vision_projector_params, projector);
 
   const int64_t total = 2 * V * H + H + 2 * H * L + n_kda * kda_layer + n_mla * mla_layer +
                         n_moe * (router + latent + routed + shared) + n_dense * dense;

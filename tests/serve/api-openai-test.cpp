@@ -120,6 +120,8 @@ TEST(api_openai, RejectsBadBodiesNamingTheParameter) {
     EXPECT_EQ(e.param, param) << body << ": " << e.what();
   }
   EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", true).param,
+            "messages[0].content[0]");
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": [{"type": "audio"}]}]})", true).param,
             "messages[0].content");
   EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", true).param,
             "tools");

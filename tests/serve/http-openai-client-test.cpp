@@ -1,7 +1,7 @@
 // The official `openai` npm client (tests/serve/openai-client, pinned by its package-lock.json) drives an
 // in-process server with an API key: models, chat and completions, streaming and not, seeded sampling,
-// logprobs, and the typed errors the client raises for 401/400/404. Fails, naming the setup script, when
-// node or the client's node_modules is missing.
+// logprobs, an image part (data: URL), and the typed errors the client raises for 401/400/404. Fails, naming
+// the setup script, when node or the client's node_modules is missing.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -35,6 +35,7 @@ TEST(http_openai_client, OfficialClientDrivesTheServer) {
   EXPECT_EQ(run.code, 0) << out;
   EXPECT_EQ(out.find("not ok"), std::string::npos) << out;
   EXPECT_NE(out.find("ok - chat stream"), std::string::npos) << out;
+  EXPECT_NE(out.find("ok - chat with an image"), std::string::npos) << out;
   EXPECT_TRUE(eventually([&] { return at_baseline(*s); }, 20));
 }
 

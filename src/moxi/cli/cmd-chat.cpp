@@ -2,7 +2,9 @@
 // chat with history. Each turn renders the WHOLE conversation with the model's chat template and prefills
 // only what the sequence does not hold yet: the new tokens when the prompt extends the held tokens token for
 // token, else the part after the previous turn's history (a snapshot taken there; KDA state cannot be rolled
-// back), else everything. Reads lines until EOF, so it works with a pipe as well as a terminal.
+// back), else everything. Reads lines until EOF, so it works with a pipe as well as a terminal. Images
+// (--image FILE for the first message, /image FILE for the next one; a model with a vision encoder) become
+// image parts of the user message; the template writes their placeholders, which take the encoder's rows.
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include "moxi/cli/options.h"
 #include "moxi/cli/terminal-text.h"
 #include "moxi/runtime/local-model.h"
+#include "moxi/runtime/multimodal.h"
 
 namespace moxi::cli {
 namespace {
@@ -41,6 +44,8 @@ class chat_sequence final : public runtime::causal_lm {
     lm_.reset();
     snapshot_.reset();
   }
+  // The conversation's image features in order (model_lm::set_media).
+  void set_media(std::vector<float> rows) { lm_.set_media(std::move(rows)); }
 
   int64_t vocab_size() const override { return lm_.vocab_size(); }
   std::vector<float> append(std::span<const token_id> tokens) override {
@@ -99,6 +104,7 @@ void setup_chat(CLI::App& root) {
       root.add_subcommand("chat", "Chat with a model in the terminal (reads lines until EOF; /reset, /exit)");
   struct args {
     std::string model, system;
+    std::vector<std::string> images;
     runtime::generate_options opt;
     uint64_t seed = 0;
     bool show_prompt = false, no_reuse = false, verbose = false, raw = false;
@@ -107,6 +113,10 @@ void setup_chat(CLI::App& root) {
   a->opt.max_tokens = 512;
   add_model_option(cmd, a->model, /*required=*/false);
   cmd->add_option("--system", a->system, "system message at the start of the conversation");
+  cmd->add_option("--image", a->images,
+                  "a PNG or JPEG sent with the first message (a model with a vision encoder; repeatable; "
+                  "/image FILE attaches one to the next message)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--max-tokens", a->opt.max_tokens, "reply length limit per turn")
       ->check(integer_in(1, int64_t(1) << 20))
       ->capture_default_str();
@@ -119,7 +129,8 @@ void setup_chat(CLI::App& root) {
   cmd->add_flag("--raw", a->raw, "write the reply bytes as they are (default: made terminal-safe)");
   set_examples(cmd,
                {"moxi chat", "moxi chat -m /tmp/tiny --system 'Reply with one shell command.'",
-                "printf 'How many lines are in notes.txt?\\n' | moxi chat --temperature 0.7 --seed 1"},
+                "printf 'How many lines are in notes.txt?\\n' | moxi chat --temperature 0.7 --seed 1",
+                "moxi chat -m /tmp/vision-model --image chart.png"},
                "docs/chat.md");
   cmd->callback([a, seed] {
     if (seed->count() > 0) a->opt.sampling.seed = a->seed;
@@ -132,6 +143,18 @@ void setup_chat(CLI::App& root) {
       std::fprintf(stderr, "moxi chat with %s (/reset clears the history, /exit or Ctrl-D ends)\n",
                    lm.dir.c_str());
 
+    // Images: those waiting for the next user message, and the conversation's with their features.
+    std::vector<runtime::prompt_image> pending, conv_images;
+    std::vector<float> conv_media;
+    auto attach = [&](const std::string& path) {
+      auto im = runtime::prepare_image(lm.model, image::read_file(path));
+      if (tty)
+        std::fprintf(stderr, "(image %s: %lld x %lld patches, %lld tokens, sent with your next message)\n",
+                     terminal_safe(path).c_str(), (long long)im.patches.grid_h, (long long)im.patches.grid_w,
+                     (long long)im.tokens);
+      pending.push_back(std::move(im));
+    };
+    for (const auto& path : a->images) attach(path);
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     auto start = [&] {
       messages = nlohmann::ordered_json::array();
@@ -156,19 +179,52 @@ void setup_chat(CLI::App& root) {
       if (line == "/reset") {
         start();
         seq.reset();
+        pending.clear();
+        conv_images.clear();
+        conv_media.clear();
+        seq.set_media({});
         std::fputs("(history cleared)\n", stderr);
         continue;
       }
-      if (line[0] == '/' && line.find(' ') == std::string::npos) {
-        std::fprintf(stderr, "unknown command %s (commands: /reset, /exit)\n", terminal_safe(line).c_str());
+      if (line.rfind("/image ", 0) == 0) {
+        try {
+          attach(line.substr(7));
+        } catch (const error& e) {
+          std::fprintf(stderr, "%s\n", terminal_safe(e.what()).c_str());
+        }
         continue;
       }
-      messages.push_back({{"role", "user"}, {"content", runtime::to_valid_utf8(line)}});
+      if (line[0] == '/' && line.find(' ') == std::string::npos) {
+        std::fprintf(stderr, "unknown command %s (commands: /image FILE, /reset, /exit)\n",
+                     terminal_safe(line).c_str());
+        continue;
+      }
+      const size_t images_before = conv_images.size(), media_before = conv_media.size();
+      if (pending.empty()) {
+        messages.push_back({{"role", "user"}, {"content", runtime::to_valid_utf8(line)}});
+      } else {
+        auto parts = nlohmann::ordered_json::array();
+        for (size_t i = 0; i < pending.size(); ++i) parts.push_back({{"type", "image"}});
+        parts.push_back({{"type", "text"}, {"text", runtime::to_valid_utf8(line)}});
+        messages.push_back({{"role", "user"}, {"content", parts}});
+        const auto rows = runtime::encode_images(lm.model, pending);
+        conv_media.insert(conv_media.end(), rows.begin(), rows.end());
+        for (auto& im : pending) conv_images.push_back(std::move(im));
+        pending.clear();
+        seq.set_media(conv_media);
+      }
+      // The template writes one placeholder per image; each becomes as many as the image has tokens.
+      auto encode = [&](const std::string& text) {
+        auto t = lm.tok.encode(text);
+        if (conv_images.empty()) return t;
+        return runtime::expand_image_placeholders(t, token_id(*lm.model.config().media_placeholder_token_id),
+                                                  conv_images);
+      };
       formats::render_options ro;
-      const auto history = lm.tok.encode(tpl.render(messages, ro));
+      const auto history = encode(tpl.render(messages, ro));
       ro.add_generation_prompt = true;
       const std::string prompt_text = tpl.render(messages, ro);
-      const auto prompt = lm.tok.encode(prompt_text);
+      const auto prompt = encode(prompt_text);
       if (prompt.empty()) throw error("chat: the template rendered an empty prompt");
       // The reply must fit the model's context (max_position_embeddings) after the whole conversation.
       runtime::generate_options opt = a->opt;
@@ -177,6 +233,9 @@ void setup_chat(CLI::App& root) {
                      "the conversation has %zu tokens, the model's context is %lld: /reset to start again\n",
                      prompt.size(), (long long)context);
         messages.erase(messages.end() - 1);
+        conv_images.resize(images_before);  // the message's images go with it
+        conv_media.resize(media_before);
+        seq.set_media(conv_media);
         continue;
       }
       if (context > 0) opt.max_tokens = std::min(opt.max_tokens, context - int64_t(prompt.size()));

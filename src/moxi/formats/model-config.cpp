@@ -142,6 +142,13 @@ model_config parse_model_config(const nlohmann::json& doc, const std::string& so
   require_positive(r, "intermediate_size", c.dense_intermediate_size);
   if (c.max_position_embeddings <= 0) r.fail("max_position_embeddings", "required and must be positive");
 
+  c.media_placeholder_token_id = r.opt_int("media_placeholder_token_id");
+  if (c.media_placeholder_token_id && !c.vision)
+    r.fail("media_placeholder_token_id", "set, but the model has no vision_config");
+  if (c.media_placeholder_token_id &&
+      (*c.media_placeholder_token_id < 0 || *c.media_placeholder_token_id >= c.vocab_size))
+    r.fail("media_placeholder_token_id", "must be a token id in [0, vocab_size)");
+
   c.quant = parse_quant(r);
   if (c.quant && c.quant->method == quant_method::MXFP4) {
     if (c.moe.num_experts == 0)

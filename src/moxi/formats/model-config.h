@@ -150,6 +150,9 @@ struct model_config {
   std::optional<quant_config> quant;
   std::optional<vision_config> vision;
   std::optional<int64_t> bos_token_id, eos_token_id, pad_token_id;
+  // The image placeholder token (Kimi-VL's <|media_pad|>): each one in a prompt takes one row of image
+  // features (model/vision.h). Set only with a vision_config.
+  std::optional<int64_t> media_placeholder_token_id;
   nlohmann::json json;  // the document as read (written back verbatim by init/quantize)
 
   bool is_kda(int64_t layer) const { return layer_attn.at(size_t(layer)) == attn_kind::KDA; }

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "moxi/base/base64.h"
 #include "moxi/base/error.h"
 #include "moxi/formats/tokenizer-regex.h"
 
@@ -713,39 +714,6 @@ tokenizer tokenizer::from_hf_json(std::string_view json_text, const std::string&
 
 // ---------------------------------------------------------------------------------------------------------
 // tiktoken
-
-namespace {
-
-int base64_value(char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+') return 62;
-  if (c == '/') return 63;
-  return -1;
-}
-
-std::optional<std::string> base64_decode(std::string_view s) {
-  if (s.empty() || s.size() % 4 != 0) return std::nullopt;
-  size_t pad = 0;
-  while (pad < 2 && s[s.size() - 1 - pad] == '=') ++pad;
-  std::string out;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (size_t i = 0; i < s.size() - pad; ++i) {
-    const int v = base64_value(s[i]);
-    if (v < 0) return std::nullopt;
-    acc = (acc << 6) | uint32_t(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((acc >> bits) & 0xFF));
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 tokenizer tokenizer::from_tiktoken_file(const std::string& path, tiktoken_options options) {
   return from_tiktoken(read_file_limited(path, kMaxFileBytes), path, std::move(options));

@@ -100,7 +100,9 @@ void init_checkpoint(const formats::model_config& c, const std::string& out_dir,
   if (c.quant && c.quant->method == formats::quant_method::FP8_BLOCK)
     throw error(c.source + ": init writes BF16/F32 or MXFP4 checkpoints; remove the FP8 quantization_config");
   const auto manifest = build_manifest(c);
-  const auto layout = storage_layout(c, manifest, o.float_type);
+  auto layout = storage_layout(c, manifest, o.float_type);
+  if (o.only_group)
+    std::erase_if(layout, [&](const stored_tensor& s) { return manifest[s.decl_index].group != *o.only_group; });
   std::vector<formats::tensor_spec> specs;
   uint64_t total = 0;
   for (const auto& s : layout) {
@@ -115,6 +117,7 @@ void init_checkpoint(const formats::model_config& c, const std::string& out_dir,
   if (c.pad_token_id) specials[*c.pad_token_id] = "<|pad|>";
   if (c.bos_token_id) specials[*c.bos_token_id] = "<|bos|>";
   if (c.eos_token_id) specials[*c.eos_token_id] = "<|eos|>";
+  if (c.media_placeholder_token_id) specials[*c.media_placeholder_token_id] = "<|media_pad|>";  // Kimi-VL's
   if (c.vocab_size >= 256 + int64_t(specials.size())) {
     // With room for them, moxi-tiny's chat specials take the top ids and the checkpoint gets that chat
     // template (tokenizer_config.json) and <|end|> as a stop token (generation_config.json), so chat, eval

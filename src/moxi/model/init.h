@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "moxi/formats/model-config.h"
@@ -16,6 +17,9 @@ struct init_options {
   int num_shards = 1;
   dtype float_type = dtype::BF16;  // BF16 or F32 for the unquantized tensors
   bool show_progress = true;
+  // Only this group's tensors (a partial checkpoint, e.g. the vision tower alone for `moxi bench vision`);
+  // unset: the whole manifest.
+  std::optional<param_group> only_group;
 };
 
 // Values depend only on (seed, tensor name), never on the shard count. Writes config.json next to the

@@ -67,6 +67,7 @@ model model::load(formats::model_config config, const std::string& checkpoint_pa
   }
   for (size_t k = 0; k < layout.mtp_layers.size(); ++k)
     m.mtp_.push_back(load_mtp_layer(ld, layout.mtp_layers[k], layout.ffn, c.num_layers + int64_t(k)));
+  if (c.vision) m.vision_ = std::make_unique<vision_encoder>(vision_encoder::load(ld, c));
   m.tensors_read_ = ld.names_read();
   return m;
 }
@@ -80,6 +81,22 @@ void model::check_tokens(std::span<const token_id> tokens) const {
     if (tokens[i] < 0 || tokens[i] >= config_.vocab_size)
       throw error("token id " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
                   " is out of range [0, " + std::to_string(config_.vocab_size) + ")");
+}
+
+void model::embed(std::span<const token_id> tokens, std::span<const float> media, float* h) const {
+  const int64_t d = config_.hidden_size, rows = int64_t(media.size()) / d;
+  const auto placeholder = config_.media_placeholder_token_id;
+  if (!media.empty() && !placeholder)
+    throw error("image features given, but the config has no media_placeholder_token_id");
+  int64_t used = 0;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const float* row = embed_.data() + int64_t(tokens[t]) * d;
+    if (used < rows && tokens[t] == *placeholder) row = media.data() + used++ * d;
+    std::memcpy(h + int64_t(t) * d, row, size_t(d) * sizeof(float));
+  }
+  if (used < rows)
+    throw error(std::to_string(rows) + " image feature rows for " + std::to_string(used) +
+                " image placeholder tokens");
 }
 
 std::vector<float> model::head(const float* h, int64_t T, bool last_only) const {
@@ -100,8 +117,7 @@ std::vector<float> model::forward(std::span<const token_id> tokens, sequence_cac
   const int64_t T = int64_t(tokens.size()), d = config_.hidden_size;
   if (T == 0) return {};
   std::vector<float> h(size_t(T * d));  // f32 [T, hidden], the residual stream
-  for (int64_t t = 0; t < T; ++t)
-    std::memcpy(h.data() + t * d, embed_.data() + int64_t(tokens[size_t(t)]) * d, size_t(d) * sizeof(float));
+  embed(tokens, opts.media, h.data());
   dump(opts.dump, "embed", {T, d}, h.data());
   const seq_rows seg{0, T, &cache};
   for (size_t i = 0; i < layers_.size(); ++i)
@@ -139,10 +155,7 @@ std::vector<std::vector<float>> model::forward_batch(std::span<const batch_item>
 
   std::vector<float> h(size_t(R * d));  // f32 [R, hidden], every item's residual stream in order
   for (size_t s = 0; s < segs.size(); ++s)
-    for (int64_t t = 0; t < segs[s].T; ++t)
-      std::memcpy(h.data() + (segs[s].begin + t) * d,
-                  embed_.data() + int64_t(items[seg_item[s]].tokens[size_t(t)]) * d,
-                  size_t(d) * sizeof(float));
+    embed(items[seg_item[s]].tokens, items[seg_item[s]].media, h.data() + segs[s].begin * d);
   for (size_t i = 0; i < layers_.size(); ++i)
     decoder_layer_forward_batch(layers_[i], config_, h.data(), R, segs, nullptr,
                                 "layers." + std::to_string(i));

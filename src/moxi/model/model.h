@@ -17,6 +17,7 @@
 #include "moxi/model/cache.h"
 #include "moxi/model/layers/decoder.h"
 #include "moxi/model/layers/weights.h"
+#include "moxi/model/vision.h"
 
 namespace moxi::model {
 
@@ -30,6 +31,10 @@ struct forward_options {
   std::vector<float>* hidden = nullptr;
   // Compute the logits of the last token only (generation): the result is f32 [1, vocab].
   bool last_only = false;
+  // Image features (vision_encoder::encode), f32 [n, hidden]: row r replaces the embedding of the r-th image
+  // placeholder token (config media_placeholder_token_id) among the new tokens. Placeholders past the n-th
+  // keep their embedding (the model wrote them); more rows than placeholders is an error.
+  std::span<const float> media;
 };
 
 // One sequence of model::forward_batch.
@@ -37,6 +42,7 @@ struct batch_item {
   std::span<const token_id> tokens;  // its new tokens, after the cached ones
   sequence_cache* cache = nullptr;   // its own cache; each cache at most once per call
   bool last_only = true;             // logits of the last token only ([1, vocab]) or of every token
+  std::span<const float> media;      // rows for its image placeholder tokens, as forward_options::media
 };
 
 class model {
@@ -76,12 +82,17 @@ class model {
                                  sequence_cache& cache, int64_t depth = 0,
                                  const forward_options& opts = {}) const;
 
+  // The vision encoder when the config has a vision_config, else null.
+  const vision_encoder* vision() const { return vision_.get(); }
+
   // Every checkpoint tensor the loader read (the manifest must declare exactly these).
   const std::set<std::string>& tensors_read() const { return tensors_read_; }
 
  private:
   model() = default;
   void check_tokens(std::span<const token_id> tokens) const;
+  // Embeddings of tokens into h f32 [T, hidden], image placeholders taking the rows of media in order.
+  void embed(std::span<const token_id> tokens, std::span<const float> media, float* h) const;
   // h f32 [T, hidden] after the final norm -> logits (all rows or the last only).
   std::vector<float> head(const float* h, int64_t T, bool last_only) const;
 
@@ -94,6 +105,7 @@ class model {
   linear head_;
   std::vector<decoder_layer> layers_;
   std::vector<mtp_layer> mtp_;
+  std::unique_ptr<vision_encoder> vision_;
   std::set<std::string> tensors_read_;
 };
 

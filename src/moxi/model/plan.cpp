@@ -101,6 +101,8 @@ plan_result make_plan(const formats::model_config& c, const plan_options& o) {
     g.params += d.numel();
     g.active_params += double(d.numel()) * active_fraction(c, d);
     g.disk_bytes += decl_bytes[i];
+    if (d.group == param_group::VISION)
+      (d.name.starts_with("vision_tower.") ? r.vision_tower_params : r.vision_projector_params) += d.numel();
   }
   for (size_t gi = 0; gi < r.groups.size(); ++gi) {
     const auto g = param_group(gi);
@@ -237,6 +239,8 @@ nlohmann::json plan_to_json(const plan_result& r, const plan_options& o) {
   j["num_shards"] = r.num_shards;
   j["mtp_params"] = r.mtp_params;
   j["vision_params"] = r.vision_params;
+  j["vision_tower_params"] = r.vision_tower_params;
+  j["vision_projector_params"] = r.vision_projector_params;
   j["checkpoint_bytes"] = r.checkpoint_bytes;
   j["num_tensors"] = r.num_tensors;
   j["shard_bytes_min"] = r.shard_bytes_min;
@@ -298,6 +302,12 @@ std::string plan_to_text(const formats::model_config& c, const plan_result& r, c
                   human_count(double(s.params)).c_str(), human_count(s.active_params).c_str(),
                   human_bytes(double(s.disk_bytes)).c_str());
     out << line;
+    if (param_group(i) == param_group::VISION) {
+      std::snprintf(line, sizeof line, "  %-16s %12s   tower + %s projector into the text width\n", "",
+                    human_count(double(r.vision_tower_params)).c_str(),
+                    human_count(double(r.vision_projector_params)).c_str());
+      out << line;
+    }
   }
   std::snprintf(line, sizeof line, "  %-16s %12s %14s %12s   (text model without MTP and vision)\n", "TOTAL",
                 human_count(double(r.total_params)).c_str(), human_count(r.active_params).c_str(),

@@ -52,6 +52,8 @@ struct plan_result {
   double active_params = 0;
   uint64_t disk_bytes = 0;
   int64_t mtp_params = 0, vision_params = 0;
+  // vision_params split: the MoonViT tower (the seed's "~401 M") and the projector into the text width.
+  int64_t vision_tower_params = 0, vision_projector_params = 0;
   uint64_t checkpoint_bytes = 0;  // everything stored, incl. MTP and vision
   int64_t num_tensors = 0;
   // Shards.

@@ -24,6 +24,15 @@ std::vector<float> model_lm::run(std::span<const token_id> tokens, bool all_logi
   model::forward_options o;
   o.last_only = !all_logits;
   o.hidden = hidden;
+  if (!media_.empty()) {
+    // This call's placeholders take the rows after those of the placeholders already held; placeholders
+    // past the last row (ones the model wrote) keep their embedding.
+    const auto pad = m_->config().media_placeholder_token_id;
+    const int64_t d = m_->config().hidden_size, rows = int64_t(media_.size()) / d;
+    auto count = [&](std::span<const token_id> t) { return pad ? int64_t(std::count(t.begin(), t.end(), *pad)) : 0; };
+    const int64_t before = std::min(count(tokens_), rows), n = std::min(count(tokens), rows - before);
+    o.media = std::span(media_).subspan(size_t(before * d), size_t(n * d));
+  }
   auto logits = m_->forward(tokens, *cache_, o);
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
   return logits;

@@ -41,6 +41,11 @@ class model_lm final : public causal_lm {
   std::vector<float> append_verify(std::span<const token_id> tokens) override;
   void keep(int64_t n) override;
 
+  // Image features (runtime/multimodal.h) of the sequence's image placeholder tokens in order from its
+  // start, f32 [n, hidden]: each append() gives its placeholders the rows after those of the placeholders
+  // already held, so a restored snapshot or a reset() sequence re-run from the start finds its rows again.
+  void set_media(std::vector<float> rows) { media_ = std::move(rows); }
+
   // The tokens the sequence holds, in order.
   const std::vector<token_id>& tokens() const { return tokens_; }
   // Empties the sequence.
@@ -63,6 +68,7 @@ class model_lm final : public causal_lm {
   const model::model* m_;
   std::unique_ptr<model::contiguous_cache> cache_;
   std::vector<token_id> tokens_;
+  std::vector<float> media_;  // set_media()
   // Drafting: the main model's post-norm hidden states f32 [length - mtp_length, hidden] of the positions
   // the MTP layer has not run yet, and those of the last append_verify until keep().
   bool drafts_ = false;

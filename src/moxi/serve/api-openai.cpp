@@ -8,7 +8,9 @@
 #include <cmath>
 #include <set>
 
+#include "moxi/base/base64.h"
 #include "moxi/base/error.h"
+#include "moxi/runtime/multimodal.h"
 
 namespace moxi::serve {
 
@@ -74,19 +76,57 @@ bool has(const json& body, const char* key) {
   return body.contains(key) && !body.at(key).is_null();
 }
 
+// The bytes of an image part's URL: a data: URL with base64 data (RFC 2397). Remote URLs are refused (moxi
+// fetches nothing on a client's behalf: no server-side request forgery); the image type is read from the
+// bytes, not from the URL's media type.
+std::string image_url_bytes(const nlohmann::ordered_json& part, const std::string& p) {
+  const auto& u = part.contains("image_url") ? part["image_url"] : nlohmann::ordered_json();
+  const nlohmann::ordered_json* url = nullptr;
+  if (u.is_string()) url = &u;
+  else if (u.is_object() && u.contains("url") && u["url"].is_string()) url = &u["url"];
+  if (!url) bad(p, "'" + p + "' must be {\"type\": \"image_url\", \"image_url\": {\"url\": \"data:...\"}}");
+  const auto& s = url->get_ref<const std::string&>();
+  if (!s.starts_with("data:")) {
+    bad(p, "'" + p + ".image_url.url': only data: URLs (base64) are accepted; this server fetches no remote "
+           "images");
+  }
+  const size_t comma = s.find(',');
+  if (comma == std::string::npos || !std::string_view(s).substr(0, comma).ends_with(";base64"))
+    bad(p, "'" + p + ".image_url.url' must be data:<type>;base64,<data>");
+  auto bytes = base64_decode(std::string_view(s).substr(comma + 1));
+  if (!bytes) bad(p, "'" + p + ".image_url.url' has invalid base64 data");
+  return std::move(*bytes);
+}
+
 // A message's content for the template: a string stays, null stays null (an assistant turn with only tool
-// calls), text parts are joined into one string (vLLM's "string" content format).
-nlohmann::ordered_json message_content(const nlohmann::ordered_json& c, size_t i) {
+// calls), text parts are joined into one string (vLLM's "string" content format). A content with image
+// parts stays a list of {"type": "text", "text"} and {"type": "image"} parts (the image bytes go to
+// `images`, in order), which templates that know images render (Kimi-VL's, moxi-tiny's).
+nlohmann::ordered_json message_content(const nlohmann::ordered_json& c, size_t i, std::vector<std::string>& images) {
   const std::string p = "messages[" + std::to_string(i) + "].content";
   if (c.is_string() || c.is_null()) return c;
   if (!c.is_array()) bad(p, "'" + p + "' must be a string or an array of content parts");
   std::string text;
-  for (const auto& part : c) {
+  auto parts = nlohmann::ordered_json::array();
+  bool has_image = false;
+  for (size_t k = 0; k < c.size(); ++k) {
+    const auto& part = c[k];
+    const std::string pk = p + "[" + std::to_string(k) + "]";
+    const bool is_image = part.is_object() && part.contains("type") && part["type"] == "image_url";
+    if (is_image) {
+      images.push_back(image_url_bytes(part, pk));
+      parts.push_back({{"type", "image"}});
+      has_image = true;
+      continue;
+    }
     if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
         !part["text"].is_string())
-      bad(p, "'" + p + "': only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+      bad(p, "'" + p + "': content parts must be {\"type\": \"text\", \"text\": ...} or "
+             "{\"type\": \"image_url\", ...}");
     text += part["text"].get<std::string>();
+    parts.push_back({{"type", "text"}, {"text", part["text"]}});
   }
+  if (has_image) return parts;
   return text;
 }
 
@@ -285,7 +325,8 @@ completion_request parse_completion_request(const std::string& text, bool chat,
       if (role != "system" && role != "user" && role != "assistant" && role != "developer" && role != "tool")
         bad("messages", "messages[" + std::to_string(i) + "].role '" + role + "' is not a known role");
       auto msg = m;
-      msg["content"] = message_content(m.contains("content") ? m["content"] : nlohmann::ordered_json(), i);
+      msg["content"] =
+          message_content(m.contains("content") ? m["content"] : nlohmann::ordered_json(), i, r.images);
       r.messages.push_back(std::move(msg));
       ++i;
     }
@@ -500,10 +541,12 @@ parsed_reply parse_tool_calls(const std::string& text, const nlohmann::ordered_j
 }
 
 json usage_counts::to_json() const {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+  json j = {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+  if (image_tokens > 0) j["prompt_tokens_details"]["image_tokens"] = image_tokens;
+  return j;
 }
 
 json logprobs_json(bool chat, const std::vector<logprob_entry>& entries) {
@@ -538,6 +581,54 @@ json logprobs_json(bool chat, const std::vector<logprob_entry>& entries) {
   return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
+namespace {
+
+// The prefix-cache key of placeholder j of an image with content hash h: a negative id (never a real token)
+// from a 64-bit mix of both, so blocks holding different images (or the same image elsewhere in its grid)
+// hash apart while the same image at the same place reuses its cache.
+token_id image_key(uint64_t h, int64_t j) {
+  uint64_t x = h ^ (uint64_t(j) + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 31;
+  return token_id(int32_t(uint32_t(x) | 0x80000000u));
+}
+
+// Decodes and preprocesses the request's images, expands the prompt's placeholders and keys them for the
+// prefix cache; returns the images for the encoder (run once every other check has passed).
+std::vector<runtime::prompt_image> attach_images(validated_request& v, const request_context& ctx) {
+  const auto& images = v.request.images;
+  if (!ctx.model || !ctx.model->vision())
+    bad("messages", "this model takes text only: it has no vision encoder for image_url parts");
+  if (int64_t(images.size()) > ctx.max_images)
+    bad("messages", "the request has " + std::to_string(images.size()) + " images; the limit is " +
+                        std::to_string(ctx.max_images));
+  std::vector<runtime::prompt_image> prepared;
+  for (size_t i = 0; i < images.size(); ++i) {
+    try {
+      const std::span bytes(reinterpret_cast<const uint8_t*>(images[i].data()), images[i].size());
+      prepared.push_back(runtime::prepare_image(
+          *ctx.model, image::decode(bytes, ctx.image_limits, "image " + std::to_string(i + 1))));
+    } catch (const error& e) {
+      bad("messages", e.what());
+    }
+  }
+  const token_id pad = token_id(*ctx.model->config().media_placeholder_token_id);
+  try {
+    v.prompt = runtime::expand_image_placeholders(v.prompt, pad, prepared);
+  } catch (const error& e) {
+    bad("messages", std::string("the chat template and the images disagree: ") + e.what());
+  }
+  v.cache_key = v.prompt;
+  for (size_t t = 0, k = 0, j = 0; t < v.cache_key.size(); ++t) {
+    if (v.cache_key[t] != pad) continue;
+    v.cache_key[t] = image_key(prepared[k].hash, int64_t(j));
+    if (++j == size_t(prepared[k].tokens)) ++k, j = 0;
+  }
+  for (const auto& im : prepared) v.image_tokens += im.tokens;
+  return prepared;
+}
+
+}  // namespace
+
 validated_request validate_request(const std::string& body, bool chat, const request_context& ctx) {
   validated_request v;
   completion_request& r = v.request;
@@ -563,6 +654,8 @@ validated_request validate_request(const std::string& body, bool chat, const req
   for (token_id t : prompt)
     if (t < 0 || t >= ctx.vocab_size)
       bad("prompt", "token id " + std::to_string(t) + " is outside the vocabulary");
+  std::vector<runtime::prompt_image> images;
+  if (!r.images.empty()) images = attach_images(v, ctx);
   if (prompt.empty() && ctx.bos) prompt.push_back(*ctx.bos);
   if (prompt.empty()) bad("prompt", "the prompt is empty");
   const int64_t len = ctx.max_model_len;
@@ -586,6 +679,8 @@ validated_request validate_request(const std::string& body, bool chat, const req
   } catch (const std::exception& e) {
     throw api_error(400, e.what());
   }
+  if (!images.empty())
+    v.media = std::make_shared<const std::vector<float>>(runtime::encode_images(*ctx.model, images));
   return v;
 }
 

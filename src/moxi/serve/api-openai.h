@@ -15,6 +15,8 @@
 
 #include "moxi/formats/chat-template.h"
 #include "moxi/formats/tokenizer.h"
+#include "moxi/image/image.h"
+#include "moxi/model/model.h"
 #include "moxi/runtime/json-constraint.h"
 #include "moxi/runtime/sampler.h"
 
@@ -66,6 +68,8 @@ struct completion_request {
   // lines (moxi's): the reply is parsed for such lines (parse_tool_calls).
   bool parse_calls = false;
   bool tool_choice_none = false;
+  // The encoded bytes of the image parts (data: URLs), in message order.
+  std::vector<std::string> images;
 };
 
 // A reply parsed for calls in moxi's syntax: each line `[call i/n] NAME(ARGS)` whose NAME is one of
@@ -118,6 +122,11 @@ struct request_context {
   int64_t max_prompt_tokens = 0;                 // 0: max_model_len - 1
   int64_t max_tokens_limit = 0;                  // largest max_tokens accepted; 0: max_model_len - 1
   int64_t default_max_tokens = 16;               // when the request gives none
+  // Images: the model whose vision encoder turns them into prompt rows (null or no encoder: images are a
+  // 400), at most max_images per request, each decoded within image_limits.
+  const model::model* model = nullptr;
+  int64_t max_images = 8;
+  image::decode_limits image_limits{.max_bytes = 16u << 20, .max_pixels = 32ll << 20, .max_side = 16384};
 };
 
 // A request ready for the engine: its parameters, prompt token ids and the max_tokens it runs with.
@@ -125,6 +134,12 @@ struct validated_request {
   completion_request request;
   std::vector<token_id> prompt;
   int64_t max_tokens = 0;
+  // With images: the encoder's rows for the prompt's placeholder tokens (model::forward_options::media),
+  // the prompt's prefix-cache identity (each placeholder keyed by its image's content and index, so only
+  // the same image reuses a cached prefix) and the image tokens among prompt_tokens.
+  std::shared_ptr<const std::vector<float>> media;
+  std::vector<token_id> cache_key;
+  int64_t image_tokens = 0;
 };
 
 // Parses, renders (chat) or encodes the prompt, and checks every limit: the one place a body becomes an
@@ -136,6 +151,7 @@ std::string dump(const nlohmann::json& j);
 
 struct usage_counts {
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  int64_t image_tokens = 0;  // of prompt_tokens, the image placeholders' (reported when > 0)
   nlohmann::json to_json() const;
 };
 

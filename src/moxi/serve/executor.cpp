@@ -113,10 +113,30 @@ executor::executor(const model::model& m, memory::hybrid_memory& memory, executo
     : model_(m), memory_(memory), mode_(mode) {}
 
 void executor::add(request_id id, const runtime::sampling_params& params, std::span<const token_id> prompt,
-                   int top_logprobs, std::optional<runtime::json_constraint> constraint) {
+                   int top_logprobs, std::optional<runtime::json_constraint> constraint,
+                   std::shared_ptr<const std::vector<float>> media) {
   auto st = std::unique_ptr<request_state>(
-      new request_state{runtime::sampler(params, prompt, std::move(constraint)), top_logprobs});
+      new request_state{runtime::sampler(params, prompt, std::move(constraint)), top_logprobs, {}, {}});
+  if (media && !media->empty()) {
+    const auto pad = model_.config().media_placeholder_token_id;
+    MOXI_ASSERT(pad, "executor: image rows for a model without a placeholder token");
+    for (size_t t = 0; t < prompt.size(); ++t)
+      if (prompt[t] == *pad) st->placeholder_at.push_back(int64_t(t));
+    MOXI_ASSERT(int64_t(st->placeholder_at.size()) * model_.config().hidden_size == int64_t(media->size()),
+                "executor: image rows do not match the prompt's placeholders");
+    st->media = std::move(media);
+  }
   requests_[id] = std::move(st);
+}
+
+std::span<const float> executor::media_of(const scheduled_request& r) const {
+  auto it = requests_.find(r.id);
+  if (it == requests_.end() || !it->second->media) return {};
+  const auto& at = it->second->placeholder_at;
+  const auto first = std::lower_bound(at.begin(), at.end(), r.start);
+  const auto last = std::lower_bound(at.begin(), at.end(), r.start + r.n_tokens());
+  const size_t d = size_t(model_.config().hidden_size);
+  return std::span(*it->second->media).subspan(size_t(first - at.begin()) * d, size_t(last - first) * d);
 }
 
 void executor::remove(request_id id) {
@@ -162,7 +182,7 @@ std::map<request_id, token_id> executor::execute(const scheduler_output& step) {
     for (const auto& r : reqs) {
       caches.push_back(std::make_unique<paged_cache>(memory_, r.seq));
       MOXI_ASSERT(caches.back()->length() == r.start, "scheduled start != computed tokens in memory");
-      items.push_back({r.tokens, caches.back().get(), /*last_only=*/true});
+      items.push_back({r.tokens, caches.back().get(), /*last_only=*/true, media_of(r)});
     }
     const auto logits = model_.forward_batch(items);
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -174,7 +194,9 @@ std::map<request_id, token_id> executor::execute(const scheduler_output& step) {
       const auto& r = reqs[i];
       paged_cache cache(memory_, r.seq);
       MOXI_ASSERT(cache.length() == r.start, "scheduled start != computed tokens in memory");
-      const std::vector<float> logits = model_.forward(r.tokens, cache, o);
+      model::forward_options ro = o;
+      ro.media = media_of(r);
+      const std::vector<float> logits = model_.forward(r.tokens, cache, ro);
       cache.flush();
       sample(i, logits);
     };

@@ -44,8 +44,11 @@ class executor final : public model_runner {
   // A request's sampler; must be added before its first step and removed after it finishes. top_logprobs
   // < 0: no logprobs; >= 0: the sampled token's logprob plus that many alternatives. `constraint`: the
   // request's response_format (each choice its own state); a token that completes it ends the request.
+  // `media`: image rows for the prompt's placeholder tokens in order (model::forward_options::media); each
+  // step passes the rows of the placeholders among the prompt positions it runs.
   void add(request_id id, const runtime::sampling_params& params, std::span<const token_id> prompt,
-           int top_logprobs, std::optional<runtime::json_constraint> constraint = std::nullopt);
+           int top_logprobs, std::optional<runtime::json_constraint> constraint = std::nullopt,
+           std::shared_ptr<const std::vector<float>> media = nullptr);
   void remove(request_id id);
 
   std::map<request_id, token_id> execute(const scheduler_output& step) override;
@@ -58,7 +61,11 @@ class executor final : public model_runner {
   struct request_state {
     runtime::sampler smp;
     int top_logprobs = -1;
+    std::shared_ptr<const std::vector<float>> media;  // null: a text prompt
+    std::vector<int64_t> placeholder_at;               // prompt positions of the placeholders (with media)
   };
+  // The media rows of a scheduled chunk: those of the prompt placeholders at positions [start, start + n).
+  std::span<const float> media_of(const scheduled_request& r) const;
   const model::model& model_;
   memory::hybrid_memory& memory_;
   executor_mode mode_;

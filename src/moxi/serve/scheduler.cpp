@@ -36,6 +36,10 @@ void scheduler::add_request(request_id id, request_params params, const std::vec
   request r;
   r.id = id;
   r.tokens = params.prompt;
+  if (!params.cache_key.empty() && params.cache_key.size() != params.prompt.size())
+    throw error(name + ": the prompt's cache key has " + std::to_string(params.cache_key.size()) +
+                " tokens, the prompt " + std::to_string(params.prompt.size()));
+  r.keys = params.cache_key.empty() ? params.prompt : params.cache_key;
   r.num_prompt = int64_t(params.prompt.size());
   r.params = std::move(params);
   for (request_id f : fork_ids) {
@@ -148,7 +152,7 @@ scheduler_output scheduler::schedule() {
   if (out.preempted.empty()) {
     while (!waiting_.empty() && budget > 0 && int32_t(running_.size()) < config_.max_num_running) {
       request& r = requests_.at(waiting_.front());
-      const auto hit = memory_.find_prefix(r.tokens);
+      const auto hit = memory_.find_prefix(r.keys);
       const int64_t remaining = int64_t(r.tokens.size()) - hit.num_tokens;
       if (!config_.chunked_prefill && remaining > budget) break;
       const int64_t n = chunk(r, hit.num_tokens, budget);
@@ -180,6 +184,7 @@ request_output scheduler::report(const request& r) const {
 
 request_output scheduler::accept(request& r, token_id t, bool end) {
   r.tokens.push_back(t);
+  r.keys.push_back(t);
   auto o = report(r);
   o.new_tokens.push_back(t);
   const auto& stops = r.params.stop_tokens;
@@ -238,7 +243,7 @@ std::vector<request_output> scheduler::update(const scheduler_output& out,
   for (const auto& s : out.scheduled) {
     request& r = requests_.at(s.id);
     MOXI_ASSERT(r.seq && *r.seq == s.seq && r.num_computed == s.start, "update() of a step not scheduled");
-    memory_.commit(s.seq, r.tokens, s.n_tokens());
+    memory_.commit(s.seq, r.keys, s.n_tokens());
     r.num_computed += s.n_tokens();
     if (!s.sample) continue;
     auto it = sampled.find(s.id);

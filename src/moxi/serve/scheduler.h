@@ -35,6 +35,9 @@ struct request_params {
   std::vector<token_id> prompt;
   int64_t max_tokens = 16;
   std::vector<token_id> stop_tokens;  // e.g. eos; the stop token is part of the output
+  // The prompt's identity for the prefix cache, the same length as the prompt (image placeholders keyed by
+  // their image's content, serve/api-openai.h); empty: the prompt itself.
+  std::vector<token_id> cache_key;
 };
 
 enum class finish_reason : uint8_t { NONE, STOP, LENGTH, ABORT };
@@ -114,6 +117,7 @@ class scheduler {
     request_id id = 0;
     request_params params;
     std::vector<token_id> tokens;  // prompt, then outputs
+    std::vector<token_id> keys;    // the same, as the prefix cache hashes them (params.cache_key)
     int64_t num_prompt = 0;
     int64_t num_computed = 0;
     std::optional<memory::seq_id> seq;

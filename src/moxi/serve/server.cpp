@@ -64,6 +64,7 @@ struct pending_add {
   request_params params;
   int top_logprobs = -1;
   std::shared_ptr<const runtime::json_grammar> grammar;  // response_format; null: text
+  std::shared_ptr<const std::vector<float>> media;      // image rows of the prompt's placeholders
 };
 
 using header_list = std::vector<std::pair<std::string, std::string>>;
@@ -177,7 +178,8 @@ struct server::impl {
           for (size_t i = 0; i < a.choices.size(); ++i) {
             std::optional<runtime::json_constraint> constraint;
             if (a.grammar) constraint.emplace(a.grammar, token_table, a.params.stop_tokens);
-            exec.add(a.choices[i]->id, a.sampling[i], a.params.prompt, a.top_logprobs, std::move(constraint));
+            exec.add(a.choices[i]->id, a.sampling[i], a.params.prompt, a.top_logprobs, std::move(constraint),
+                     a.media);
           }
           sched.add_request(a.choices[0]->id, std::move(a.params), forks);
           for (const auto& lr : a.choices) live[lr->id] = lr;
@@ -311,6 +313,7 @@ struct generation {
   clock_type::time_point arrival;
   clock_type::time_point last_token;
   int64_t completion_tokens = 0, prompt_tokens = 0, cached_tokens = 0;
+  int64_t image_tokens = 0;  // of the prompt's tokens, the image placeholders'
   std::string finish;  // "", "stop", "length", "abort", "error"
   std::string error;
   bool engine_done = false;
@@ -419,7 +422,7 @@ struct generation {
     s.mets.request_finished(finish, seconds_since(arrival), prompt_tokens, completion_tokens);
   }
 
-  usage_counts usage() const { return {prompt_tokens, completion_tokens, cached_tokens}; }
+  usage_counts usage() const { return {prompt_tokens, completion_tokens, cached_tokens, image_tokens}; }
 };
 
 std::string hex_id(request_id id) {
@@ -680,6 +683,8 @@ void server::impl::handle_completion(const http_request& req, http_exchange& ex,
   ctx.max_prompt_tokens = cfg.max_prompt_tokens;
   ctx.max_tokens_limit = cfg.max_tokens_limit;
   ctx.default_max_tokens = cfg.default_max_tokens;
+  ctx.model = &mdl;
+  ctx.max_images = cfg.max_images_per_request;
   validated_request v;
   try {
     v = validate_request(req.body, chat, ctx);
@@ -697,6 +702,8 @@ void server::impl::handle_completion(const http_request& req, http_exchange& ex,
   if (!r.ignore_eos) stop_ids = stop_token_ids;
   pending_add a;
   a.params.prompt = v.prompt;
+  a.params.cache_key = v.cache_key;
+  a.media = v.media;
   a.params.max_tokens = v.max_tokens;
   a.params.stop_tokens = stop_ids;
   a.top_logprobs = r.top_logprobs;
@@ -714,6 +721,7 @@ void server::impl::handle_completion(const http_request& req, http_exchange& ex,
     if (r.sampling.seed) a.sampling.back().seed = *r.sampling.seed + uint64_t(i);
     mets.request_started();
     w.gens.push_back(std::make_shared<generation>(*this, r, lr, arrival, stop_ids));
+    w.gens.back()->image_tokens = v.image_tokens;
   }
   submit(std::move(a));
 

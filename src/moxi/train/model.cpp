@@ -19,6 +19,7 @@
 #include "moxi/train/dense.h"
 #include "moxi/train/fake-quant.h"
 #include "moxi/train/kda-core.h"
+#include "moxi/train/vision.h"
 
 namespace moxi::train {
 
@@ -82,7 +83,6 @@ train_model::train_model(formats::model_config config, train_options opts)
   const auto& arch = model::arch::find_architecture(config_);
   layout_ = arch.layout(config_);
   for (auto& d : arch.manifest(config_)) {
-    if (d.group == model::param_group::VISION) continue;  // no vision tower in the trainer yet
     params_[d.name] = torch::zeros(d.shape, torch::kFloat32);
     manifest_.push_back(std::move(d));
   }
@@ -157,8 +157,7 @@ void train_model::save(const std::string& out_dir, const save_options& opts) con
   }
   fs::create_directories(out_dir);
   formats::write_safetensors(out_dir + "/" + formats::checkpoint::kSingleName, tensors);
-  auto doc = config_.json;
-  doc.erase("vision_config");  // the trainer carries no vision weights, so the checkpoint must not claim them
+  auto doc = config_.json;  // vision_config stays: the trainer carries (and saves) the vision weights
   // The config describes the tensors as written: without real MXFP4 experts the checkpoint is unquantized
   // (F32 master weights), and a quantization_config would make every reader expect blocks and scales.
   if (config_.quant && !mxfp4) doc.erase("quantization_config");
@@ -450,14 +449,29 @@ torch::Tensor train_model::head(const torch::Tensor& h) const {
   return linear_nt(h, config_.tie_word_embeddings ? p(layout_.embed) : p(layout_.lm_head));
 }
 
-train_model::output train_model::forward(const torch::Tensor& tokens, dump_map* dump,
-                                         forward_stats* stats) const {
+torch::Tensor train_model::encode_images(std::span<const model::image_input> images, dump_map* dump) const {
+  return vision_forward(config_, [this](const std::string& name) -> const torch::Tensor& { return p(name); }, images,
+                        dump);
+}
+
+train_model::output train_model::forward(const torch::Tensor& tokens, dump_map* dump, forward_stats* stats,
+                                         const torch::Tensor& media) const {
   if (tokens.dim() != 2) throw error("train_model::forward: tokens must be [B, T]");
   const int64_t B = tokens.size(0), T = tokens.size(1);
   if (tokens.numel() &&
       (tokens.min().item<int64_t>() < 0 || tokens.max().item<int64_t>() >= config_.vocab_size))
     throw error("train_model::forward: token id outside [0, " + std::to_string(config_.vocab_size) + ")");
   auto h = p(layout_.embed).index_select(0, tokens.reshape({-1})).view({B, T, config_.hidden_size});
+  if (media.defined() && media.numel()) {
+    if (!config_.media_placeholder_token_id)
+      throw error("train_model::forward: image features given, but the config has no media_placeholder_token_id");
+    const auto mask = tokens.eq(*config_.media_placeholder_token_id);
+    const int64_t n = mask.sum().item<int64_t>();
+    if (media.dim() != 2 || media.size(0) != n || media.size(1) != config_.hidden_size)
+      throw error("train_model::forward: " + std::to_string(media.size(0)) + " image feature rows for " +
+                  std::to_string(n) + " image placeholder tokens");
+    h = h.masked_scatter(mask.unsqueeze(-1).expand_as(h), media);
+  }
   put(dump, "embed", h);
   for (size_t i = 0; i < layout_.layers.size(); ++i)
     h = block(h, layout_.layers[i], "layers." + std::to_string(i), dump, stats);

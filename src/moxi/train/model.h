@@ -8,12 +8,14 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "moxi/formats/model-config.h"
 #include "moxi/model/arch/registry.h"
 #include "moxi/model/manifest.h"
+#include "moxi/model/vision.h"
 #include "moxi/tensor/dtype.h"
 
 namespace moxi::train {
@@ -79,8 +81,13 @@ class train_model {
     torch::Tensor logits;  // f32 [B, T, vocab]
     torch::Tensor hidden;  // f32 [B, T, hidden] after the final norm (what the MTP head reads)
   };
-  // tokens i64 [B, T] (positions 0..T-1, no cache: training runs whole sequences).
-  output forward(const torch::Tensor& tokens, dump_map* dump = nullptr, forward_stats* stats = nullptr) const;
+  // tokens i64 [B, T] (positions 0..T-1, no cache: training runs whole sequences). media (optional) f32
+  // [n, hidden]: rows that replace the embeddings of the n image placeholder tokens (config
+  // media_placeholder_token_id) in row-major [B, T] order, as the engine's forward_options::media.
+  output forward(const torch::Tensor& tokens, dump_map* dump = nullptr, forward_stats* stats = nullptr,
+                 const torch::Tensor& media = {}) const;
+  // The vision encoder + projector (train/vision.h) on this model's parameters: f32 [n, hidden].
+  torch::Tensor encode_images(std::span<const model::image_input> images, dump_map* dump = nullptr) const;
   // MTP depth k: h' = Block(eh_proj([enorm(emb(t_{i+1})) ; hnorm(h_i)])) -> shared_head.norm -> lm_head.
   // hidden f32 [B, T, hidden], next_tokens i64 [B, T]; logits f32 [B, T, vocab] predicting t_{i+2}.
   torch::Tensor mtp_forward(const torch::Tensor& hidden, const torch::Tensor& next_tokens, int64_t depth = 0,
@@ -90,7 +97,7 @@ class train_model {
   // Every parameter by checkpoint name (routed experts by their logical ".weight" name, dequantized).
   std::map<std::string, torch::Tensor>& params() { return params_; }
   const std::map<std::string, torch::Tensor>& params() const { return params_; }
-  // The manifest the parameters follow (vision tensors excluded: the trainer has no vision tower yet).
+  // The manifest the parameters follow (the vision tower's too, when the config has one).
   const std::vector<model::tensor_decl>& manifest() const { return manifest_; }
   const train_options& options() const { return opts_; }
   // Switches QAT / DSA dense warm-up between phases of a run.

@@ -1,6 +1,6 @@
 // Drives a running `moxi serve` with the official openai npm client: chat and completions, streaming and
-// not, usage (cached tokens), logprobs, tools and n > 1, response_format json_schema, and the client-side
-// errors it raises for 4xx answers. Invoked by
+// not, usage (cached tokens), logprobs, tools and n > 1, response_format json_schema, an image part, and the
+// client-side errors it raises for 4xx answers. Invoked by
 // tests/serve/http-openai-client-test.cpp with MOXI_BASE_URL, MOXI_API_KEY and MOXI_MODEL set.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -23,6 +23,29 @@ async function check(name, fn) {
 await check('models.list', async () => {
   const page = await client.models.list();
   assert.ok(page.data.some((m) => m.id === model));
+});
+
+// A 2 x 2 PNG (red, green / blue, white) as the client sends an image: a content part of type image_url with
+// a data: URL. The tiny model has a vision tower; the server upscales the image to one 28 x 28 merge block.
+const png2x2 = 'iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEklEQVR4nGP4z8DAAMIM/4EAAB/uBfsL2WiLAAAAAElFTkSuQmCC';
+await check('chat with an image', async () => {
+  const r = await client.chat.completions.create({
+    model,
+    messages: [{ role: 'user', content: [
+      { type: 'image_url', image_url: { url: `data:image/png;base64,${png2x2}` } },
+      { type: 'text', text: 'What colours do you see?' },
+    ] }],
+    max_tokens: 4, temperature: 0,
+  });
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.usage.prompt_tokens_details.image_tokens, 1);
+  const bad = await client.chat.completions.create({
+    model,
+    messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://example.com/x.png' } }] }],
+    max_tokens: 2,
+  }).then(() => null, (e) => e);
+  assert.ok(bad instanceof OpenAI.BadRequestError, String(bad));
+  assert.match(bad.message, /only data: URLs/);
 });
 
 let chatText;
