@@ -92,6 +92,8 @@ void check_format(const std::string& f, bool bf16_ok) {
                 std::string(bf16_ok ? ", bf16" : "") + ")");
 }
 
+}  // namespace
+
 // Register-resident compute ceiling of this CPU on all pool threads, in GFLOP/s, and what it measured: the
 // ceiling of the instruction the MXFP4 GEMM issues, TDPBF16PS where it runs on AMX tiles, else VDPBF16PS.
 std::pair<double, std::string> compute_peak() {
@@ -123,8 +125,6 @@ std::pair<double, std::string> compute_peak() {
                                        : "avx512_bf16 vdpbf16ps (no AMX on this CPU)"};
 #endif
 }
-
-}  // namespace
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

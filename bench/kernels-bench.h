@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace moxi::bench {
@@ -40,6 +41,10 @@ class membw_probe {
 };
 
 double median(std::vector<double> v);
+
+// Register-resident compute ceiling of this CPU on all pool threads in GFLOP/s, and which instruction it
+// measured (the one the BF16/MXFP4 GEMMs issue: TDPBF16PS on AMX tiles, else VDPBF16PS).
+std::pair<double, std::string> compute_peak();
 
 struct gemv_result {
   int64_t m = 0, k = 0;

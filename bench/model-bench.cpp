@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench/kernels-bench.h"
+#include "bench/scratch-dir.h"
 #include "moxi/base/clock.h"
 #include "moxi/base/error.h"
 #include "moxi/base/thread-pool.h"
@@ -169,23 +170,6 @@ double prefill_seconds_per_token(const model::model& m, const std::vector<token_
   return best / double(prompt.size());
 }
 
-class temp_dir {
- public:
-  temp_dir() {
-    std::string t = (fs::temp_directory_path() / "moxi-bench-XXXXXX").string();
-    if (!::mkdtemp(t.data())) throw error("bench: cannot create a temp directory");
-    dir_ = t;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  const std::string& dir() const { return dir_; }
-
- private:
-  std::string dir_;
-};
-
 }  // namespace
 
 model_bench_result run_model_bench(const std::string& mode, const model_bench_options& o) {
@@ -201,12 +185,12 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
   r.tokens = mode == "decode" ? o.tokens : o.prompt;
 
   // The checkpoint: generated once (kept in --keep-dir when given, reused if already there).
-  std::unique_ptr<temp_dir> tmp;
+  std::unique_ptr<scratch_dir> tmp;
   std::string ck;
   if (!o.keep_dir.empty()) {
     ck = o.keep_dir;
   } else {
-    tmp = std::make_unique<temp_dir>();
+    tmp = std::make_unique<scratch_dir>();
     ck = tmp->dir() + "/model";
   }
   if (!fs::exists(ck)) {

@@ -106,3 +106,29 @@ TEST_F(VisionCli, ImagesForATextModelAndBrokenFilesAreClearErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+// `moxi bench vision` on the tiny config: it runs, and its FLOP count is the encoder's, counted here from
+// the config (tiny-seed: width 64, FFN 128, 2 blocks, patch 14, 2 x 2 merge, text width 128).
+TEST_F(VisionCli, BenchVisionReportsTheEncodersWork) {
+  const auto r = run("bench vision --config " + std::string(MOXI_SOURCE_DIR) +
+                     "/configs/tiny-seed.json --sizes 56,112 --ref-size 28 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["sizes"].size(), 2u);
+  const double d = 64, I = 128, blocks = 2, P = 14 * 14 * 3, text = 128;
+  for (const auto& [i, side] : {std::pair{0, 56}, {1, 112}}) {
+    const auto& s = j["sizes"][size_t(i)];
+    const double L = (side / 14) * (side / 14), N = L / 4;
+    EXPECT_EQ(s["tokens"], int64_t(N));
+    const double flop = 2 * (L * P * d + blocks * (L * (4 * d * d + 2 * d * I) + 2 * L * L * d) +
+                             N * (4 * d * 4 * d + 4 * d * text));
+    EXPECT_NEAR(s["gflop"].get<double>(), flop / 1e9, 1e-12);
+    EXPECT_GT(s["images_per_s"].get<double>(), 0);
+  }
+  EXPECT_GT(j["reference"]["speedup_vs_ref"].get<double>(), 0);
+  EXPECT_EQ(j["tower_params"].get<int64_t>() + j["projector_params"].get<int64_t>() > 0, true);
+}
+
+}  // namespace

@@ -6,6 +6,7 @@
 #include "bench/model-bench.h"
 #include "bench/sandbox-bench.h"
 #include "bench/serve-bench.h"
+#include "bench/vision-bench.h"
 #include "moxi/cli/command.h"
 #include "moxi/cli/options.h"
 
@@ -36,6 +37,7 @@ constexpr bench_entry kBenches[] = {
     {"header", bench::add_header_bench, "moxi bench header --sizes 1000,100000 --json",
      "docs/checkpoints.md"},
     {"json-mask", bench::add_json_mask_bench, "moxi bench json-mask -m models/moxi-small", "docs/serving.md"},
+    {"vision", bench::add_vision_bench, "moxi bench vision --sizes 448,1024", "docs/vision.md"},
 };
 
 void setup(CLI::App& root) {
