@@ -91,6 +91,8 @@ std::string scripted_reply(const task& t, size_t i) {
       return fenced("python", right ? t.reference : t.program);  // the program with its bug
     case domain::chat:
       return right ? t.reference : "ls -la";
+    case domain::vision:
+      return right ? t.reference : "maybe";
   }
   return "";
 }

@@ -30,9 +30,9 @@ void setup_data(CLI::App& root) {
     bool verify = false;
   };
   auto a = std::make_shared<args>();
-  cmd->add_option("--domain", a->domain, "math, terminal, code or chat")
+  cmd->add_option("--domain", a->domain, "math, terminal, code, chat or vision (pictures to read)")
       ->required()
-      ->check(CLI::IsMember({"math", "terminal", "code", "chat"}));
+      ->check(CLI::IsMember({"math", "terminal", "code", "chat", "vision"}));
   cmd->add_option(
          "--split", a->split,
          "train, test (holds out templates, parameters, phrasings) or length (math: longer operands)")
@@ -55,6 +55,7 @@ void setup_data(CLI::App& root) {
                {"moxi data --domain math --split test --n 30 --seed 7 --out test-math.jsonl",
                 "moxi data --domain code --n 200 --out train-code.jsonl --verify",
                 "moxi data --domain chat --templates repeat --n 50 --out repeat.jsonl",
+                "moxi data --domain vision --split test --n 100 --out test-vision.jsonl",
                 "moxi data --domain terminal --split test --n 20 --format terminal-bench --out tb-tasks"},
                "docs/tasks.md");
   cmd->callback([a, outs] {

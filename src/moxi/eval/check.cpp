@@ -291,6 +291,18 @@ check_result check_math(const task& t, std::string_view candidate) {
   return r;
 }
 
+// The reply is one word (a number or a colour name), case and a final full stop aside: "3", "Red.", "red".
+check_result check_vision(const task& t, std::string_view candidate) {
+  check_result r;
+  std::string got = trim_space(candidate);
+  if (!got.empty() && got.back() == '.') got.pop_back();
+  for (char& c : got) c = char(std::tolower(static_cast<unsigned char>(c)));
+  r.completed = !got.empty();
+  r.pass = got == t.answer;
+  r.detail = "'" + got.substr(0, 40) + (r.pass ? "' == '" : "' != '") + t.answer + "'";
+  return r;
+}
+
 // Words a command or a program starts with: a chat reply that starts with one is not prose.
 const std::set<std::string>& command_words() {
   static const std::set<std::string> w = {
@@ -560,6 +572,9 @@ std::vector<check_result> checker::check_chunk(
           break;
         case domain::chat:
           results[i] = check_chat(t, cand);
+          break;
+        case domain::vision:
+          results[i] = check_vision(t, cand);
           break;
         case domain::terminal: {
           const bool snap = t.compare == compare_mode::files;

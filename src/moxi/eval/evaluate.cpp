@@ -20,6 +20,7 @@
 #include "moxi/base/thread-pool.h"
 #include "moxi/formats/json-file.h"
 #include "moxi/runtime/local-model.h"
+#include "moxi/runtime/multimodal.h"
 
 namespace moxi::eval {
 namespace {
@@ -28,7 +29,7 @@ namespace {
 // prompt, decoded greedily.
 void generate_reply(const eval_model& m, const task& t, int64_t max_tokens, task_record& rec) {
   const std::string prompt = render_task_prompt(t, *m.chat);
-  const auto ids = m.tok->encode(prompt, /*allow_special=*/true);
+  auto ids = m.tok->encode(prompt, /*allow_special=*/true);
   if (ids.empty()) throw error("eval: task " + t.id + " renders to an empty prompt");
 
   runtime::generate_options go;
@@ -37,6 +38,10 @@ void generate_reply(const eval_model& m, const task& t, int64_t max_tokens, task
   go.max_tokens = max_tokens;
   go.stop_tokens = m.stop_tokens;
   auto lm = m.new_sequence();
+  if (!t.images.empty()) {
+    if (!m.attach_images) throw error("eval: task " + t.id + " has pictures, but " + m.name + " takes text only");
+    ids = m.attach_images(*lm, t, std::move(ids));
+  }
   std::string reply;
   const auto g = runtime::generate(*lm, *m.tok, ids, go, [&](std::string_view text) {
     check_interrupt();  // a long reply stops at the next piece of text
@@ -53,7 +58,7 @@ void generate_reply(const eval_model& m, const task& t, int64_t max_tokens, task
 std::string render_task_prompt(const task& t, const formats::chat_template& chat) {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   for (const auto& h : t.history) messages.push_back({{"role", h.role}, {"content", h.content}});
-  messages.push_back({{"role", "user"}, {"content", t.prompt}});
+  messages.push_back({{"role", "user"}, {"content", task_user_content(t)}});
   formats::render_options ro;
   ro.add_generation_prompt = true;
   return chat.render(messages, ro);
@@ -205,6 +210,14 @@ eval_report evaluate(const eval_model& m, const std::vector<task>& tasks, const 
   return r;
 }
 
+nlohmann::ordered_json task_user_content(const task& t) {
+  if (t.images.empty()) return t.prompt;
+  nlohmann::ordered_json parts = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < t.images.size(); ++i) parts.push_back({{"type", "image"}});
+  parts.push_back({{"type", "text"}, {"text", t.prompt}});
+  return parts;
+}
+
 eval_model eval_model_of(const runtime::local_model& lm) {
   eval_model m;
   m.name = lm.dir;
@@ -212,6 +225,20 @@ eval_model eval_model_of(const runtime::local_model& lm) {
   m.tok = &lm.tok;
   m.chat = &lm.require_chat();
   m.stop_tokens = lm.stop_tokens;
+  if (lm.model.vision()) {
+    m.attach_images = [&lm](runtime::causal_lm& seq, const task& t, std::vector<token_id> ids) {
+      std::vector<runtime::prompt_image> images;
+      for (size_t i = 0; i < t.images.size(); ++i) {
+        const std::span bytes(reinterpret_cast<const uint8_t*>(t.images[i].data()), t.images[i].size());
+        images.push_back(runtime::prepare_image(
+            lm.model, image::decode(bytes, {}, "task " + t.id + " image " + std::to_string(i + 1))));
+      }
+      auto expanded = runtime::expand_image_placeholders(
+          ids, token_id(*lm.model.config().media_placeholder_token_id), images);
+      dynamic_cast<runtime::model_lm&>(seq).set_media(runtime::encode_images(lm.model, images));
+      return expanded;
+    };
+  }
   return m;
 }
 

@@ -34,11 +34,19 @@ struct eval_model {
   const formats::tokenizer* tok = nullptr;
   const formats::chat_template* chat = nullptr;
   std::vector<token_id> stop_tokens;  // end of the reply (e.g. <|end|>, eos)
+  // A task's pictures (vision): given a new sequence and the task's prompt ids, expands the image
+  // placeholders and hands the sequence the image rows. Null for a model that takes text only (a task with
+  // pictures is then an error).
+  std::function<std::vector<token_id>(runtime::causal_lm& seq, const task& t, std::vector<token_id> ids)>
+      attach_images;
 };
 
-// The text a model is given for a task: its history's turns, then its prompt as the final user turn,
-// rendered with the template's generation prompt (what evaluation and RL rollouts both decode from).
+// The text a model is given for a task: its history's turns, then its prompt as the final user turn (after
+// one image part per picture when it has pictures), rendered with the template's generation prompt (what
+// evaluation and RL rollouts both decode from).
 std::string render_task_prompt(const task& t, const formats::chat_template& chat);
+// The final user turn's content: the prompt, or (with pictures) image parts then the prompt as a text part.
+nlohmann::ordered_json task_user_content(const task& t);
 
 // An engine model as an eval_model (sequences are runtime::model_lm over lm.model); `lm` must outlive it.
 eval_model eval_model_of(const runtime::local_model& lm);

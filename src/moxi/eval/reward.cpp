@@ -56,6 +56,8 @@ bool follows_format(const task& t, std::string_view reply) {
     }
     case domain::chat:
       return text.find("```") == std::string::npos;
+    case domain::vision:  // one word
+      return !text.empty() && text.find_first_of(" \t\n") == std::string::npos;
   }
   return false;
 }

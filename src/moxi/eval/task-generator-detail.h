@@ -1,6 +1,6 @@
 // The task generator's shared pieces (task-generator.h is the public interface): the portable RNG, template
-// filling, phrasing families, and the domain generators kept in their own files (math, chat). Internal to
-// moxi_eval.
+// filling, phrasing families, and the domain generators kept in their own files (math, chat, vision).
+// Internal to moxi_eval.
 #pragma once
 
 #include <cstdint>
@@ -92,5 +92,9 @@ struct chat_parts {
 };
 chat_parts make_chat(rng& r, split s, const std::string& intent);
 chat_parts make_repeat(rng& r, split s, const std::string& text);
+
+// vision (task-generator-vision.cpp)
+const std::vector<template_info>& vision_templates();
+task make_vision(rng& r, split s, const std::string& tmpl);
 
 }  // namespace moxi::eval::detail

@@ -1270,6 +1270,8 @@ const std::vector<template_info>& all_templates(domain d) {
       return code_templates();
     case domain::chat:
       return chat_templates();
+    case domain::vision:
+      return vision_templates();
   }
   return math_templates();
 }
@@ -1381,6 +1383,9 @@ std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed,
         if (repeat) t.params["text"] = c.reply;
         break;
       }
+      case domain::vision:
+        t = make_vision(r, s, tmpl);
+        break;
     }
     char num[32];
     std::snprintf(num, sizeof num, "%05zu", i);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "moxi/base/base64.h"
 #include "moxi/base/error.h"
 
 namespace moxi::eval {
@@ -23,6 +24,8 @@ const char* to_string(domain d) {
       return "code";
     case domain::chat:
       return "chat";
+    case domain::vision:
+      return "vision";
   }
   return "?";
 }
@@ -44,7 +47,8 @@ domain parse_domain(std::string_view s) {
   if (s == "terminal") return domain::terminal;
   if (s == "code") return domain::code;
   if (s == "chat") return domain::chat;
-  throw error("unknown domain '" + std::string(s) + "' (math, terminal, code or chat)");
+  if (s == "vision") return domain::vision;
+  throw error("unknown domain '" + std::string(s) + "' (math, terminal, code, chat or vision)");
 }
 
 split parse_split(std::string_view s) {
@@ -94,6 +98,9 @@ nlohmann::json to_json(const task& t) {
     case domain::chat:
       check = {{"kind", "prose"}};  // the intent is params.intent
       break;
+    case domain::vision:
+      check = {{"kind", "exact"}, {"answer", t.answer}};
+      break;
   }
   nlohmann::json j = {{"id", t.id},
                       {"domain", to_string(t.domain)},
@@ -103,6 +110,11 @@ nlohmann::json to_json(const task& t) {
                       {"prompt", t.prompt},
                       {"reference", t.reference},
                       {"check", check}};
+  if (!t.images.empty()) {
+    nlohmann::json im = nlohmann::json::array();
+    for (const auto& png : t.images) im.push_back(base64_encode(png));
+    j["images"] = im;
+  }
   if (!t.history.empty()) {
     nlohmann::json h = nlohmann::json::array();
     for (const auto& m : t.history) h.push_back({{"role", m.role}, {"content", m.content}});
@@ -191,7 +203,20 @@ task task_from_json(const nlohmann::json& j, const std::string& where) {
       break;
     case domain::chat:
       break;
+    case domain::vision:
+      t.answer = str(c, "answer", cw);
+      break;
   }
+  if (auto im = j.find("images"); im != j.end()) {
+    if (!im->is_array()) throw error(where + ": field 'images' is not an array");
+    for (size_t i = 0; i < im->size(); ++i) {
+      const auto& e = (*im)[i];
+      auto bytes = e.is_string() ? base64_decode(e.get<std::string>()) : std::nullopt;
+      if (!bytes) throw error(where + ": images[" + std::to_string(i) + "] is not base64 data");
+      t.images.push_back(std::move(*bytes));
+    }
+  }
+  if (t.domain == domain::vision && t.images.empty()) throw error(where + ": a vision task needs 'images'");
   return t;
 }
 
@@ -202,7 +227,7 @@ std::string to_jsonl(const std::vector<task>& tasks) {
     const auto j = to_json(t);
     nlohmann::ordered_json o;
     for (const char* key :
-         {"id", "domain", "split", "template", "params", "history", "prompt", "reference", "check"}) {
+         {"id", "domain", "split", "template", "params", "history", "prompt", "reference", "check", "images"}) {
       if (j.contains(key)) o[key] = j[key];
     }
     out += o.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);

@@ -1,4 +1,4 @@
-// Verifiable tasks (math, terminal, code, chat) as the generator writes them and the checkers, SFT, RL and
+// Verifiable tasks (math, terminal, code, chat, vision) as the generator writes them and the checkers, SFT, RL and
 // `moxi eval` read them: one JSON object per line (docs/tasks.md has the format).
 #pragma once
 
@@ -9,7 +9,7 @@
 
 namespace moxi::eval {
 
-enum class domain { math, terminal, code, chat };
+enum class domain { math, terminal, code, chat, vision };
 // length: math only, operands longer than any train operand (docs/tasks.md); never part of test.
 enum class split { train, test, length };
 
@@ -53,7 +53,10 @@ struct task {
   std::string reference;  // one correct solution: the number, the command, or the fixed program
 
   // math: the exact answer (an integer in decimal) and the arithmetic expression it is the value of.
+  // vision: the exact answer (a number or a colour name).
   std::string answer, expression;
+  // vision: the pictures (PNG bytes), shown before the prompt's text in the final user turn.
+  std::vector<std::string> images;
   // terminal: the tree the command runs in and how outcomes are compared.
   std::vector<file_entry> files;
   compare_mode compare = compare_mode::stdout_text;

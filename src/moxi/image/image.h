@@ -35,6 +35,9 @@ rgb_image decode(std::span<const uint8_t> bytes, const decode_limits& limits = {
 // `what`.
 rgb_image read_file(const std::string& path, const decode_limits& limits = {});
 
+// PNG bytes of an 8-bit RGB image (what the vision tasks store); decode(encode_png(img)) == img.
+std::string encode_png(const rgb_image& img);
+
 // XXH3-64 of the decoded pixels and their dimensions: equal images (whatever their encoding) hash equal, so
 // callers can cache per-image work, e.g. the vision encoder's output.
 uint64_t content_hash(const rgb_image& img);

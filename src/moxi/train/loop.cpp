@@ -121,6 +121,8 @@ json collect(const loop_recipe& r, int64_t round, const std::string& model_dir, 
   std::vector<serve::offline_request> reqs;
   for (size_t i = 0; i < tasks.size(); ++i) {
     serve::offline_request q;
+    if (!tasks[i].images.empty())
+      throw error(r.source + ": task " + tasks[i].id + " has pictures; the loop takes text tasks only");
     const auto ids = lm.tok.encode(eval::render_task_prompt(tasks[i], chat), /*allow_special=*/true);
     q.prompt.assign(ids.begin(), ids.end());
     q.n = int(r.collect_samples);

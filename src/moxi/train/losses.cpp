@@ -62,14 +62,14 @@ torch::Tensor indexer_kl_loss(const indexer_stats& s, const torch::Tensor& valid
 }
 
 loss_terms training_loss(const train_model& m, const torch::Tensor& tokens, const loss_options& opts,
-                         const token_masks& masks) {
+                         const token_masks& masks, const torch::Tensor& media) {
   const auto& c = m.config();
   const int64_t T = tokens.size(1);
   if (T < 2) throw error("training_loss: sequences need at least 2 tokens");
   const auto target = masks.target.defined() ? masks.target.to(torch::kFloat32)
                                              : torch::ones(tokens.sizes(), torch::kFloat32);
   loss_terms r;
-  const auto out = m.forward(tokens, nullptr, &r.stats);
+  const auto out = m.forward(tokens, nullptr, &r.stats, media);
   r.ce = masked_ce(out.logits.slice(1, 0, T - 1), tokens.slice(1, 1), target.slice(1, 1));
   r.mtp = torch::zeros({}, torch::kFloat32);
   if (c.num_mtp_layers > 0 && T >= 3) {

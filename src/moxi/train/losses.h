@@ -35,8 +35,9 @@ struct token_masks {
 
 // tokens i64 [B, T] with T >= 3 when the model has MTP layers. CE and MTP are means over the target
 // positions of the whole batch (each target token weighs the same, whatever its row's length).
+// media: image rows for the placeholder tokens (train_model::forward), or undefined.
 loss_terms training_loss(const train_model& m, const torch::Tensor& tokens, const loss_options& opts = {},
-                         const token_masks& masks = {});
+                         const token_masks& masks = {}, const torch::Tensor& media = {});
 
 // DeepSeek-V3 eq. 17-20 for one layer: alpha-free sum_i f_i P_i, averaged over the batch, with
 // f_i = E/(K T) * #{t : i in topk(t)} and P_i = mean_t s_it / sum_j s_jt over the T valid tokens of a row

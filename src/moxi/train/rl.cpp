@@ -233,6 +233,8 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
     sp.weight = s.weight;
     if (sp.tasks.empty()) continue;
     for (const auto& t : sp.tasks) {
+      if (!t.images.empty())
+        throw error(r.source + ": task " + t.id + " has pictures; RL rollouts take text tasks only");
       const auto ids = sft.tok.encode(eval::render_task_prompt(t, chat), /*allow_special=*/true);
       sp.ids.emplace_back(ids.begin(), ids.end());
     }

@@ -6,6 +6,7 @@
 
 #include "moxi/base/error.h"
 #include "moxi/base/splitmix.h"
+#include "moxi/eval/evaluate.h"
 #include "moxi/eval/task-generator.h"
 
 namespace moxi::train {
@@ -58,7 +59,7 @@ std::vector<chat_segment> render_chat(const eval::task& t, const formats::chat_t
                                       const std::string& end) {
   ojson messages = ojson::array();
   for (const auto& m : t.history) messages.push_back({{"role", m.role}, {"content", m.content}});
-  messages.push_back({{"role", "user"}, {"content", t.prompt}});
+  messages.push_back({{"role", "user"}, {"content", eval::task_user_content(t)}});
   messages.push_back({{"role", "assistant"}, {"content", t.reference}});
 
   formats::render_options gen;
@@ -83,8 +84,26 @@ std::vector<chat_segment> render_chat(const eval::task& t, const formats::chat_t
   return {{prompt, false}, {reply, true}};
 }
 
+std::optional<sample_vision> sample_vision_of(const formats::model_config& c) {
+  if (!c.vision || !c.media_placeholder_token_id) return std::nullopt;
+  sample_vision v;
+  v.pre.patch_size = c.vision->patch_size;
+  v.pre.merge_kernel = c.vision->merge_kernel;
+  v.placeholder = *c.media_placeholder_token_id;
+  return v;
+}
+
+namespace {
+
+image::patches picture(const std::string& png, const image::preprocess_config& pre, const std::string& what) {
+  return image::preprocess(
+      image::decode(std::span(reinterpret_cast<const uint8_t*>(png.data()), png.size()), {}, what), pre);
+}
+
+}  // namespace
+
 sft_sample make_sample(const eval::task& t, const formats::chat_template& tpl, const formats::tokenizer& tok,
-                       const std::string& end) {
+                       const std::string& end, const sample_vision* vision) {
   sft_sample s;
   s.domain = t.domain;
   for (const auto& seg : render_chat(t, tpl, end)) {
@@ -92,10 +111,39 @@ sft_sample make_sample(const eval::task& t, const formats::chat_template& tpl, c
     s.tokens.insert(s.tokens.end(), ids.begin(), ids.end());
     s.target.resize(s.tokens.size(), seg.trained ? 1 : 0);
   }
+  if (t.images.empty()) return s;
+  if (!vision) throw error("task " + t.id + " has pictures, but the model has no vision encoder");
+  // Each image's one placeholder becomes one per image token.
+  std::vector<int64_t> tokens;
+  std::vector<uint8_t> target;
+  size_t k = 0;
+  for (size_t j = 0; j < s.tokens.size(); ++j) {
+    if (s.tokens[j] != vision->placeholder || k >= t.images.size()) {
+      tokens.push_back(s.tokens[j]);
+      target.push_back(s.target[j]);
+      continue;
+    }
+    const auto p = picture(t.images[k], vision->pre, "task " + t.id + " image " + std::to_string(k + 1));
+    tokens.insert(tokens.end(), size_t(p.tokens(vision->pre.merge_kernel)), vision->placeholder);
+    target.insert(target.end(), size_t(p.tokens(vision->pre.merge_kernel)), 0);
+    ++k;
+  }
+  if (k != t.images.size())
+    throw error("task " + t.id + ": the chat template wrote " + std::to_string(k) + " image placeholder(s) for " +
+                std::to_string(t.images.size()) + " picture(s)");
+  s.tokens = std::move(tokens);
+  s.target = std::move(target);
+  s.images = t.images;
   return s;
 }
 
-sft_batch make_batch(const std::vector<const sft_sample*>& rows, int64_t pad_id) {
+std::vector<model::image_input> sft_batch::image_inputs() const {
+  std::vector<model::image_input> in;
+  for (const auto& p : images) in.push_back({p.grid_h, p.grid_w, p.pixels});
+  return in;
+}
+
+sft_batch make_batch(const std::vector<const sft_sample*>& rows, int64_t pad_id, const sample_vision* vision) {
   if (rows.empty()) throw error("make_batch: no rows");
   int64_t T = 0;
   for (const auto* r : rows) T = std::max<int64_t>(T, int64_t(r->tokens.size()));
@@ -116,6 +164,10 @@ sft_batch make_batch(const std::vector<const sft_sample*>& rows, int64_t pad_id)
       b.targets += r.target[j];
     }
     b.tokens_real += int64_t(r.tokens.size());
+    for (const auto& png : r.images) {
+      if (!vision) throw error("make_batch: a sample has pictures, but the model has no vision encoder");
+      b.images.push_back(picture(png, vision->pre, "a picture"));
+    }
   }
   return b;
 }

@@ -6,12 +6,15 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "moxi/eval/task.h"
 #include "moxi/formats/chat-template.h"
 #include "moxi/formats/tokenizer.h"
+#include "moxi/image/preprocess.h"
+#include "moxi/model/vision.h"
 #include "moxi/train/losses.h"
 #include "moxi/train/recipe.h"
 
@@ -22,7 +25,17 @@ struct sft_sample {
   std::vector<int64_t> tokens;
   std::vector<uint8_t> target;
   eval::domain domain = eval::domain::math;
+  std::vector<std::string> images;  // PNG bytes of the task's pictures, in the order of their placeholders
 };
+
+// How a model with a vision encoder sees pictures: their preprocessing and the placeholder token each
+// image's single template placeholder expands into (one per image token).
+struct sample_vision {
+  image::preprocess_config pre;
+  int64_t placeholder = 0;
+};
+// From a config with a vision_config and media_placeholder_token_id; nullopt for a text-only model.
+std::optional<sample_vision> sample_vision_of(const formats::model_config& c);
 
 // A conversation as the model sees it: text it is given (the prompt, earlier user turns, the template's
 // markers) and replies it is trained to write, each reply up to and including the end-of-turn marker `end`
@@ -41,9 +54,10 @@ std::vector<chat_segment> render_chat(const eval::task& t, const formats::chat_t
                                       const std::string& end);
 
 // Tokens = the segments encoded one by one (each reply on its own, as the model generates it after its
-// prompt); target covers the trained segments' tokens.
+// prompt); target covers the trained segments' tokens. A task with pictures needs `vision`: each image's
+// placeholder becomes as many placeholders as the image has tokens (never targets).
 sft_sample make_sample(const eval::task& t, const formats::chat_template& tpl, const formats::tokenizer& tok,
-                       const std::string& end);
+                       const std::string& end, const sample_vision* vision = nullptr);
 
 // A right-padded batch: rows shorter than the longest are filled with pad_id after their end; padding is
 // neither a target nor valid.
@@ -51,8 +65,12 @@ struct sft_batch {
   torch::Tensor tokens;  // i64 [B, T]
   token_masks masks;     // target f32 [B, T], valid bool [B, T]
   int64_t tokens_real = 0, targets = 0;
+  std::vector<image::patches> images;  // every row's pictures, rows in order (the placeholders' order)
+  // The images as the encoder takes them (views of `images`).
+  std::vector<model::image_input> image_inputs() const;
 };
-sft_batch make_batch(const std::vector<const sft_sample*>& rows, int64_t pad_id);
+sft_batch make_batch(const std::vector<const sft_sample*>& rows, int64_t pad_id,
+                     const sample_vision* vision = nullptr);
 
 // The order of batches: each epoch shuffles the samples (SplitMix64 Fisher-Yates seeded by seed and the
 // epoch), cuts the shuffled list into chunks of 32 batches, sorts each chunk by length (less padding), cuts

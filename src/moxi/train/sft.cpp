@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -59,6 +60,15 @@ std::string train_tokenizer(const recipe& r, const formats::model_config& c,
                             const std::vector<eval::task>& tasks, const formats::chat_template& tpl) {
   formats::bpe_train_options o;
   o.vocab_size = c.vocab_size;
+  // A model with a vision encoder: <|media_pad|> (Kimi-VL's placeholder) is the special after the others.
+  // A config that puts it elsewhere trains text only.
+  const auto media_at = int64_t(o.special_tokens.size());
+  if (c.media_placeholder_token_id == media_at) {
+    o.special_tokens.push_back("<|media_pad|>");
+  } else if (std::any_of(tasks.begin(), tasks.end(), [](const eval::task& t) { return !t.images.empty(); })) {
+    throw error(c.source + ": tasks with pictures need media_placeholder_token_id " + std::to_string(media_at) +
+                ", where the trained tokenizer puts <|media_pad|> after its other specials");
+  }
   o.min_frequency = r.tokenizer_min_frequency;
   o.split = formats::parse_bpe_split(r.tokenizer_split, r.source + ": tokenizer.split");
   formats::bpe_trainer t(o);
@@ -82,11 +92,12 @@ std::string special_of(const formats::tokenizer& tok, const std::optional<int64_
 }
 
 std::vector<sft_sample> make_samples(const std::vector<eval::task>& tasks, const formats::chat_template& tpl,
-                                     const formats::tokenizer& tok, const recipe& r, const char* what) {
+                                     const formats::tokenizer& tok, const recipe& r, const char* what,
+                                     const sample_vision* vision) {
   std::vector<sft_sample> out;
   size_t dropped = 0;
   for (const auto& t : tasks) {
-    auto s = make_sample(t, tpl, tok, r.end_token);
+    auto s = make_sample(t, tpl, tok, r.end_token, vision);
     if (int64_t(s.tokens.size()) > r.max_tokens) {
       ++dropped;
       continue;
@@ -164,8 +175,14 @@ void write_model_assets(const std::string& tmp, const formats::model_config& c, 
   write_file(tmp + "/generation_config.json", gc.dump(2) + "\n");
 }
 
+// The image rows of a batch's pictures (train_model::encode_images), or undefined without pictures.
+torch::Tensor batch_media(const train_model& m, const sft_batch& b) {
+  if (b.images.empty()) return {};
+  return m.encode_images(b.image_inputs());
+}
+
 double held_out_loss(const train_model& m, const std::vector<sft_sample>& samples, int64_t batch_size,
-                     int64_t pad_id) {
+                     int64_t pad_id, const sample_vision* vision) {
   torch::NoGradGuard no_grad;
   // Sorted by length so that batches carry little padding; the result does not depend on the order.
   std::vector<const sft_sample*> sorted;
@@ -177,9 +194,9 @@ double held_out_loss(const train_model& m, const std::vector<sft_sample>& sample
     std::vector<const sft_sample*> rows(
         sorted.begin() + ptrdiff_t(at),
         sorted.begin() + ptrdiff_t(std::min(sorted.size(), at + size_t(batch_size))));
-    const auto b = make_batch(rows, pad_id);
+    const auto b = make_batch(rows, pad_id, vision);
     const int64_t T = b.tokens.size(1);
-    const auto logits = m.forward(b.tokens).logits.slice(1, 0, T - 1);
+    const auto logits = m.forward(b.tokens, nullptr, nullptr, batch_media(m, b)).logits.slice(1, 0, T - 1);
     const auto ce = torch::nn::functional::cross_entropy(
         logits.reshape({-1, logits.size(-1)}), b.tokens.slice(1, 1).reshape({-1}),
         torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
@@ -248,8 +265,10 @@ sft_result run_sft(const recipe& r, const run_options& o) {
       {{"chat_template", template_text}, {"bos_token", assets.bos_token}, {"eos_token", assets.eos_token}},
       template_source);
 
-  const auto train_samples = make_samples(train_tasks, tpl, tok, r, "train");
-  const auto eval_samples = make_samples(eval_tasks, tpl, tok, r, "eval");
+  const auto vision = sample_vision_of(config);
+  const sample_vision* vis = vision ? &*vision : nullptr;
+  const auto train_samples = make_samples(train_tasks, tpl, tok, r, "train", vis);
+  const auto eval_samples = make_samples(eval_tasks, tpl, tok, r, "eval", vis);
   if (train_samples.empty())
     throw error(r.source + ": every training conversation is longer than max_tokens");
   std::vector<int64_t> lengths;
@@ -289,7 +308,7 @@ sft_result run_sft(const recipe& r, const run_options& o) {
 
   auto eval_now = [&](int64_t step) {
     if (eval_samples.empty()) return -1.0;
-    const double l = held_out_loss(m, eval_samples, r.batch_size, pad_id);
+    const double l = held_out_loss(m, eval_samples, r.batch_size, pad_id, vis);
     std::fprintf(stderr, "sft: step %" PRId64 " held-out loss %.4f%s\n", step, l,
                  m.options().qat ? " (QAT)" : "");
     append_log(r.out, {{"step", step}, {"eval_loss", l}, {"qat", m.options().qat}});
@@ -331,9 +350,9 @@ sft_result run_sft(const recipe& r, const run_options& o) {
     const auto idx = order.batch(step);
     std::vector<const sft_sample*> rows;
     for (auto i : idx) rows.push_back(&train_samples[i]);
-    const auto b = make_batch(rows, pad_id);
+    const auto b = make_batch(rows, pad_id, vis);
     opt->zero_grad();
-    auto loss = training_loss(m, b.tokens, lo, b.masks);
+    auto loss = training_loss(m, b.tokens, lo, b.masks, batch_media(m, b));
     loss.total.backward();
     const double gnorm = clip_grad_norm(all_params, r.clip_norm);
     opt->step();
