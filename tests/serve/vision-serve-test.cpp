@@ -11,6 +11,7 @@
 #include "common/read-file.h"
 #include "common/run-moxi.h"
 #include "common/temp-dir.h"
+#include "moxi/base/base64.h"
 #include "moxi/formats/chat-template.h"
 #include "moxi/image/image.h"
 #include "moxi/model/model.h"
@@ -24,21 +25,7 @@ namespace {
 using namespace moxi::serve::testing;
 
 std::string base64(const std::string& in) {
-  static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const uint32_t v = uint32_t(uint8_t(in[i])) << 16 | uint32_t(uint8_t(in[i + 1])) << 8 | uint8_t(in[i + 2]);
-    for (int s : {18, 12, 6, 0}) out += a[(v >> s) & 63];
-  }
-  if (i + 1 == in.size()) {
-    const uint32_t v = uint32_t(uint8_t(in[i])) << 16;
-    out += a[(v >> 18) & 63], out += a[(v >> 12) & 63], out += "==";
-  } else if (i + 2 == in.size()) {
-    const uint32_t v = uint32_t(uint8_t(in[i])) << 16 | uint32_t(uint8_t(in[i + 1])) << 8;
-    out += a[(v >> 18) & 63], out += a[(v >> 12) & 63], out += a[(v >> 6) & 63], out += '=';
-  }
-  return out;
+  return moxi::base64_encode(in);  // RFC 4648 (tests/base/base64-test.cpp)
 }
 
 class vision_serve : public moxi::testing::temp_dir_test {
