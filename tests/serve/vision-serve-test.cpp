@@ -3,10 +3,14 @@
 // path (the model's contiguous-cache forward with the image rows placed at the expanded placeholders, no
 // scheduler, paging, chunking or prefix cache) while prefill runs in chunks of 8 tokens that split an image;
 // the same image reuses the prefix cache and a different one does not; usage counts the image tokens; bad
-// URLs, bad data, too many images and images for a text-only model are 400s.
+// URLs, bad data, too many images and images for a text-only model are 400s; remote URLs are fetched only
+// from allowed hosts.
 #include <gtest/gtest.h>
 
+#include <httplib.h>
+
 #include <fstream>
+#include <thread>
 
 #include "common/read-file.h"
 #include "common/run-moxi.h"
@@ -184,6 +188,52 @@ TEST_F(vision_serve, BadImagePartsAre400sAndTheServerKeepsServing) {
              "image 1");
   expect_400(post_chat(chat_body({png_bytes, png_bytes, png_bytes}, "three")), "limit is 2");
   EXPECT_EQ(post_chat(chat_body({png_bytes}, "still serving")).status, 200);
+}
+
+// Remote image URLs: fetched only from hosts given in allowed_media_domains (--allowed-media-domains), with
+// the image limits; a local HTTP server plays the remote host.
+TEST(vision_serve_remote, OnlyAllowedHostsAreFetched) {
+  moxi::testing::temp_dir dir("moxi-vision-remote");
+  const std::string path = dir / "pic.png";
+  const auto r = moxi::testing::run_shell(
+      "/usr/bin/python3 -c \"from PIL import Image; Image.new('RGB', (56, 56), (200, 30, 30)).save('" + path +
+      "')\" 2>&1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string png = moxi::testing::read_file(path);
+  httplib::Server host;
+  host.Get("/pic.png", [&](const httplib::Request&, httplib::Response& res) { res.set_content(png, "image/png"); });
+  host.Get("/moved", [](const httplib::Request&, httplib::Response& res) { res.set_redirect("/pic.png"); });
+  host.Get("/big", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(std::string(17u << 20, 'x'), "image/png");
+  });
+  const int port = host.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { host.listen_after_bind(); });
+  auto cfg = tiny_config();
+  cfg.allowed_media_domains = {"127.0.0.1"};
+  auto srv = start_server(cfg);
+  auto c = client_for(*srv);
+  auto body = [](const std::string& url) {
+    return json{{"messages",
+                 {{{"role", "user"},
+                   {"content", {{{"type", "image_url"}, {"image_url", {{"url", url}}}}, {{"type", "text"}, {"text", "hi"}}}}}}},
+                {"max_tokens", 2}};
+  };
+  const std::string base = "http://127.0.0.1:" + std::to_string(port);
+  const auto ok = post(*c, "/v1/chat/completions", body(base + "/pic.png"));
+  EXPECT_EQ(ok.status, 200) << ok.body.dump();
+  EXPECT_EQ(ok.body["usage"]["prompt_tokens_details"]["image_tokens"], 4);  // 4 x 4 patches
+  auto expect_400 = [&](const std::string& url, const std::string& needle) {
+    const auto res = post(*c, "/v1/chat/completions", body(url));
+    EXPECT_EQ(res.status, 400) << url;
+    EXPECT_NE(res.body.dump().find(needle), std::string::npos) << res.body.dump();
+  };
+  expect_400("http://localhost:" + std::to_string(port) + "/pic.png", "not in --allowed-media-domains");
+  expect_400("http://user@127.0.0.1:" + std::to_string(port) + "/pic.png", "no plain host");
+  expect_400(base + "/moved", "HTTP 302");
+  expect_400(base + "/missing.png", "HTTP 404");
+  expect_400(base + "/big", "over 16777216 bytes");
+  host.stop();
+  serving.join();
 }
 
 TEST(vision_serve_text_only, ImagesForATextOnlyModelAre400) {

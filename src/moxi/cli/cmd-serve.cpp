@@ -72,8 +72,11 @@ void setup_serve(CLI::App& root) {
   cmd->add_option("--max-prompt-tokens", c.max_prompt_tokens, "prompt length limit (0: max-model-len - 1)")
       ->check(integer_in(0, serve::kMaxServingLen))
       ->capture_default_str();
+  cmd->add_option("--allowed-media-domains", c.allowed_media_domains,
+                  "hosts whose http(s) image URLs the server fetches (default: none, data: URLs only)")
+      ->delimiter(',');
   cmd->add_option("--max-images-per-request", c.max_images_per_request,
-                  "image_url parts per request (a model with a vision encoder; data: URLs only)")
+                  "image_url parts per request (a model with a vision encoder)")
       ->check(integer_in(0, 256))
       ->capture_default_str();
   cmd->add_option("--max-tokens-limit", c.max_tokens_limit,

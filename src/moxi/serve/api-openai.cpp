@@ -3,7 +3,10 @@
 // nothing (token-id prompts, seed; n at most 16, each choice one engine request).
 #include "moxi/serve/api-openai.h"
 
+#include <httplib.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <cmath>
 #include <set>
@@ -76,33 +79,33 @@ bool has(const json& body, const char* key) {
   return body.contains(key) && !body.at(key).is_null();
 }
 
-// The bytes of an image part's URL: a data: URL with base64 data (RFC 2397). Remote URLs are refused (moxi
-// fetches nothing on a client's behalf: no server-side request forgery); the image type is read from the
-// bytes, not from the URL's media type.
-std::string image_url_bytes(const nlohmann::ordered_json& part, const std::string& p) {
+// An image part's URL: a data: URL with base64 data (RFC 2397), decoded here, or an http(s) URL, fetched
+// later only when the server allows its host (no server-side request forgery by default). The image type
+// is read from the bytes, not from the URL's media type.
+completion_request::image_part image_url_part(const nlohmann::ordered_json& part, const std::string& p) {
   const auto& u = part.contains("image_url") ? part["image_url"] : nlohmann::ordered_json();
   const nlohmann::ordered_json* url = nullptr;
   if (u.is_string()) url = &u;
   else if (u.is_object() && u.contains("url") && u["url"].is_string()) url = &u["url"];
   if (!url) bad(p, "'" + p + "' must be {\"type\": \"image_url\", \"image_url\": {\"url\": \"data:...\"}}");
   const auto& s = url->get_ref<const std::string&>();
-  if (!s.starts_with("data:")) {
-    bad(p, "'" + p + ".image_url.url': only data: URLs (base64) are accepted; this server fetches no remote "
-           "images");
-  }
+  if (s.starts_with("http://") || s.starts_with("https://")) return {"", s};
+  if (!s.starts_with("data:"))
+    bad(p, "'" + p + ".image_url.url' must be a data: URL (base64) or an http(s) URL");
   const size_t comma = s.find(',');
   if (comma == std::string::npos || !std::string_view(s).substr(0, comma).ends_with(";base64"))
     bad(p, "'" + p + ".image_url.url' must be data:<type>;base64,<data>");
   auto bytes = base64_decode(std::string_view(s).substr(comma + 1));
   if (!bytes) bad(p, "'" + p + ".image_url.url' has invalid base64 data");
-  return std::move(*bytes);
+  return {std::move(*bytes), ""};
 }
 
 // A message's content for the template: a string stays, null stays null (an assistant turn with only tool
 // calls), text parts are joined into one string (vLLM's "string" content format). A content with image
 // parts stays a list of {"type": "text", "text"} and {"type": "image"} parts (the image bytes go to
 // `images`, in order), which templates that know images render (Kimi-VL's, moxi-tiny's).
-nlohmann::ordered_json message_content(const nlohmann::ordered_json& c, size_t i, std::vector<std::string>& images) {
+nlohmann::ordered_json message_content(const nlohmann::ordered_json& c, size_t i,
+                                       std::vector<completion_request::image_part>& images) {
   const std::string p = "messages[" + std::to_string(i) + "].content";
   if (c.is_string() || c.is_null()) return c;
   if (!c.is_array()) bad(p, "'" + p + "' must be a string or an array of content parts");
@@ -114,7 +117,7 @@ nlohmann::ordered_json message_content(const nlohmann::ordered_json& c, size_t i
     const std::string pk = p + "[" + std::to_string(k) + "]";
     const bool is_image = part.is_object() && part.contains("type") && part["type"] == "image_url";
     if (is_image) {
-      images.push_back(image_url_bytes(part, pk));
+      images.push_back(image_url_part(part, pk));
       parts.push_back({{"type", "image"}});
       has_image = true;
       continue;
@@ -592,6 +595,48 @@ token_id image_key(uint64_t h, int64_t j) {
   return token_id(int32_t(uint32_t(x) | 0x80000000u));
 }
 
+// The bytes at an http(s) URL whose host the server allows: no redirects, at most `max_bytes`, within the
+// timeout. Throws api_error 400 saying why not.
+std::string fetch_image(const std::string& url, const request_context& ctx, size_t max_bytes,
+                        const std::string& what) {
+  if (ctx.allowed_media_domains.empty())
+    bad("messages", what + ": only data: URLs are accepted; this server fetches remote images only from hosts "
+                           "given with --allowed-media-domains");
+  const size_t scheme_end = url.find("://") + 3;
+  const size_t path_at = std::min(url.find_first_of("/?#", scheme_end), url.size());
+  const std::string authority = url.substr(scheme_end, path_at - scheme_end);
+  if (authority.empty() || authority.find('@') != std::string::npos)
+    bad("messages", what + ": the URL has no plain host");
+  std::string host = authority.substr(0, authority.rfind(':') == std::string::npos || authority.back() == ']'
+                                             ? authority.size()
+                                             : authority.rfind(':'));
+  for (char& c : host) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (std::find(ctx.allowed_media_domains.begin(), ctx.allowed_media_domains.end(), host) ==
+      ctx.allowed_media_domains.end())
+    bad("messages", what + ": host '" + host + "' is not in --allowed-media-domains");
+  httplib::Client client(url.substr(0, path_at));
+  const auto timeout = std::chrono::milliseconds(int64_t(ctx.media_fetch_timeout_s * 1000));
+  client.set_connection_timeout(timeout);
+  client.set_read_timeout(timeout);
+  client.set_follow_location(false);
+  std::string body;
+  bool too_big = false;
+  const std::string path = path_at < url.size() ? url.substr(path_at) : "/";
+  const auto res = client.Get(path, [&](const char* data, size_t n) {
+    if (body.size() + n > max_bytes) {
+      too_big = true;
+      return false;  // stops the download
+    }
+    body.append(data, n);
+    return true;
+  });
+  if (too_big) bad("messages", what + ": the image at the URL is over " + std::to_string(max_bytes) + " bytes");
+  if (!res) bad("messages", what + ": cannot fetch the URL (" + httplib::to_string(res.error()) + ")");
+  if (res->status != 200)
+    bad("messages", what + ": fetching the URL gave HTTP " + std::to_string(res->status));
+  return body;
+}
+
 // Decodes and preprocesses the request's images, expands the prompt's placeholders and keys them for the
 // prefix cache; returns the images for the encoder (run once every other check has passed).
 std::vector<runtime::prompt_image> attach_images(validated_request& v, const request_context& ctx) {
@@ -603,10 +648,13 @@ std::vector<runtime::prompt_image> attach_images(validated_request& v, const req
                         std::to_string(ctx.max_images));
   std::vector<runtime::prompt_image> prepared;
   for (size_t i = 0; i < images.size(); ++i) {
+    const std::string what = "image " + std::to_string(i + 1);
+    const std::string fetched =
+        images[i].url.empty() ? std::string() : fetch_image(images[i].url, ctx, ctx.image_limits.max_bytes, what);
+    const std::string& data = images[i].url.empty() ? images[i].bytes : fetched;
     try {
-      const std::span bytes(reinterpret_cast<const uint8_t*>(images[i].data()), images[i].size());
-      prepared.push_back(runtime::prepare_image(
-          *ctx.model, image::decode(bytes, ctx.image_limits, "image " + std::to_string(i + 1))));
+      const std::span bytes(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+      prepared.push_back(runtime::prepare_image(*ctx.model, image::decode(bytes, ctx.image_limits, what)));
     } catch (const error& e) {
       bad("messages", e.what());
     }

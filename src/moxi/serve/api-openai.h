@@ -68,8 +68,11 @@ struct completion_request {
   // lines (moxi's): the reply is parsed for such lines (parse_tool_calls).
   bool parse_calls = false;
   bool tool_choice_none = false;
-  // The encoded bytes of the image parts (data: URLs), in message order.
-  std::vector<std::string> images;
+  // The image parts in message order: the bytes of a data: URL, or a remote http(s) URL to fetch.
+  struct image_part {
+    std::string bytes, url;
+  };
+  std::vector<image_part> images;
 };
 
 // A reply parsed for calls in moxi's syntax: each line `[call i/n] NAME(ARGS)` whose NAME is one of
@@ -126,6 +129,9 @@ struct request_context {
   // 400), at most max_images per request, each decoded within image_limits.
   const model::model* model = nullptr;
   int64_t max_images = 8;
+  // Hosts whose http(s) image URLs are fetched (vLLM's --allowed-media-domains); empty: data: URLs only.
+  std::vector<std::string> allowed_media_domains;
+  double media_fetch_timeout_s = 10;
   image::decode_limits image_limits{.max_bytes = 16u << 20, .max_pixels = 32ll << 20, .max_side = 16384};
 };
 

@@ -685,6 +685,7 @@ void server::impl::handle_completion(const http_request& req, http_exchange& ex,
   ctx.default_max_tokens = cfg.default_max_tokens;
   ctx.model = &mdl;
   ctx.max_images = cfg.max_images_per_request;
+  ctx.allowed_media_domains = cfg.allowed_media_domains;
   validated_request v;
   try {
     v = validate_request(req.body, chat, ctx);

@@ -47,6 +47,7 @@ struct server_config {
   int64_t max_tokens_limit = 0;           // largest max_tokens accepted; 0: max_model_len - 1
   int64_t default_max_tokens = 16;        // when the request gives none (OpenAI's default for completions)
   int64_t max_images_per_request = 8;     // image_url parts per request (a model with a vision encoder)
+  std::vector<std::string> allowed_media_domains;  // hosts of http(s) image URLs to fetch; empty: none
   int32_t max_concurrent_requests = 256;  // completions in flight; 429 beyond
   double request_timeout_s = 600;         // a request still generating after this is cancelled
   int io_timeout_s = 30;                  // a whole body, and each write, to a slow client
