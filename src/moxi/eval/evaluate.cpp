@@ -229,9 +229,8 @@ eval_model eval_model_of(const runtime::local_model& lm) {
     m.attach_images = [&lm](runtime::causal_lm& seq, const task& t, std::vector<token_id> ids) {
       std::vector<runtime::prompt_image> images;
       for (size_t i = 0; i < t.images.size(); ++i) {
-        const std::span bytes(reinterpret_cast<const uint8_t*>(t.images[i].data()), t.images[i].size());
         images.push_back(runtime::prepare_image(
-            lm.model, image::decode(bytes, {}, "task " + t.id + " image " + std::to_string(i + 1))));
+            lm.model, image::decode(t.images[i], {}, "task " + t.id + " image " + std::to_string(i + 1))));
       }
       auto expanded = runtime::expand_image_placeholders(
           ids, token_id(*lm.model.config().media_placeholder_token_id), images);

@@ -130,6 +130,10 @@ std::string hex_prefix(std::span<const uint8_t> b) {
 
 }  // namespace
 
+rgb_image decode(std::string_view bytes, const decode_limits& limits, const std::string& what) {
+  return decode(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), limits, what);
+}
+
 rgb_image decode(std::span<const uint8_t> bytes, const decode_limits& limits, const std::string& what) {
   if (bytes.size() > limits.max_bytes) {
     detail::fail(what, std::to_string(bytes.size()) + " bytes, over the limit of " +

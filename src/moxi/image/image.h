@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace moxi::image {
@@ -30,6 +31,9 @@ struct decode_limits {
 // Keeps no state: safe to call from several threads at once.
 rgb_image decode(std::span<const uint8_t> bytes, const decode_limits& limits = {},
                  const std::string& what = "image");
+
+// The same for bytes held in a string (a file read whole, a base64-decoded data: URL, a task's picture).
+rgb_image decode(std::string_view bytes, const decode_limits& limits = {}, const std::string& what = "image");
 
 // Reads `path` (refusing files over limits.max_bytes before reading them), then decode() with the path as
 // `what`.

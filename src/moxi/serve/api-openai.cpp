@@ -653,8 +653,7 @@ std::vector<runtime::prompt_image> attach_images(validated_request& v, const req
         images[i].url.empty() ? std::string() : fetch_image(images[i].url, ctx, ctx.image_limits.max_bytes, what);
     const std::string& data = images[i].url.empty() ? images[i].bytes : fetched;
     try {
-      const std::span bytes(reinterpret_cast<const uint8_t*>(data.data()), data.size());
-      prepared.push_back(runtime::prepare_image(*ctx.model, image::decode(bytes, ctx.image_limits, what)));
+      prepared.push_back(runtime::prepare_image(*ctx.model, image::decode(data, ctx.image_limits, what)));
     } catch (const error& e) {
       bad("messages", e.what());
     }

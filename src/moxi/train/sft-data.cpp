@@ -96,8 +96,7 @@ std::optional<sample_vision> sample_vision_of(const formats::model_config& c) {
 namespace {
 
 image::patches picture(const std::string& png, const image::preprocess_config& pre, const std::string& what) {
-  return image::preprocess(
-      image::decode(std::span(reinterpret_cast<const uint8_t*>(png.data()), png.size()), {}, what), pre);
+  return image::preprocess(image::decode(png, {}, what), pre);
 }
 
 }  // namespace
