@@ -16,6 +16,7 @@ PACKAGES=(
   libyaml-cpp-dev  # Terminal-Bench task.yaml and solution.yaml
   libpng-dev libjpeg62-turbo-dev libexif-dev  # image decoding (src/moxi/image)
   python3-pil  # the image tests' reference decoder and resizer (tests/image)
+  libopenmpi-dev openmpi-bin  # the model across processes under mpirun (src/moxi/dist, docs/distributed.md)
 )
 
 missing=()

@@ -14,6 +14,7 @@
 #include "moxi/base/error.h"
 #include "moxi/cli/command.h"
 #include "moxi/cli/options.h"
+#include "moxi/cli/parallel-flags.h"
 #include "moxi/formats/checkpoint.h"
 #include "moxi/model/model.h"
 
@@ -54,6 +55,7 @@ void setup_logits(CLI::App& root) {
   struct args {
     std::string model, tokens, out, dump;
     int64_t chunk = 0;
+    parallel_flags parallel;
   };
   auto a = std::make_shared<args>();
   add_model_option(cmd, a->model, /*required=*/true);
@@ -67,17 +69,25 @@ void setup_logits(CLI::App& root) {
       "see docs/model.md");
   cmd->add_option("--chunk", a->chunk, "feed the tokens in chunks of N through the cache (0: one call)")
       ->check(integer_in(0, int64_t(1) << 30));
+  a->parallel.add(cmd);
   set_examples(
       cmd,
       {"moxi logits -m models/moxi-small --tokens 1,72,101,108 --out logits.safetensors",
        "moxi logits -m /tmp/tiny --tokens 1,2,3,4,5,6 --chunk 2 --dump 'layers.*.out' --out l.safetensors "
-       "--force"},
+       "--force",
+       "mpirun -np 4 moxi logits -m /tmp/tiny --tokens 1,2,3 --tp 2 --ep 2 --pp 2 --out l.safetensors"},
       "docs/model.md");
   cmd->callback([a, outs] {
     outs->check();
     const auto tokens = parse_tokens(a->tokens);
     const auto patterns = split_names(a->dump);
-    const auto m = model::model::load(a->model);
+    if (a->parallel.distributed())
+      for (const auto& p : patterns)
+        if (p != "logits")
+          throw usage_error("--dump " + p + ": across processes each rank holds slices of the intermediates; "
+                            "only logits can be dumped");
+    const auto opts = a->parallel.load_options();
+    const auto m = model::model::load(a->model, opts);
     auto cache = m.new_cache();
 
     // Dumps of several chunks are concatenated along the first (token) dimension.
@@ -127,6 +137,7 @@ void setup_logits(CLI::App& root) {
       if (!hit && p != "logits")
         throw error("--dump: no intermediate is named '" + p + "' (see docs/model.md)");
     }
+    if (!output_rank(opts)) return;  // rank 0 writes the file
     formats::write_safetensors(a->out, out);
     std::cerr << "logits: " << T << " tokens in " << secs << " s (" << double(T) / secs
               << " tokens/s), wrote " << out.size() << " tensor(s) to " << a->out << "\n";

@@ -9,6 +9,7 @@
 #include "moxi/base/error.h"
 #include "moxi/base/interrupt.h"
 #include "moxi/cli/command.h"
+#include "moxi/dist/mpi.h"
 
 namespace moxi::cli {
 
@@ -39,6 +40,9 @@ int usage_error_exit(const CLI::App& app, const std::string& message) {
 }
 
 }  // namespace
+
+int run_parsed(CLI::App& app, int argc, char** argv);
+
 }  // namespace moxi::cli
 
 int main(int argc, char** argv) {
@@ -58,6 +62,16 @@ int main(int argc, char** argv) {
       std::none_of(registry.begin(), registry.end(), [&](const auto& c) { return c.name == argv[1]; }))
     return moxi::cli::usage_error_exit(
         app, std::string("no command '") + argv[1] + "' ('moxi --help' lists them)");
+  const int rc = moxi::cli::run_parsed(app, argc, argv);
+  // Under mpirun a rank that stops on an error takes the job down with it, so that no other rank waits
+  // forever in a collective (docs/distributed.md).
+  if (rc != 0) moxi::dist::abort_job(rc);
+  return rc;
+}
+
+namespace moxi::cli {
+
+int run_parsed(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -81,3 +95,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace moxi::cli

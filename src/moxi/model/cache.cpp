@@ -12,16 +12,18 @@
 
 namespace moxi::model {
 
-contiguous_cache::contiguous_cache(const formats::model_config& c) {
+contiguous_cache::contiguous_cache(const formats::model_config& c, const std::vector<bool>& owned) {
   const auto layout = arch::find_architecture(c).layout(c);
   if (c.mla) latent_width_ = c.mla->kv_lora_rank + c.mla->qk_rope_head_dim;
   if (c.dsa) index_width_ = c.dsa->index_head_dim;
   if (c.kda) kda_conv_floats_ = (c.kda->conv_kernel - 1) * c.kda->proj_dim();
+  MOXI_ASSERT(owned.empty() || owned.size() == layout.layers.size() + layout.mtp_layers.size());
   auto add = [&](const arch::layer_layout& l, bool mtp) {
     slot s;
     s.kind = l.attn;
     s.mtp = mtp;
-    s.state.assign(size_t(attention_state_floats(c, l.attn)), 0.0f);
+    s.owned = owned.empty() || owned[slots_.size()];
+    if (s.owned) s.state.assign(size_t(attention_state_floats(c, l.attn)), 0.0f);
     slots_.push_back(std::move(s));
   };
   for (const auto& l : layout.layers) add(l, false);
@@ -30,6 +32,7 @@ contiguous_cache::contiguous_cache(const formats::model_config& c) {
 
 contiguous_cache::slot& contiguous_cache::at(int64_t layer) {
   MOXI_ASSERT(layer >= 0 && size_t(layer) < slots_.size());
+  MOXI_ASSERT(slots_[size_t(layer)].owned, "cache slot of another pipeline stage's layer");
   return slots_[size_t(layer)];
 }
 
@@ -91,6 +94,7 @@ void contiguous_cache::rewind(int64_t length, int64_t mtp_length) {
                 " tokens, outside the traced " + std::to_string(mark_length_) + ".." + std::to_string(length_) +
                 " / " + std::to_string(mark_mtp_length_) + ".." + std::to_string(mtp_length_));
   for (auto& s : slots_) {
+    if (!s.owned) continue;
     const int64_t keep = s.mtp ? mtp_length - mark_mtp_length_ : length - mark_length_;
     if (!s.state.empty()) {
       const size_t n = s.state.size();

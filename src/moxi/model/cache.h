@@ -86,7 +86,9 @@ class sequence_cache {
 // Contiguous, growing per-layer buffers: what the engine's single-sequence paths and the tests use.
 class contiguous_cache final : public sequence_cache {
  public:
-  explicit contiguous_cache(const formats::model_config& config);
+  // owned (one flag per slot, main layers then MTP; empty: all): a pipeline stage allocates only the slots
+  // of its own layers; the others are never touched.
+  explicit contiguous_cache(const formats::model_config& config, const std::vector<bool>& owned = {});
 
   int64_t length() const override { return length_; }
   int64_t mtp_length() const override { return mtp_length_; }
@@ -113,6 +115,7 @@ class contiguous_cache final : public sequence_cache {
   struct slot {
     formats::attn_kind kind = formats::attn_kind::KDA;
     bool mtp = false;                       // an MTP layer's slot: its rows follow mtp_length
+    bool owned = true;                      // false: another pipeline stage's layer, nothing kept here
     std::vector<float> state;               // KDA, SWA
     std::vector<float> latent, index_keys;  // MLA, grown by mla_append
     int64_t rows = 0;

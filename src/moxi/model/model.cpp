@@ -9,6 +9,7 @@
 #include "moxi/kernels/backend.h"
 #include "moxi/model/arch/registry.h"
 #include "moxi/model/config.h"
+#include "moxi/model/parallel.h"
 
 namespace moxi::model {
 
@@ -50,30 +51,54 @@ model model::load(formats::model_config config, const std::string& checkpoint_pa
   const auto layout = arch.layout(config);
   model m;
   m.config_ = std::move(config);
+  const auto& par = opts.parallel;
+  if (par) check_layout(m.config_, par->sizes, par->world_size);
+  m.layer_config_ = par ? local_config(m.config_, par->sizes.tp) : m.config_;
+  m.opts_parallel_ = par;
   m.ckpt_ = std::make_unique<formats::checkpoint>(formats::checkpoint::open(checkpoint_path));
   const auto& c = m.config_;
-  weight_loader ld(*m.ckpt_, c, opts);
-  m.embed_ = ld.f32(layout.embed, {c.vocab_size, c.hidden_size});
-  for (size_t i = 0; i < layout.layers.size(); ++i)
-    m.layers_.push_back(load_decoder_layer(ld, layout.layers[i], layout.ffn, int64_t(i)));
-  m.final_norm_ = ld.f32(layout.final_norm, {c.hidden_size});
-  if (!c.tie_word_embeddings) {
-    const std::string suffix = ".weight";
-    MOXI_ASSERT(layout.lm_head.ends_with(suffix));
-    m.head_ =
-        ld.lin(layout.lm_head.substr(0, layout.lm_head.size() - suffix.size()), c.vocab_size, c.hidden_size);
-  } else {
-    m.head_ = tied_head(*m.ckpt_, layout.embed, m.embed_, c.vocab_size, c.hidden_size);
+  weight_loader ld(*m.ckpt_, m.layer_config_, opts);
+  // A pipeline stage reads its own layers; the first one the embedding (and the vision encoder), the last
+  // one the final norm, the head and the MTP layers (which read the embedding too).
+  const bool first = !par || par->first_stage(), last = m.holds_head();
+  const auto [lo, hi] = par ? parallel_layout::stage_layers(c.num_layers, par->sizes.pp, par->stage)
+                            : std::pair<int64_t, int64_t>{0, c.num_layers - 1};
+  if (first || (last && (c.tie_word_embeddings || !layout.mtp_layers.empty())))
+    m.embed_ = ld.f32(layout.embed, {c.vocab_size, c.hidden_size});
+  m.first_layer_ = lo;
+  for (int64_t i = lo; i <= hi; ++i)
+    m.layers_.push_back(load_decoder_layer(ld, layout.layers[size_t(i)], layout.ffn, i));
+  if (last) {
+    m.final_norm_ = ld.f32(layout.final_norm, {c.hidden_size});
+    if (!c.tie_word_embeddings) {
+      const std::string suffix = ".weight";
+      MOXI_ASSERT(layout.lm_head.ends_with(suffix));
+      m.head_ = ld.lin(layout.lm_head.substr(0, layout.lm_head.size() - suffix.size()), c.vocab_size,
+                       c.hidden_size);
+    } else {
+      m.head_ = tied_head(*m.ckpt_, layout.embed, m.embed_, c.vocab_size, c.hidden_size);
+    }
+    for (size_t k = 0; k < layout.mtp_layers.size(); ++k)
+      m.mtp_.push_back(load_mtp_layer(ld, layout.mtp_layers[k], layout.ffn, c.num_layers + int64_t(k)));
   }
-  for (size_t k = 0; k < layout.mtp_layers.size(); ++k)
-    m.mtp_.push_back(load_mtp_layer(ld, layout.mtp_layers[k], layout.ffn, c.num_layers + int64_t(k)));
-  if (c.vision) m.vision_ = std::make_unique<vision_encoder>(vision_encoder::load(ld, c));
+  if (first && c.vision) m.vision_ = std::make_unique<vision_encoder>(vision_encoder::load(ld, c));
   m.tensors_read_ = ld.names_read();
   return m;
 }
 
-std::unique_ptr<sequence_cache> model::new_cache() const {
-  return std::make_unique<contiguous_cache>(config_);
+std::unique_ptr<contiguous_cache> model::new_cache() const {
+  if (!opts_parallel_) return std::make_unique<contiguous_cache>(layer_config_);
+  std::vector<bool> owned(size_t(config_.num_layers + config_.num_mtp_layers), false);
+  for (size_t i = 0; i < layers_.size(); ++i) owned[size_t(first_layer_) + i] = true;
+  for (size_t k = 0; k < mtp_.size(); ++k) owned[size_t(config_.num_layers) + k] = true;
+  return std::make_unique<contiguous_cache>(layer_config_, owned);
+}
+
+void model::share_from_last_stage(std::vector<float>& data, int64_t n) const {
+  const parallel_layout* par = opts_parallel_.get();
+  if (!par || par->world_size == 1) return;
+  data.resize(size_t(n));
+  par->world->broadcast(data.data(), n * int64_t(sizeof(float)), par->world_rank_of(par->sizes.pp - 1, 0));
 }
 
 void model::check_tokens(std::span<const token_id> tokens) const {
@@ -117,18 +142,30 @@ std::vector<float> model::forward(std::span<const token_id> tokens, sequence_cac
   const int64_t T = int64_t(tokens.size()), d = config_.hidden_size;
   if (T == 0) return {};
   std::vector<float> h(size_t(T * d));  // f32 [T, hidden], the residual stream
-  embed(tokens, opts.media, h.data());
-  dump(opts.dump, "embed", {T, d}, h.data());
+  const parallel_layout* par = opts_parallel_.get();
+  if (!par || par->first_stage()) {
+    embed(tokens, opts.media, h.data());
+    dump(opts.dump, "embed", {T, d}, h.data());
+  } else {
+    par->world->recv(h.data(), T * d * 4, par->world_rank_of(par->stage - 1, par->stage_rank));
+  }
   const seq_rows seg{0, T, &cache};
   for (size_t i = 0; i < layers_.size(); ++i)
-    decoder_layer_forward_batch(layers_[i], config_, h.data(), T, std::span(&seg, 1), opts.dump,
-                                "layers." + std::to_string(i));
+    decoder_layer_forward_batch(layers_[i], layer_config_, h.data(), T, std::span(&seg, 1), opts.dump,
+                                "layers." + std::to_string(first_layer_ + int64_t(i)));
+  if (par && !par->last_stage())
+    par->world->send(h.data(), T * d * 4, par->world_rank_of(par->stage + 1, par->stage_rank));
   cache.advance(T);
-  kernels::active().rms_norm(h.data(), final_norm_.data(), h.data(), T, d, float(config_.rms_norm_eps));
-  dump(opts.dump, "final_norm", {T, d}, h.data());
-  if (opts.hidden) *opts.hidden = h;
-  auto logits = head(h.data(), T, opts.last_only);
-  dump(opts.dump, "logits", {opts.last_only ? 1 : T, config_.vocab_size}, logits.data());
+  std::vector<float> logits;
+  if (holds_head()) {
+    kernels::active().rms_norm(h.data(), final_norm_.data(), h.data(), T, d, float(config_.rms_norm_eps));
+    dump(opts.dump, "final_norm", {T, d}, h.data());
+    if (opts.hidden) *opts.hidden = h;
+    logits = head(h.data(), T, opts.last_only);
+    dump(opts.dump, "logits", {opts.last_only ? 1 : T, config_.vocab_size}, logits.data());
+  }
+  share_from_last_stage(logits, (opts.last_only ? 1 : T) * config_.vocab_size);
+  if (opts.hidden) share_from_last_stage(*opts.hidden, T * d);
   return logits;
 }
 
@@ -154,11 +191,18 @@ std::vector<std::vector<float>> model::forward_batch(std::span<const batch_item>
   if (R == 0) return out;
 
   std::vector<float> h(size_t(R * d));  // f32 [R, hidden], every item's residual stream in order
-  for (size_t s = 0; s < segs.size(); ++s)
-    embed(items[seg_item[s]].tokens, items[seg_item[s]].media, h.data() + segs[s].begin * d);
+  const parallel_layout* par = opts_parallel_.get();
+  if (!par || par->first_stage()) {
+    for (size_t s = 0; s < segs.size(); ++s)
+      embed(items[seg_item[s]].tokens, items[seg_item[s]].media, h.data() + segs[s].begin * d);
+  } else {
+    par->world->recv(h.data(), R * d * 4, par->world_rank_of(par->stage - 1, par->stage_rank));
+  }
   for (size_t i = 0; i < layers_.size(); ++i)
-    decoder_layer_forward_batch(layers_[i], config_, h.data(), R, segs, nullptr,
-                                "layers." + std::to_string(i));
+    decoder_layer_forward_batch(layers_[i], layer_config_, h.data(), R, segs, nullptr,
+                                "layers." + std::to_string(first_layer_ + int64_t(i)));
+  if (par && !par->last_stage())
+    par->world->send(h.data(), R * d * 4, par->world_rank_of(par->stage + 1, par->stage_rank));
   for (const auto& sg : segs) sg.cache->advance(sg.T);
 
   // Final norm and lm_head over the rows whose logits are wanted, in one matmul.
@@ -168,8 +212,13 @@ std::vector<std::vector<float>> model::forward_batch(std::span<const batch_item>
     hs.insert(hs.end(), h.begin() + first * d, h.begin() + (segs[s].begin + segs[s].T) * d);
   }
   const int64_t rows = int64_t(hs.size()) / d;
-  kernels::active().rms_norm(hs.data(), final_norm_.data(), hs.data(), rows, d, float(config_.rms_norm_eps));
-  const auto logits = head(hs.data(), rows, false);
+  std::vector<float> logits;
+  if (holds_head()) {
+    kernels::active().rms_norm(hs.data(), final_norm_.data(), hs.data(), rows, d,
+                               float(config_.rms_norm_eps));
+    logits = head(hs.data(), rows, false);
+  }
+  share_from_last_stage(logits, rows * V);
   int64_t r = 0;
   for (size_t s = 0; s < segs.size(); ++s) {
     const int64_t n = items[seg_item[s]].last_only ? 1 : segs[s].T;
@@ -182,15 +231,22 @@ std::vector<std::vector<float>> model::forward_batch(std::span<const batch_item>
 std::vector<float> model::mtp_forward(std::span<const float> hidden, std::span<const token_id> next_tokens,
                                       sequence_cache& cache, int64_t depth,
                                       const forward_options& opts) const {
-  if (depth < 0 || size_t(depth) >= mtp_.size())
+  if (depth < 0 || depth >= config_.num_mtp_layers)
     throw error(config_.source + ": MTP depth " + std::to_string(depth) + " requested, the model has " +
-                std::to_string(mtp_.size()) + " MTP layer(s) (num_nextn_predict_layers)");
+                std::to_string(config_.num_mtp_layers) + " MTP layer(s) (num_nextn_predict_layers)");
   check_tokens(next_tokens);
   const int64_t T = int64_t(next_tokens.size()), d = config_.hidden_size;
   if (int64_t(hidden.size()) != T * d)
     throw error("mtp_forward: hidden has " + std::to_string(hidden.size()) + " values, expected " +
                 std::to_string(T) + " x " + std::to_string(d));
   if (T == 0) return {};
+  std::vector<float> logits;
+  if (!holds_head()) {  // the MTP layers live on the last pipeline stage
+    cache.advance_mtp(T);
+    share_from_last_stage(logits, (opts.last_only ? 1 : T) * config_.vocab_size);
+    if (opts.hidden) share_from_last_stage(*opts.hidden, T * d);
+    return logits;
+  }
   const auto& m = mtp_[size_t(depth)];
   const float eps = float(config_.rms_norm_eps);
   const std::string name = "mtp." + std::to_string(depth);
@@ -204,13 +260,15 @@ std::vector<float> model::mtp_forward(std::span<const float> hidden, std::span<c
   std::vector<float> h(size_t(T * d));  // f32 [T, hidden]
   m.eh_proj.apply(cat.data(), h.data(), T);
   dump(opts.dump, name + ".eh_proj", {T, d}, h.data());
-  decoder_layer_forward(m.block, config_, h.data(), T, cache, opts.dump, name);
+  decoder_layer_forward(m.block, layer_config_, h.data(), T, cache, opts.dump, name);
   cache.advance_mtp(T);
   kernels::active().rms_norm(h.data(), m.head_norm.data(), h.data(), T, d, eps);
   dump(opts.dump, name + ".head_norm", {T, d}, h.data());
   if (opts.hidden) *opts.hidden = h;
-  auto logits = head(h.data(), T, opts.last_only);
+  logits = head(h.data(), T, opts.last_only);
   dump(opts.dump, name + ".logits", {opts.last_only ? 1 : T, config_.vocab_size}, logits.data());
+  share_from_last_stage(logits, (opts.last_only ? 1 : T) * config_.vocab_size);
+  if (opts.hidden) share_from_last_stage(*opts.hidden, T * d);
   return logits;
 }
 

@@ -58,10 +58,19 @@ class model {
   ~model();
 
   const formats::model_config& config() const { return config_; }
-  std::unique_ptr<sequence_cache> new_cache() const;
+  // The config this process's layers run under: config() itself, or with tensor parallelism the rank's
+  // local_config (fewer heads, narrower FFNs). Caches of this process are sized by it.
+  const formats::model_config& layer_config() const { return layer_config_; }
+  // This rank's layout (model/parallel.h), or null when the whole model runs in this process.
+  const parallel_layout* parallel() const { return opts_parallel_.get(); }
+  // A contiguous cache with the slots of this process's layers.
+  std::unique_ptr<contiguous_cache> new_cache() const;
 
   // Runs T = tokens.size() new tokens after the cache.length() cached ones and advances the cache.
   // Returns logits f32 [T, vocab] (or [1, vocab] with last_only). Token ids outside [0, vocab) are an error.
+  // Across processes (load_options::parallel) every rank calls forward, forward_batch and mtp_forward with
+  // the same arguments in the same order (SPMD); each rank runs its share and every rank gets the logits
+  // (and opts.hidden) of the last pipeline stage's first rank.
   std::vector<float> forward(std::span<const token_id> tokens, sequence_cache& cache,
                              const forward_options& opts = {}) const;
 
@@ -96,15 +105,22 @@ class model {
   // h f32 [T, hidden] after the final norm -> logits (all rows or the last only).
   std::vector<float> head(const float* h, int64_t T, bool last_only) const;
 
+  // The last stage's first rank sends data (floats) to every rank; a no-op in one process.
+  void share_from_last_stage(std::vector<float>& data, int64_t n) const;
+  bool holds_head() const { return !opts_parallel_ || opts_parallel_->last_stage(); }
+
   formats::model_config config_;
+  formats::model_config layer_config_;
+  std::shared_ptr<const parallel_layout> opts_parallel_;
+  int64_t first_layer_ = 0;  // global index of layers_[0] (pipeline stages hold a range)
   std::unique_ptr<formats::checkpoint> ckpt_;  // kept open: packed MXFP4 experts point into its mapping
   std::vector<float> embed_;                   // f32 [vocab, hidden]
   std::vector<float> final_norm_;              // f32 [hidden]
   // [vocab, hidden]: lm_head, or the embedding when tied. BF16 when the checkpoint stores BF16 and fast
   // kernels are on (half the bytes a decode step streams, widened exactly in registers), else f32.
   linear head_;
-  std::vector<decoder_layer> layers_;
-  std::vector<mtp_layer> mtp_;
+  std::vector<decoder_layer> layers_;  // this stage's layers
+  std::vector<mtp_layer> mtp_;         // on the last stage
   std::unique_ptr<vision_encoder> vision_;
   std::set<std::string> tensors_read_;
 };

@@ -13,7 +13,7 @@ namespace moxi::runtime {
 namespace fs = std::filesystem;
 
 model_lm::model_lm(const model::model& m)
-    : m_(&m), cache_(std::make_unique<model::contiguous_cache>(m.config())) {}
+    : m_(&m), cache_(m.new_cache()) {}
 
 int64_t model_lm::vocab_size() const {
   return m_->config().vocab_size;
@@ -113,7 +113,7 @@ void model_lm::keep(int64_t n) {
 }
 
 void model_lm::reset() {
-  cache_ = std::make_unique<model::contiguous_cache>(m_->config());
+  cache_ = m_->new_cache();
   tokens_.clear();
   pending_hidden_.clear();
   verify_hidden_.clear();
@@ -160,8 +160,8 @@ std::vector<int64_t> generation_config_stops(const std::string& dir) {
 
 }  // namespace
 
-local_model local_model::load(const std::string& dir) {
-  auto m = model::model::load(dir);
+local_model local_model::load(const std::string& dir, const model::load_options& opts) {
+  auto m = model::model::load(dir, opts);
   auto tok = formats::tokenizer::from_hf_json_file((fs::path(dir) / "tokenizer.json").string());
   auto chat = formats::load_chat_template(dir);
   const int64_t V = m.config().vocab_size;

@@ -87,7 +87,7 @@ struct local_model {
   // the template's eos token and moxi-tiny's end-of-turn token <|end|> when the tokenizer has them.
   std::vector<token_id> stop_tokens;
 
-  static local_model load(const std::string& dir);
+  static local_model load(const std::string& dir, const model::load_options& opts = {});
 
   // The chat template, or a moxi::error naming the directory when it has none.
   const formats::chat_template& require_chat() const;

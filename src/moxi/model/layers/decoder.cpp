@@ -10,6 +10,7 @@ decoder_layer load_decoder_layer(weight_loader& ld, const arch::layer_layout& la
   const auto& c = ld.config();
   decoder_layer l;
   l.slot = slot;
+  l.parallel = ld.options().parallel;
   l.input_norm = ld.f32(lay.prefix + ".input_layernorm.weight", {c.hidden_size});
   l.kind = lay.attn;
   l.attn = attention_kind(lay.attn).load(ld, lay.prefix + ".self_attn");
@@ -38,6 +39,8 @@ void decoder_layer_forward_batch(const decoder_layer& l, const formats::model_co
   dump(dump_to, name + ".attn_norm", {T, d}, xn.data());
   l.attn->forward_batch(c, xn.data(), T, segs, l.slot, y.data(), dump_to,
                         name + "." + attention_kind(l.kind).dump_name);
+  const process_group* tp = l.parallel && l.parallel->sizes.tp > 1 ? l.parallel->tp.get() : nullptr;
+  if (tp) tp->all_reduce_sum(y.data(), T * d);
   dump(dump_to, name + ".attn_out", {T, d}, y.data());
   for (int64_t i = 0; i < T * d; ++i) h[i] += y[size_t(i)];
 
@@ -47,6 +50,7 @@ void decoder_layer_forward_batch(const decoder_layer& l, const formats::model_co
     moe_forward(*l.moe, c, xn.data(), T, y.data(), dump_to, name + ".moe");
   else
     l.mlp->apply(xn.data(), y.data(), T);
+  if (tp && !l.moe) tp->all_reduce_sum(y.data(), T * d);  // the MoE reduces its shared experts itself
   dump(dump_to, name + ".ffn_out", {T, d}, y.data());
   for (int64_t i = 0; i < T * d; ++i) h[i] += y[size_t(i)];
   dump(dump_to, name + ".out", {T, d}, h);

@@ -24,6 +24,9 @@ struct decoder_layer {
   std::shared_ptr<const attention_layer> attn;
   std::optional<swiglu_mlp> mlp;  // exactly one of mlp / moe
   std::optional<moe_weights> moe;
+  // The layout this rank runs in, or null in one process. With tp > 1 the attention output and the dense
+  // FFN output are this rank's heads' / columns' partial sums, all-reduced over the tp group.
+  std::shared_ptr<const parallel_layout> parallel;
 };
 
 decoder_layer load_decoder_layer(weight_loader& ld, const arch::layer_layout& layout,

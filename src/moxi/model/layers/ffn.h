@@ -3,6 +3,7 @@
 // shared experts).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,9 +33,13 @@ struct moe_weights {
   linear latent_down;              // [W, hidden] (latent MoE), or empty
   std::vector<float> latent_norm;  // f32 [W], or empty
   linear latent_up;                // [hidden, W]
-  std::vector<routed_expert> experts;
+  std::vector<routed_expert> experts;  // experts first_expert ... (all of them, or an ep rank's share)
+  int64_t first_expert = 0;
   std::optional<swiglu_mlp> shared;  // num_shared_experts fused into one MLP of width F * n_shared
   act_quant expert_act = act_quant::NONE;
+  // The layout this rank runs in (expert parallelism over its ep group, the shared experts' tp slices), or
+  // null in one process.
+  std::shared_ptr<const parallel_layout> parallel;
 };
 
 swiglu_mlp load_dense_mlp(weight_loader& ld, const std::string& prefix);  // prefix + ".mlp"

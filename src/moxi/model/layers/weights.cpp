@@ -82,39 +82,84 @@ std::string weight_loader::where() const {
   return ckpt_.dir().empty() ? std::string("checkpoint") : ckpt_.dir();
 }
 
-const formats::tensor_entry& weight_loader::find(const std::string& name,
-                                                 const std::vector<int64_t>& shape) const {
+std::optional<int> weight_loader::find(const std::string& name, const std::vector<int64_t>& shape) const {
+  std::optional<int> axis;
+  std::vector<int64_t> whole = shape;
+  if (tp() > 1) axis = tp_split_axis(name);
+  if (axis) {
+    MOXI_ASSERT(size_t(*axis) < shape.size(), "tensor-parallel split axis outside the shape");
+    whole[size_t(*axis)] *= tp();
+  }
   if (!ckpt_.contains(name))
-    throw error(where() + ": missing tensor '" + name + "' (expected shape " + shape_str(shape) + ")");
+    throw error(where() + ": missing tensor '" + name + "' (expected shape " + shape_str(whole) + ")");
   const auto& e = ckpt_.entry(name);
-  if (e.shape != shape)
+  if (e.shape != whole)
     throw error(where() + ": tensor '" + name + "' has shape " + shape_str(e.shape) + ", expected " +
-                shape_str(shape));
-  return e;
+                shape_str(whole));
+  return axis;
 }
 
+std::pair<int64_t, int64_t> weight_loader::experts(int64_t num_experts) const {
+  if (!opts_.parallel) return {0, num_experts};
+  return parallel_layout::expert_range(num_experts, opts_.parallel->sizes.ep, opts_.parallel->ep_rank);
+}
+
+namespace {
+
+// Calls piece(from, to, n) for the contiguous runs (in elements) of tensor-parallel rank `rank`'s slice of
+// a row-major tensor `whole` split `parts` ways along `axis`: element `from` of the whole tensor and
+// element `to` of the slice start a run of n.
+template <class Piece>
+void for_each_slice_run(const std::vector<int64_t>& whole, int axis, int parts, int rank, Piece piece) {
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= whole[size_t(i)];
+  for (size_t i = size_t(axis) + 1; i < whole.size(); ++i) inner *= whole[i];
+  const int64_t part = whole[size_t(axis)] / parts, run = part * inner;
+  for (int64_t o = 0; o < outer; ++o) piece((o * whole[size_t(axis)] + rank * part) * inner, o * run, run);
+}
+
+}  // namespace
+
 std::vector<float> weight_loader::f32(const std::string& name, const std::vector<int64_t>& shape) {
-  const auto& e = find(name, shape);
+  const auto axis = find(name, shape);
   read_.insert(name);
   const tensor_view v = ckpt_.view(name);
-  std::vector<float> out(size_t(v.numel()));
   if (!formats::convertible_to_f32(v.type))
     throw error(where() + ": tensor '" + name + "' has dtype " + std::string(dtype_name(v.type)) +
                 ", expected a float type");
-  formats::to_f32(v.type, v.data, out.size(), out.data());
   const bool fp8 = v.type == dtype::F8_E4M3 || v.type == dtype::F8_E5M2;
-  if (fp8 && config_.quant && config_.quant->method == formats::quant_method::FP8_BLOCK) {
+  const bool fp8_block = fp8 && config_.quant && config_.quant->method == formats::quant_method::FP8_BLOCK;
+  const int rank = opts_.parallel ? opts_.parallel->tp_rank : 0;
+  if (axis && !fp8_block) {
+    // This rank's slice only, converted straight from the mapping.
+    std::vector<float> out(size_t(v.numel() / tp()));
+    const size_t es = dtype_size(v.type);
+    for_each_slice_run(v.shape, *axis, tp(), rank, [&](int64_t from, int64_t to, int64_t n) {
+      formats::to_f32(v.type, v.data + size_t(from) * es, size_t(n), out.data() + to);
+    });
+    return out;
+  }
+  std::vector<float> out(size_t(v.numel()));
+  formats::to_f32(v.type, v.data, out.size(), out.data());
+  if (fp8_block) {
     // DeepSeek FP8 checkpoints: one f32 scale_inv per [br, bc] block of the 2-D weight.
     const auto& bs = config_.quant->weight_block_size;
-    if (shape.size() != 2 || bs.size() != 2)
+    if (v.shape.size() != 2 || bs.size() != 2)
       throw error(where() + ": FP8 tensor '" + name + "' needs a 2-D shape and weight_block_size [r, c]");
-    const int64_t R = shape[0], C = shape[1], br = bs[0], bc = bs[1];
+    const int64_t R = v.shape[0], C = v.shape[1], br = bs[0], bc = bs[1];
     const int64_t gr = (R + br - 1) / br, gc = (C + bc - 1) / bc;
+    // Scale tensors are never split (tp_split_axis names weights by their module), so this reads it whole.
     const auto scale = f32(name + "_scale_inv", {gr, gc});
     for (int64_t r = 0; r < R; ++r)
       for (int64_t c = 0; c < C; ++c) out[size_t(r * C + c)] *= scale[size_t((r / br) * gc + c / bc)];
+    if (axis) {
+      std::vector<float> part(out.size() / size_t(tp()));
+      for_each_slice_run(v.shape, *axis, tp(), rank, [&](int64_t from, int64_t to, int64_t n) {
+        std::copy_n(out.begin() + from, n, part.begin() + to);
+      });
+      return part;
+    }
   }
-  (void)e;
   return out;
 }
 
@@ -123,11 +168,18 @@ linear weight_loader::lin(const std::string& prefix, int64_t out, int64_t in, bo
   const std::string name = prefix + ".weight";
   if (!need_f32 && kernels::active().keeps_bf16_weights() && ckpt_.contains(name) &&
       ckpt_.view(name).type == dtype::BF16) {
-    find(name, {out, in});
+    const auto axis = find(name, {out, in});
     read_.insert(name);
     const tensor_view v = ckpt_.view(name);
-    l.wb.resize(size_t(v.numel()));  // memcpy: the mapping does not promise 2-byte alignment
-    std::memcpy(l.wb.data(), v.data, l.wb.size() * sizeof(uint16_t));
+    l.wb.resize(size_t(out * in));  // memcpy: the mapping does not promise 2-byte alignment
+    if (!axis) {
+      std::memcpy(l.wb.data(), v.data, l.wb.size() * sizeof(uint16_t));
+    } else {
+      const int rank = opts_.parallel->tp_rank;
+      for_each_slice_run(v.shape, *axis, tp(), rank, [&](int64_t from, int64_t to, int64_t n) {
+        std::memcpy(l.wb.data() + to, v.data + size_t(from) * sizeof(uint16_t), size_t(n) * sizeof(uint16_t));
+      });
+    }
   } else {
     l.w = f32(name, {out, in});
   }
@@ -149,9 +201,9 @@ expert_matrix weight_loader::expert(const std::string& name, int64_t N, int64_t 
     throw error(where() + ": MXFP4 tensor '" + bname + "': in-features " + std::to_string(K) +
                 " are not a multiple of 32");
   const int64_t nb = K / mx::kBlock;
-  const auto& be = find(bname, {N, nb, 16});
-  const auto& se = find(sname, {N, nb});
-  for (const auto* e : {&be, &se})
+  find(bname, {N, nb, 16});
+  find(sname, {N, nb});
+  for (const auto* e : {&ckpt_.entry(bname), &ckpt_.entry(sname)})
     if (e->type != dtype::U8)
       throw error(where() + ": MXFP4 tensor '" + e->name + "' has dtype " + std::string(dtype_name(e->type)) +
                   ", expected U8");

@@ -9,14 +9,17 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/model-config.h"
 #include "moxi/kernels/backend.h"
+#include "moxi/model/parallel.h"
 
 namespace moxi::model {
 
@@ -60,6 +63,9 @@ struct load_options {
   // Decode MXFP4 routed experts to f32 at load instead of keeping them packed (the reference the packed
   // path is tested against; also what a kernel without MXFP4 support would need).
   bool dequantize_experts = false;
+  // One rank of a multi-process layout (model/parallel.h), or null for the whole model in this process.
+  // The rank loads only its pipeline stage's layers, its tensor-parallel slices and its experts.
+  std::shared_ptr<const parallel_layout> parallel;
 };
 
 // Reads named tensors with their expected shapes; every error names the checkpoint and the tensor.
@@ -75,13 +81,21 @@ class weight_loader {
   // A routed-expert weight stored MXFP4 (name_blocks/name_scales) or as a float tensor.
   expert_matrix expert(const std::string& name, int64_t N, int64_t K);
 
+  // The config the layers are built from: with tensor parallelism, the rank's local_config (heads and FFN
+  // widths divided by tp); shapes asked of f32/lin are this rank's, and tensors that tp_split_axis names
+  // are read as this rank's slice of the checkpoint's whole tensor.
   const formats::model_config& config() const { return config_; }
   const load_options& options() const { return opts_; }
+  int tp() const { return opts_.parallel ? opts_.parallel->sizes.tp : 1; }
+  // The routed experts this rank holds: [first, first + count).
+  std::pair<int64_t, int64_t> experts(int64_t num_experts) const;
   // Every tensor name read so far (for the manifest consistency test).
   const std::set<std::string>& names_read() const { return read_; }
 
  private:
-  const formats::tensor_entry& find(const std::string& name, const std::vector<int64_t>& shape) const;
+  // Checks the checkpoint's shape (the whole tensor: shape with the split axis times tp) and returns the
+  // split axis when this rank reads a slice.
+  std::optional<int> find(const std::string& name, const std::vector<int64_t>& shape) const;
   std::string where() const;
 
   const formats::checkpoint& ckpt_;

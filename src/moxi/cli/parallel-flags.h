@@ -1,0 +1,25 @@
+// `--tp --ep --pp` of the commands that run a model across processes under mpirun (docs/distributed.md).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
+#include "moxi/model/layers/weights.h"
+#include "moxi/model/parallel.h"
+
+namespace moxi::cli {
+
+struct parallel_flags {
+  model::parallel_sizes sizes;
+  // Adds --tp, --ep and --pp to cmd.
+  void add(CLI::App* cmd);
+  // Whether this process runs as one rank of several: a size above 1, or started by mpirun.
+  bool distributed() const;
+  // Starts MPI and returns the load options of this rank (no parallel layout when not distributed).
+  model::load_options load_options() const;
+};
+
+// True in a single process and on world rank 0: the rank that prints results and writes files.
+bool output_rank(const model::load_options& opts);
+
+}  // namespace moxi::cli

@@ -1,0 +1,162 @@
+// model::process_group over MPI communicators, and the process's MPI session.
+#include "moxi/dist/mpi.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdlib>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "moxi/base/error.h"
+
+namespace moxi::dist {
+namespace {
+
+bool g_started = false;
+
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw error(std::string("MPI ") + what + " failed: " + std::string(msg, size_t(len)));
+}
+
+int to_int(int64_t n, const char* what) {
+  if (n < 0 || n > INT_MAX)
+    throw error(std::string("MPI ") + what + ": a count of " + std::to_string(n) + " does not fit an int");
+  return int(n);
+}
+
+std::vector<int> ints(std::span<const int64_t> v, const char* what) {
+  std::vector<int> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = to_int(v[i], what);
+  return out;
+}
+
+std::vector<int> offsets(const std::vector<int>& counts, const char* what) {
+  std::vector<int> out(counts.size());
+  int64_t at = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    out[i] = to_int(at, what);
+    at += counts[i];
+  }
+  return out;
+}
+
+class mpi_group final : public model::process_group {
+ public:
+  explicit mpi_group(MPI_Comm comm) : comm_(comm) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~mpi_group() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+  }
+  mpi_group(const mpi_group&) = delete;
+  mpi_group& operator=(const mpi_group&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce_sum(float* data, int64_t n) const override {
+    check(MPI_Allreduce(MPI_IN_PLACE, data, to_int(n, "all-reduce"), MPI_FLOAT, MPI_SUM, comm_), "all-reduce");
+  }
+  void all_gather_v(const float* send, std::span<const int64_t> counts, float* recv) const override {
+    const auto c = ints(counts, "all-gather");
+    const auto o = offsets(c, "all-gather");
+    check(MPI_Allgatherv(send, c[size_t(rank_)], MPI_FLOAT, recv, c.data(), o.data(), MPI_FLOAT, comm_),
+          "all-gather");
+  }
+  void all_to_all(const int64_t* send, int64_t* recv) const override {
+    check(MPI_Alltoall(send, 1, MPI_INT64_T, recv, 1, MPI_INT64_T, comm_), "all-to-all");
+  }
+  void all_to_all_v(const void* send, std::span<const int64_t> send_counts, void* recv,
+                    std::span<const int64_t> recv_counts) const override {
+    const auto sc = ints(send_counts, "all-to-all"), rc = ints(recv_counts, "all-to-all");
+    const auto so = offsets(sc, "all-to-all"), ro = offsets(rc, "all-to-all");
+    check(MPI_Alltoallv(send, sc.data(), so.data(), MPI_BYTE, recv, rc.data(), ro.data(), MPI_BYTE, comm_),
+          "all-to-all");
+  }
+  void broadcast(void* data, int64_t bytes, int root) const override {
+    check(MPI_Bcast(data, to_int(bytes, "broadcast"), MPI_BYTE, root, comm_), "broadcast");
+  }
+  void send(const void* data, int64_t bytes, int peer) const override {
+    check(MPI_Send(data, to_int(bytes, "send"), MPI_BYTE, peer, 0, comm_), "send");
+  }
+  void recv(void* data, int64_t bytes, int peer) const override {
+    check(MPI_Recv(data, to_int(bytes, "recv"), MPI_BYTE, peer, 0, comm_, MPI_STATUS_IGNORE), "recv");
+  }
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+std::shared_ptr<const model::process_group> split(int color, int key) {
+  MPI_Comm comm;
+  check(MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm), "communicator split");
+  return std::make_shared<mpi_group>(comm);
+}
+
+}  // namespace
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+bool running() { return g_started; }
+
+std::shared_ptr<const model::parallel_layout> start(const model::parallel_sizes& sizes) {
+  if (!g_started) {
+    int provided = 0;
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "init");
+    g_started = true;
+    std::atexit(finalize_at_exit);
+    if (provided < MPI_THREAD_SERIALIZED)
+      throw error("MPI: the library gives thread level " + std::to_string(provided) +
+                  ", moxi needs MPI_THREAD_SERIALIZED");
+  }
+  auto l = std::make_shared<model::parallel_layout>();
+  l->sizes = sizes;
+  MPI_Comm_rank(MPI_COMM_WORLD, &l->world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &l->world_size);
+  const int world = l->world_size;
+  if (world % sizes.pp || (world / sizes.pp) % sizes.tp || (world / sizes.pp) % sizes.ep)
+    throw error("layout " + sizes.to_string() + " does not fit " + std::to_string(world) +
+                " MPI ranks: the ranks must split into pp stages whose size tp and ep divide (mpirun -np " +
+                std::to_string(sizes.pp * std::lcm(sizes.tp, sizes.ep)) + " runs it)");
+  const int per_stage = world / sizes.pp;
+  l->stage = l->world_rank / per_stage;
+  l->stage_rank = l->world_rank % per_stage;
+  l->tp_rank = l->stage_rank % sizes.tp;
+  l->ep_rank = l->stage_rank % sizes.ep;
+  l->world = std::make_shared<mpi_group>(MPI_COMM_WORLD);
+  // Colors: a block is identified by its stage and its index within the stage.
+  l->tp = split(l->stage * per_stage + l->stage_rank / sizes.tp, l->world_rank);
+  l->ep = split(l->stage * per_stage + l->stage_rank / sizes.ep, l->world_rank);
+  return l;
+}
+
+void abort_job(int code) {
+  if (!g_started) return;
+  int size = 1, finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+}  // namespace moxi::dist

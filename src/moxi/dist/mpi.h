@@ -1,0 +1,29 @@
+// Multi-process runs over MPI (Debian's OpenMPI; docs/distributed.md): the process's MPI session and the
+// model's process groups (model/parallel.h) as MPI communicators. Launch with
+//   mpirun -np N moxi logits|generate ... --tp T --ep E --pp P
+// Only the main thread of a process calls MPI (MPI_THREAD_SERIALIZED is asked for).
+#pragma once
+
+#include <memory>
+
+#include "moxi/model/parallel.h"
+
+namespace moxi::dist {
+
+// True when mpirun (or another PMIx/PMI launcher) started this process.
+bool launched_by_mpi();
+
+// Starts MPI once per process (MPI_Finalize runs at exit) and builds this rank's layout for `sizes` over
+// all the launched ranks: stages of world / pp consecutive ranks, tp and ep blocks of consecutive ranks in
+// a stage. Throws moxi::error when the world does not split that way (model::check_layout checks the
+// model's side).
+std::shared_ptr<const model::parallel_layout> start(const model::parallel_sizes& sizes);
+
+// Whether start() ran in this process.
+bool running();
+
+// Ends the whole job at once with `code` (MPI_Abort) when MPI runs with more than one rank, so that no
+// rank waits forever in a collective for one that stopped on an error; returns when MPI does not run.
+void abort_job(int code);
+
+}  // namespace moxi::dist
