@@ -85,6 +85,7 @@ void setup_generate(CLI::App& root) {
       std::fwrite(safe.data(), 1, safe.size(), stdout);
       std::fflush(stdout);
     });
+    report_rank(lm.model, "generate");
     if (!out) return;
     std::fputc('\n', stdout);
     std::fflush(stdout);

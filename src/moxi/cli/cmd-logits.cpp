@@ -137,6 +137,7 @@ void setup_logits(CLI::App& root) {
       if (!hit && p != "logits")
         throw error("--dump: no intermediate is named '" + p + "' (see docs/model.md)");
     }
+    report_rank(m, "logits");
     if (!output_rank(opts)) return;  // rank 0 writes the file
     formats::write_safetensors(a->out, out);
     std::cerr << "logits: " << T << " tokens in " << secs << " s (" << double(T) / secs

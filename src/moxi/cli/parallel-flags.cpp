@@ -1,4 +1,8 @@
+// --tp --ep --pp for the model commands, and the per-rank report of a multi-process run.
 #include "moxi/cli/parallel-flags.h"
+
+#include <cstdio>
+#include <fstream>
 
 #include "moxi/cli/options.h"
 #include "moxi/dist/mpi.h"
@@ -28,5 +32,30 @@ model::load_options parallel_flags::load_options() const {
 }
 
 bool output_rank(const model::load_options& opts) { return !opts.parallel || opts.parallel->world_rank == 0; }
+
+namespace {
+
+// Resident set of this process in bytes (VmRSS of /proc/self/status), 0 when unreadable.
+uint64_t resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("VmRSS:")) return uint64_t(std::stoull(line.substr(6))) * 1024;
+  return 0;
+}
+
+}  // namespace
+
+void report_rank(const model::model& m, const std::string& what) {
+  const model::parallel_layout* p = m.parallel();
+  if (!p) return;
+  const auto t = dist::traffic_so_far();
+  const auto [lo, hi] = model::parallel_layout::stage_layers(m.config().num_layers, p->sizes.pp, p->stage);
+  std::fprintf(stderr,
+               "%s: rank %d/%d (stage %d layers %lld-%lld, tp rank %d, ep rank %d): read %.2f MB of the checkpoint, "
+               "resident %.1f MB, sent %.2f MB in %lld MPI calls, %.3f s in MPI\n",
+               what.c_str(), p->world_rank, p->world_size, p->stage, (long long)lo, (long long)hi, p->tp_rank,
+               p->ep_rank, double(m.checkpoint_bytes_read()) / 1e6, double(resident_bytes()) / 1e6,
+               double(t.bytes_sent) / 1e6, (long long)t.calls, t.seconds);
+}
 
 }  // namespace moxi::cli

@@ -3,8 +3,10 @@
 
 #include <CLI/CLI.hpp>
 #include <memory>
+#include <string>
 
 #include "moxi/model/layers/weights.h"
+#include "moxi/model/model.h"
 #include "moxi/model/parallel.h"
 
 namespace moxi::cli {
@@ -21,5 +23,9 @@ struct parallel_flags {
 
 // True in a single process and on world rank 0: the rank that prints results and writes files.
 bool output_rank(const model::load_options& opts);
+
+// Across processes, one stderr line per rank: its place in the layout, the checkpoint bytes it read, its
+// resident memory and what it sent through MPI so far. Nothing in one process.
+void report_rank(const model::model& m, const std::string& what);
 
 }  // namespace moxi::cli

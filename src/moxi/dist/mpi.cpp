@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <numeric>
@@ -15,6 +16,24 @@ namespace moxi::dist {
 namespace {
 
 bool g_started = false;
+traffic g_traffic;  // only the thread that calls MPI touches it (MPI_THREAD_SERIALIZED)
+
+// Counts one MPI call: payload bytes sent to other ranks and the time inside it.
+class counted {
+ public:
+  explicit counted(uint64_t bytes) : t0_(std::chrono::steady_clock::now()) {
+    g_traffic.bytes_sent += bytes;
+    ++g_traffic.calls;
+  }
+  ~counted() {
+    g_traffic.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  counted(const counted&) = delete;
+  counted& operator=(const counted&) = delete;
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+};
 
 void check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
@@ -64,31 +83,38 @@ class mpi_group final : public model::process_group {
   int size() const override { return size_; }
 
   void all_reduce_sum(float* data, int64_t n) const override {
+    const counted c{size_ > 1 ? uint64_t(n) * 4 : 0};
     check(MPI_Allreduce(MPI_IN_PLACE, data, to_int(n, "all-reduce"), MPI_FLOAT, MPI_SUM, comm_), "all-reduce");
   }
   void all_gather_v(const float* send, std::span<const int64_t> counts, float* recv) const override {
-    const auto c = ints(counts, "all-gather");
-    const auto o = offsets(c, "all-gather");
-    check(MPI_Allgatherv(send, c[size_t(rank_)], MPI_FLOAT, recv, c.data(), o.data(), MPI_FLOAT, comm_),
+    const auto n = ints(counts, "all-gather");
+    const auto o = offsets(n, "all-gather");
+    const counted c{uint64_t(n[size_t(rank_)]) * 4 * uint64_t(size_ - 1)};
+    check(MPI_Allgatherv(send, n[size_t(rank_)], MPI_FLOAT, recv, n.data(), o.data(), MPI_FLOAT, comm_),
           "all-gather");
   }
   void all_to_all(const int64_t* send, int64_t* recv) const override {
+    const counted c{uint64_t(size_ - 1) * 8};
     check(MPI_Alltoall(send, 1, MPI_INT64_T, recv, 1, MPI_INT64_T, comm_), "all-to-all");
   }
   void all_to_all_v(const void* send, std::span<const int64_t> send_counts, void* recv,
                     std::span<const int64_t> recv_counts) const override {
     const auto sc = ints(send_counts, "all-to-all"), rc = ints(recv_counts, "all-to-all");
     const auto so = offsets(sc, "all-to-all"), ro = offsets(rc, "all-to-all");
+    const counted c{uint64_t(std::accumulate(sc.begin(), sc.end(), int64_t(0)) - sc[size_t(rank_)])};
     check(MPI_Alltoallv(send, sc.data(), so.data(), MPI_BYTE, recv, rc.data(), ro.data(), MPI_BYTE, comm_),
           "all-to-all");
   }
   void broadcast(void* data, int64_t bytes, int root) const override {
+    const counted c{rank_ == root ? uint64_t(bytes) * uint64_t(size_ - 1) : 0};
     check(MPI_Bcast(data, to_int(bytes, "broadcast"), MPI_BYTE, root, comm_), "broadcast");
   }
   void send(const void* data, int64_t bytes, int peer) const override {
+    const counted c{uint64_t(bytes)};
     check(MPI_Send(data, to_int(bytes, "send"), MPI_BYTE, peer, 0, comm_), "send");
   }
   void recv(void* data, int64_t bytes, int peer) const override {
+    const counted c{0};
     check(MPI_Recv(data, to_int(bytes, "recv"), MPI_BYTE, peer, 0, comm_, MPI_STATUS_IGNORE), "recv");
   }
 
@@ -118,6 +144,12 @@ bool launched_by_mpi() {
 }
 
 bool running() { return g_started; }
+
+traffic traffic_so_far() { return g_traffic; }
+
+void barrier() {
+  if (g_started) check(MPI_Barrier(MPI_COMM_WORLD), "barrier");
+}
 
 std::shared_ptr<const model::parallel_layout> start(const model::parallel_sizes& sizes) {
   if (!g_started) {

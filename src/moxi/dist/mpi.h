@@ -4,6 +4,7 @@
 // Only the main thread of a process calls MPI (MPI_THREAD_SERIALIZED is asked for).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "moxi/model/parallel.h"
@@ -21,6 +22,20 @@ std::shared_ptr<const model::parallel_layout> start(const model::parallel_sizes&
 
 // Whether start() ran in this process.
 bool running();
+
+// What this process has handed to MPI since start (all groups): payload bytes it sent to other ranks (an
+// all-reduce counts its buffer once, an all-gather its own part once per other rank, a broadcast root its
+// buffer once per other rank, all-to-all what goes to other ranks), and wall seconds spent inside MPI calls
+// (waiting for slower ranks included).
+struct traffic {
+  uint64_t bytes_sent = 0;
+  double seconds = 0;
+  int64_t calls = 0;
+};
+traffic traffic_so_far();
+
+// Every rank waits for all (MPI_Barrier on the world); a no-op without MPI.
+void barrier();
 
 // Ends the whole job at once with `code` (MPI_Abort) when MPI runs with more than one rank, so that no
 // rank waits forever in a collective for one that stopped on an error; returns when MPI does not run.

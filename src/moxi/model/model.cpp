@@ -83,6 +83,7 @@ model model::load(formats::model_config config, const std::string& checkpoint_pa
   }
   if (first && c.vision) m.vision_ = std::make_unique<vision_encoder>(vision_encoder::load(ld, c));
   m.tensors_read_ = ld.names_read();
+  m.bytes_read_ = ld.bytes_read();
   return m;
 }
 

@@ -96,6 +96,9 @@ class model {
 
   // Every checkpoint tensor the loader read (the manifest must declare exactly these).
   const std::set<std::string>& tensors_read() const { return tensors_read_; }
+  // Checkpoint bytes this process read at load: whole tensors, or with a parallel layout only its layers,
+  // slices and experts (what `moxi plan --tp --ep --pp` predicts per rank).
+  uint64_t checkpoint_bytes_read() const { return bytes_read_; }
 
  private:
   model() = default;
@@ -123,6 +126,7 @@ class model {
   std::vector<mtp_layer> mtp_;         // on the last stage
   std::unique_ptr<vision_encoder> vision_;
   std::set<std::string> tensors_read_;
+  uint64_t bytes_read_ = 0;
 };
 
 }  // namespace moxi::model

@@ -134,6 +134,7 @@ std::vector<float> weight_loader::f32(const std::string& name, const std::vector
     // This rank's slice only, converted straight from the mapping.
     std::vector<float> out(size_t(v.numel() / tp()));
     const size_t es = dtype_size(v.type);
+    bytes_ += out.size() * es;
     for_each_slice_run(v.shape, *axis, tp(), rank, [&](int64_t from, int64_t to, int64_t n) {
       formats::to_f32(v.type, v.data + size_t(from) * es, size_t(n), out.data() + to);
     });
@@ -141,6 +142,7 @@ std::vector<float> weight_loader::f32(const std::string& name, const std::vector
   }
   std::vector<float> out(size_t(v.numel()));
   formats::to_f32(v.type, v.data, out.size(), out.data());
+  bytes_ += v.nbytes;
   if (fp8_block) {
     // DeepSeek FP8 checkpoints: one f32 scale_inv per [br, bc] block of the 2-D weight.
     const auto& bs = config_.quant->weight_block_size;
@@ -172,6 +174,7 @@ linear weight_loader::lin(const std::string& prefix, int64_t out, int64_t in, bo
     read_.insert(name);
     const tensor_view v = ckpt_.view(name);
     l.wb.resize(size_t(out * in));  // memcpy: the mapping does not promise 2-byte alignment
+    bytes_ += l.wb.size() * sizeof(uint16_t);
     if (!axis) {
       std::memcpy(l.wb.data(), v.data, l.wb.size() * sizeof(uint16_t));
     } else {
@@ -209,6 +212,7 @@ expert_matrix weight_loader::expert(const std::string& name, int64_t N, int64_t 
                   ", expected U8");
   read_.insert(bname);
   read_.insert(sname);
+  bytes_ += uint64_t(N * nb * 16 + N * nb);
   const auto bv = ckpt_.view(bname), sv = ckpt_.view(sname);
   const auto* blocks = reinterpret_cast<const uint8_t*>(bv.data);
   const auto* scales = reinterpret_cast<const uint8_t*>(sv.data);

@@ -91,6 +91,8 @@ class weight_loader {
   std::pair<int64_t, int64_t> experts(int64_t num_experts) const;
   // Every tensor name read so far (for the manifest consistency test).
   const std::set<std::string>& names_read() const { return read_; }
+  // Checkpoint bytes read so far: whole tensors, or this rank's slices and experts (docs/distributed.md).
+  uint64_t bytes_read() const { return bytes_; }
 
  private:
   // Checks the checkpoint's shape (the whole tensor: shape with the split axis times tp) and returns the
@@ -102,6 +104,7 @@ class weight_loader {
   const formats::model_config& config_;
   load_options opts_;
   std::set<std::string> read_;
+  uint64_t bytes_ = 0;
 };
 
 // Receives named intermediates during forward ("layers.3.attn_out", f32, row-major).
