@@ -22,6 +22,7 @@
 #include "moxi/base/clock.h"
 #include "moxi/base/error.h"
 #include "moxi/base/thread-pool.h"
+#include "moxi/dist/mpi.h"
 #include "moxi/formats/model-config.h"
 #include "moxi/kernels/backend.h"
 #include "moxi/model/cache.h"
@@ -170,6 +171,39 @@ double prefill_seconds_per_token(const model::model& m, const std::vector<token_
   return best / double(prompt.size());
 }
 
+// Every rank's figures (all ranks call it; the timed part is one more decode of `steps`, or one prefill of
+// `prompt` when steps is empty).
+std::vector<rank_figures> rank_traffic(const model::model& m, const std::vector<token_id>& prompt,
+                                       const std::vector<token_id>& steps, uint64_t resident_after_load) {
+  const model::parallel_layout& par = *m.parallel();
+  auto cache = m.new_cache();
+  model::forward_options fo;
+  fo.last_only = true;
+  if (!steps.empty()) m.forward(prompt, *cache, fo);
+  const auto t0 = dist::traffic_so_far();
+  const auto w0 = clock_type::now();
+  if (steps.empty())
+    m.forward(prompt, *cache, fo);
+  else
+    for (const auto tok : steps) m.forward(std::span(&tok, 1), *cache, fo);
+  const double wall = seconds_since(w0);
+  const auto t1 = dist::traffic_so_far();
+  const double n = double(steps.empty() ? prompt.size() : steps.size());
+  const std::vector<float> mine = {float(double(m.checkpoint_bytes_read()) / 1e6),
+                                   float(double(resident_after_load) / 1e6),
+                                   float(double(t1.bytes_sent - t0.bytes_sent) / n),
+                                   float((t1.seconds - t0.seconds) / wall)};
+  std::vector<float> all(size_t(4 * par.world_size));
+  const std::vector<int64_t> counts(size_t(par.world_size), 4);
+  par.world->all_gather_v(mine.data(), counts, all.data());
+  std::vector<rank_figures> out;
+  for (int r = 0; r < par.world_size; ++r) {
+    const float* f = all.data() + 4 * r;
+    out.push_back({f[0], f[1], f[2], f[3]});
+  }
+  return out;
+}
+
 }  // namespace
 
 model_bench_result run_model_bench(const std::string& mode, const model_bench_options& o) {
@@ -184,25 +218,41 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
   r.prompt = o.prompt;
   r.tokens = mode == "decode" ? o.tokens : o.prompt;
 
+  // Across processes every rank loads its share of one checkpoint that rank 0 generates (ranks on other
+  // machines need --keep-dir on storage they all see).
+  const auto lo = o.parallel.load_options();
+  const model::parallel_layout* par = lo.parallel.get();
+  const bool root = !par || par->world_rank == 0;
+  if (par) r.layout = par->sizes.to_string() + " on " + std::to_string(par->world_size) + " ranks";
+
   // The checkpoint: generated once (kept in --keep-dir when given, reused if already there).
   std::unique_ptr<scratch_dir> tmp;
   std::string ck;
   if (!o.keep_dir.empty()) {
     ck = o.keep_dir;
-  } else {
+  } else if (root) {
     tmp = std::make_unique<scratch_dir>();
     ck = tmp->dir() + "/model";
   }
-  if (!fs::exists(ck)) {
+  if (root && !fs::exists(ck)) {
     model::init_options io;
     io.show_progress = false;
     const auto t0 = clock_type::now();
     model::init_checkpoint(config, ck, io);
     r.init_s = seconds_since(t0);
   }
+  if (par) {
+    std::string path(4096, '\0');
+    if (ck.size() >= path.size()) throw error("bench: checkpoint path too long to share: " + ck);
+    std::copy(ck.begin(), ck.end(), path.begin());
+    par->world->broadcast(path.data(), int64_t(path.size()), 0);
+    ck = path.c_str();
+    dist::barrier();
+  }
   const auto t0 = clock_type::now();
-  const auto m = model::model::load(config, ck, {});
+  const auto m = model::model::load(config, ck, lo);
   r.load_s = seconds_since(t0);
+  const uint64_t resident = dist::resident_bytes();  // before the bandwidth probe's buffers
 
   model::plan_options po;
   po.context = o.prompt + o.tokens;
@@ -252,6 +302,7 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
       r.batch_tokens_per_s = 1.0 / batched_decode_seconds_per_token(m, prompt, steps, o.batch);
       r.batch_speedup = r.batch_tokens_per_s / r.tokens_per_s;
     }
+    if (par) r.ranks = rank_traffic(m, prompt, steps, resident);
   } else {
     const double s = prefill_seconds_per_token(m, prompt, 3);
     r.ref_tokens = std::min(o.ref_tokens, o.prompt);
@@ -264,7 +315,11 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
     r.ms_per_token = s * 1e3;
     r.ref_tokens_per_s = 1.0 / ref_s;
     r.speedup_vs_ref = ref_s / s;
+    if (par) r.ranks = rank_traffic(m, prompt, {}, resident);
   }
+  // Rank 0 removes a generated checkpoint only once every rank is done with it.
+  if (par) dist::barrier();
+  r.output = root;
   return r;
 }
 
@@ -307,6 +362,16 @@ void print(const model_bench_result& r, bool json) {
         j["speculative_speedup"] = r.speculative_speedup;
       }
     }
+    if (!r.ranks.empty()) {
+      j["layout"] = r.layout;
+      nlohmann::json ranks = nlohmann::json::array();
+      for (const auto& f : r.ranks)
+        ranks.push_back({{"checkpoint_mb", f.checkpoint_mb},
+                         {"resident_mb", f.resident_mb},
+                         {"comm_bytes_per_token", f.comm_bytes_per_token},
+                         {"comm_share", f.comm_share}});
+      j["ranks"] = ranks;
+    }
     std::printf("%s\n", j.dump().c_str());
     return;
   }
@@ -337,6 +402,13 @@ void print(const model_bench_result& r, bool json) {
   }
   std::printf("  ref (%lld tokens): %.3f tok/s -> fast is %.1fx ref\n", (long long)r.ref_tokens,
               r.ref_tokens_per_s, r.speedup_vs_ref);
+  if (!r.ranks.empty()) {
+    std::printf("  %s; per rank: checkpoint read, resident, MPI payload sent per %s token, time in MPI:\n",
+                r.layout.c_str(), r.mode == "decode" ? "decoded" : "prefilled");
+    for (size_t i = 0; i < r.ranks.size(); ++i)
+      std::printf("    rank %zu: %.2f MB, %.1f MB, %.0f B/token, %.0f %% of the step\n", i, r.ranks[i].checkpoint_mb,
+                  r.ranks[i].resident_mb, r.ranks[i].comm_bytes_per_token, 100 * r.ranks[i].comm_share);
+  }
 }
 
 void add_model_bench(CLI::App& bench, const std::string& mode, const char* help) {
@@ -368,7 +440,11 @@ void add_model_bench(CLI::App& bench, const std::string& mode, const char* help)
   cmd->add_option("--ref-tokens", o->b.ref_tokens, "Tokens the scalar reference runs")->capture_default_str();
   cmd->add_option("--keep-dir", o->b.keep_dir, "Generate the checkpoint here (reused when it exists)");
   cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
-  cmd->callback([o, mode] { print(run_model_bench(mode, o->b), o->json); });
+  o->b.parallel.add(cmd);
+  cmd->callback([o, mode] {
+    const auto r = run_model_bench(mode, o->b);
+    if (r.output) print(r, o->json);
+  });
 }
 
 }  // namespace

@@ -7,6 +7,9 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "moxi/dist/flags.h"
 
 namespace moxi::bench {
 
@@ -20,6 +23,16 @@ struct model_bench_options {
   // decode: also time a speculative step of K drafts (docs/speculative.md) and its speedup at `acceptance`
   int64_t draft_tokens = 0;
   double acceptance = 0.8;
+  // Across processes under mpirun (docs/distributed.md): every rank loads its share; rank 0 reports.
+  dist::parallel_flags parallel;
+};
+
+// One rank's figures in a multi-process run.
+struct rank_figures {
+  double checkpoint_mb = 0;         // checkpoint bytes its loader read, MB
+  double resident_mb = 0;           // VmRSS after loading, MB
+  double comm_bytes_per_token = 0;  // payload bytes it sent through MPI per decoded (or prefilled) token
+  double comm_share = 0;            // share of the timed steps' wall time it spent inside MPI calls
 };
 
 struct model_bench_result {
@@ -43,6 +56,10 @@ struct model_bench_result {
   int64_t draft_tokens = 0;
   double acceptance = 0;
   double verify_ms = 0, draft_ms = 0, extra_token_cost = 0, tokens_per_step = 0, speculative_speedup = 0;
+  // Across processes: the layout and every rank's figures (rank 0's result only; the others print nothing).
+  bool output = true;
+  std::string layout;
+  std::vector<rank_figures> ranks;
 };
 
 model_bench_result run_model_bench(const std::string& mode, const model_bench_options& opts);

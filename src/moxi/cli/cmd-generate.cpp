@@ -12,8 +12,8 @@
 #include "moxi/cli/command.h"
 #include "moxi/cli/model-dir.h"
 #include "moxi/cli/options.h"
-#include "moxi/cli/parallel-flags.h"
 #include "moxi/cli/terminal-text.h"
+#include "moxi/dist/flags.h"
 #include "moxi/runtime/local-model.h"
 #include "moxi/runtime/multimodal.h"
 
@@ -29,7 +29,7 @@ void setup_generate(CLI::App& root) {
     uint64_t seed = 0;
     bool no_special = false;
     bool raw = false;
-    parallel_flags parallel;
+    dist::parallel_flags parallel;
   };
   auto a = std::make_shared<args>();
   add_model_option(cmd, a->model, /*required=*/false);
@@ -63,7 +63,7 @@ void setup_generate(CLI::App& root) {
       throw usage_error("--image with --pp: the vision encoder runs on the first stage only; not supported yet");
     const auto opts = a->parallel.load_options();
     // Every rank generates the same tokens (each gets the last stage's logits); rank 0 prints them.
-    const bool out = output_rank(opts);
+    const bool out = dist::output_rank(opts);
     const runtime::local_model lm = runtime::local_model::load(resolve_model_dir(a->model), opts);
     const auto& tok = lm.tok;
     const auto& c = lm.model.config();
@@ -85,7 +85,7 @@ void setup_generate(CLI::App& root) {
       std::fwrite(safe.data(), 1, safe.size(), stdout);
       std::fflush(stdout);
     });
-    report_rank(lm.model, "generate");
+    dist::report_rank(lm.model, "generate");
     if (!out) return;
     std::fputc('\n', stdout);
     std::fflush(stdout);

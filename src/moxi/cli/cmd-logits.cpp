@@ -14,7 +14,7 @@
 #include "moxi/base/error.h"
 #include "moxi/cli/command.h"
 #include "moxi/cli/options.h"
-#include "moxi/cli/parallel-flags.h"
+#include "moxi/dist/flags.h"
 #include "moxi/formats/checkpoint.h"
 #include "moxi/model/model.h"
 
@@ -55,7 +55,7 @@ void setup_logits(CLI::App& root) {
   struct args {
     std::string model, tokens, out, dump;
     int64_t chunk = 0;
-    parallel_flags parallel;
+    dist::parallel_flags parallel;
   };
   auto a = std::make_shared<args>();
   add_model_option(cmd, a->model, /*required=*/true);
@@ -137,8 +137,8 @@ void setup_logits(CLI::App& root) {
       if (!hit && p != "logits")
         throw error("--dump: no intermediate is named '" + p + "' (see docs/model.md)");
     }
-    report_rank(m, "logits");
-    if (!output_rank(opts)) return;  // rank 0 writes the file
+    dist::report_rank(m, "logits");
+    if (!dist::output_rank(opts)) return;  // rank 0 writes the file
     formats::write_safetensors(a->out, out);
     std::cerr << "logits: " << T << " tokens in " << secs << " s (" << double(T) / secs
               << " tokens/s), wrote " << out.size() << " tensor(s) to " << a->out << "\n";

@@ -1,41 +1,37 @@
 // --tp --ep --pp for the model commands, and the per-rank report of a multi-process run.
-#include "moxi/cli/parallel-flags.h"
+#include "moxi/dist/flags.h"
 
 #include <cstdio>
 #include <fstream>
 
-#include "moxi/cli/options.h"
 #include "moxi/dist/mpi.h"
 
-namespace moxi::cli {
+namespace moxi::dist {
 
 void parallel_flags::add(CLI::App* cmd) {
   cmd->add_option("--tp", sizes.tp, "tensor-parallel ranks (attention heads, dense and shared FFN); run under mpirun")
-      ->check(integer_in(1, 4096))
+      ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   cmd->add_option("--ep", sizes.ep, "expert-parallel ranks (routed experts, all-to-all); run under mpirun")
-      ->check(integer_in(1, 4096))
+      ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   cmd->add_option("--pp", sizes.pp, "pipeline stages (contiguous layer ranges); run under mpirun")
-      ->check(integer_in(1, 4096))
+      ->check(CLI::Range(1, 4096))
       ->capture_default_str();
 }
 
 bool parallel_flags::distributed() const {
-  return sizes.tp > 1 || sizes.ep > 1 || sizes.pp > 1 || dist::launched_by_mpi();
+  return sizes.tp > 1 || sizes.ep > 1 || sizes.pp > 1 || launched_by_mpi();
 }
 
 model::load_options parallel_flags::load_options() const {
   model::load_options o;
-  if (distributed()) o.parallel = dist::start(sizes);
+  if (distributed()) o.parallel = start(sizes);
   return o;
 }
 
 bool output_rank(const model::load_options& opts) { return !opts.parallel || opts.parallel->world_rank == 0; }
 
-namespace {
-
-// Resident set of this process in bytes (VmRSS of /proc/self/status), 0 when unreadable.
 uint64_t resident_bytes() {
   std::ifstream in("/proc/self/status");
   for (std::string line; std::getline(in, line);)
@@ -43,12 +39,10 @@ uint64_t resident_bytes() {
   return 0;
 }
 
-}  // namespace
-
 void report_rank(const model::model& m, const std::string& what) {
   const model::parallel_layout* p = m.parallel();
   if (!p) return;
-  const auto t = dist::traffic_so_far();
+  const auto t = traffic_so_far();
   const auto [lo, hi] = model::parallel_layout::stage_layers(m.config().num_layers, p->sizes.pp, p->stage);
   std::fprintf(stderr,
                "%s: rank %d/%d (stage %d layers %lld-%lld, tp rank %d, ep rank %d): read %.2f MB of the checkpoint, "
@@ -58,4 +52,4 @@ void report_rank(const model::model& m, const std::string& what) {
                double(t.bytes_sent) / 1e6, (long long)t.calls, t.seconds);
 }
 
-}  // namespace moxi::cli
+}  // namespace moxi::dist

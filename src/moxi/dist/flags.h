@@ -1,4 +1,5 @@
-// `--tp --ep --pp` of the commands that run a model across processes under mpirun (docs/distributed.md).
+// `--tp --ep --pp` of the commands that run a model across processes under mpirun (moxi logits, generate,
+// bench decode and prefill; docs/distributed.md), and what a rank reports.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -9,7 +10,7 @@
 #include "moxi/model/model.h"
 #include "moxi/model/parallel.h"
 
-namespace moxi::cli {
+namespace moxi::dist {
 
 struct parallel_flags {
   model::parallel_sizes sizes;
@@ -28,4 +29,7 @@ bool output_rank(const model::load_options& opts);
 // resident memory and what it sent through MPI so far. Nothing in one process.
 void report_rank(const model::model& m, const std::string& what);
 
-}  // namespace moxi::cli
+// Resident set of this process in bytes (VmRSS of /proc/self/status), 0 when unreadable.
+uint64_t resident_bytes();
+
+}  // namespace moxi::dist
