@@ -36,6 +36,7 @@ bash scripts/setup-test-deps.sh
 bash scripts/setup-chat-template-test-deps.sh
 bash scripts/setup-serve-test-deps.sh
 bash scripts/setup-report-test-deps.sh
+bash scripts/setup-k8s-test-deps.sh
 
 BUILD_DIR=${MOXI_BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOXI_WERROR=ON >/dev/null

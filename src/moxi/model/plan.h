@@ -31,6 +31,10 @@ struct plan_options {
   int64_t batch = 1;             // concurrent sequences per model replica
   int num_shards = 96;
   cache_format cache = cache_format::BF16;
+  // Communication costing (docs/plan.md "Communication"): bandwidth per device and direction.
+  double link_gbps = 400;         // between nodes: one RDMA NIC per device (the seeds ask for >= 400 Gb/s)
+  double intra_node_gbps = 3600;  // within a node: NVLink 4, 450 GB/s per direction ("900 GB/s" counts both)
+  int activation_bytes = 2;       // BF16 hidden states, latents and logits-free activations on the wire
 };
 
 struct group_stats {
@@ -44,6 +48,45 @@ struct stage_memory {
   uint64_t weight_bytes = 0;                // per device of this stage
   uint64_t cache_bytes = 0;                 // per device, for `batch` sequences at `context`
 };
+
+// Communication of one pipeline stage, per rank and per token of a model replica (docs/plan.md
+// "Communication"). Bytes are those a rank sends (all-to-all: dispatch sent + combine received, the two
+// directions of its link that are busy); times are bandwidth-only at plan_options' link speeds.
+struct stage_comm {
+  int64_t layers = 0, moe_layers = 0;
+  double allreduce_bytes = 0;  // tp: 2 ring all-reduces of the hidden state per layer, 2(tp-1)/tp each
+  double alltoall_bytes = 0;   // ep: dispatch + combine of routed tokens, averaged over the stage's ranks
+  double alltoall_bytes_inter = 0;  // the part of alltoall_bytes that leaves the node
+  double pp_send_bytes = 0;         // the hidden state to the next stage (0 on the last stage)
+  double logits_bytes = 0;          // decode only, last stage: the logits broadcast to every rank
+  bool tp_inter_node = false;       // a tensor-parallel group of this stage spans nodes
+  bool pp_inter_node = false;       // the send to the next stage leaves the node
+  double prefill_seconds = 0;       // per token: all-reduces + all-to-all + pipeline send
+  double decode_seconds = 0;        // prefill_seconds + the logits all-gather
+  uint64_t load_bytes_min = 0, load_bytes_max = 0;  // checkpoint bytes one rank of this stage reads
+};
+
+// Where a global rank sits: rank = (stage * dp + replica) * tp + tp_index (tp fastest, then data
+// parallel replicas, then pipeline stages); its expert-parallel group is `ep` consecutive ranks of its
+// stage, and it holds the experts of position ep_index in that group (docs/plan.md "Placement").
+struct rank_coords {
+  int stage = 0, replica = 0, tp_index = 0, ep_group = 0, ep_index = 0;
+};
+rank_coords rank_position(int tp, int ep, int pp, int world_size, int rank);
+
+// Bytes of the checkpoint that `rank` reads at load under the layout (docs/plan.md "Bytes read at load"):
+// its pipeline stage's layers only; attention-head and dense/shared-FFN matrices sliced by tp;
+// its contiguous block of the routed experts (E/ep, the first E % ep ranks one more); everything else
+// (embedding, lm_head, norms, routers, DSA indexer, MLA latent projections, latent-MoE projections, vision)
+// read whole. world_size 0: the smallest world the layout allows (tp * pp * dp with ep dividing tp * dp).
+// Throws moxi::error for impossible layouts.
+uint64_t rank_load_bytes(const formats::model_config& config, int tp, int ep, int pp, int rank,
+                         int world_size = 0);
+
+// Expected number of distinct ranks other than the token's own that hold at least one of its k experts,
+// under uniform routing (a uniformly random k-subset of E experts), E split into ep contiguous blocks:
+// ((ep - 1) / ep) * sum over ranks r of (1 - C(E - n_r, k) / C(E, k)), averaged over the token's rank.
+double expected_remote_ranks(int64_t num_experts, int64_t k, int ep);
 
 struct plan_result {
   std::array<group_stats, size_t(param_group::COUNT)> groups{};
@@ -74,6 +117,18 @@ struct plan_result {
   // Decode traffic.
   double bytes_per_token_batch1 = 0;        // weights + cache read for one decoded token, batch 1
   double weight_bytes_per_token_batch = 0;  // weights per token at `batch` (experts shared across the batch)
+  // Communication per token of a model replica, per rank (docs/plan.md "Communication").
+  std::vector<stage_comm> comm;                // one per pipeline stage
+  double expected_remote_ranks = 0;            // distinct other ranks a token's top-k experts land on
+  double expected_remote_ranks_inter = 0;      // ... of them on another node
+  int64_t dispatch_bytes_per_token = 0;        // one routed token on the wire (expert width x activation)
+  double decode_comm_bytes_per_rank = 0;       // heaviest stage: all-reduce + all-to-all + send + logits
+  double prefill_comm_bytes_per_rank = 0;      // heaviest stage, without the logits
+  double decode_comm_seconds = 0;              // sum over stages: one token passes every stage in turn
+  double prefill_comm_seconds = 0;             // slowest stage: a long prompt keeps the stages busy at once
+  // Bytes read at load (rank_load_bytes for every rank of the world).
+  uint64_t load_bytes_min = 0, load_bytes_max = 0, load_bytes_total = 0;
+  std::vector<uint64_t> load_bytes_per_rank;   // by global rank, for worlds of up to 4096 ranks
 };
 
 // Throws moxi::error for impossible layouts (tp*pp larger than the machine, ep not dividing, ...).
