@@ -253,6 +253,7 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
   const auto m = model::model::load(config, ck, lo);
   r.load_s = seconds_since(t0);
   const uint64_t resident = dist::resident_bytes();  // before the bandwidth probe's buffers
+  o.parallel.loaded();
 
   model::plan_options po;
   po.context = o.prompt + o.tokens;

@@ -5,7 +5,15 @@
 // sliding-window hybrid (GQA). Each run is a few processes on this 2-core machine, one thread each.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <thread>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -142,6 +150,84 @@ TEST_F(Distributed, LayoutsThatDoNotFitFailOnEveryRankWithAMessage) {
     EXPECT_NE(r.code, 124) << b.flags << ": timed out instead of failing";
     EXPECT_NE(r.out.find(b.message), std::string::npos) << b.flags << "\n" << r.out;
   }
+}
+
+// Pids of the processes whose command line contains `marker` and whose environment says MPI rank `rank`.
+std::vector<pid_t> rank_pids(const std::string& marker, int rank) {
+  std::vector<pid_t> out;
+  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmd(e.path() / "cmdline"), env(e.path() / "environ");
+    std::string c((std::istreambuf_iterator<char>(cmd)), {}), v((std::istreambuf_iterator<char>(env)), {});
+    if (c.find(marker) == std::string::npos) continue;
+    for (size_t at = 0; at < v.size();) {
+      const size_t end = v.find('\0', at);
+      if (v.compare(at, end - at, want) == 0) out.push_back(pid_t(std::stoi(name)));
+      if (end == std::string::npos) break;
+      at = end + 1;
+    }
+  }
+  return out;
+}
+
+bool any_process_with(const std::string& marker) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream cmd(e.path() / "cmdline");
+    std::string c((std::istreambuf_iterator<char>(cmd)), {});
+    if (c.find(marker) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Waits up to `seconds` for pid; its exit status, or -1 when it is still running.
+int wait_for(pid_t pid, double seconds) {
+  for (int i = 0; i < int(seconds * 10); ++i) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return -1;
+}
+
+// A long decode under mpirun (tp 2, 2 ranks); rank 1 gets `sig` once it runs. The job must end non-zero
+// within a bounded time, with no rank left behind.
+void expect_job_ends_when_rank_gets(int sig, const std::string& dir, const std::string& expect_in_log) {
+  ::setenv("MOXI_THREADS", "1", 1);
+  ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+  const std::string keep = dir + "/bench-model-" + std::to_string(sig);
+  const std::string log = dir + "/mpirun-" + std::to_string(sig) + ".log";
+  const pid_t job = testing::spawn_logged(
+      {"/usr/bin/mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2", kMoxi, "bench", "decode", "--config",
+       std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json", "--keep-dir", keep, "--prompt", "16", "--tokens",
+       "10000000", "--ref-tokens", "1", "--tp", "2", "--rank-timeout", "3"},
+      log);
+  std::vector<pid_t> victim;
+  for (int i = 0; i < 600 && victim.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    victim = rank_pids(keep, 1);
+  }
+  ASSERT_EQ(victim.size(), 1u) << "rank 1 of the job never showed up";
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // well into the decode steps
+  ASSERT_EQ(::kill(victim[0], sig), 0);
+  const int code = wait_for(job, 90);
+  if (code < 0) ::kill(job, SIGKILL), wait_for(job, 10);
+  EXPECT_GT(code, 0) << "the job did not end within 90 s";
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(text.find(expect_in_log), std::string::npos) << text;
+  for (int i = 0; i < 100 && any_process_with(keep); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(any_process_with(keep)) << "a rank outlived its job";
+}
+
+TEST_F(Distributed, AKilledRankEndsTheWholeJob) {
+  expect_job_ends_when_rank_gets(SIGKILL, dir_, "signal 9");
+}
+
+TEST_F(Distributed, AStoppedRankIsNoticedWithinTheRankTimeout) {
+  // SIGSTOP: rank 1 neither dies nor answers; rank 0's wait passes --rank-timeout 3 and it ends the job.
+  expect_job_ends_when_rank_gets(SIGSTOP, dir_, "an MPI call has waited");
 }
 
 }  // namespace

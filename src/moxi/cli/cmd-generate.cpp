@@ -65,6 +65,7 @@ void setup_generate(CLI::App& root) {
     // Every rank generates the same tokens (each gets the last stage's logits); rank 0 prints them.
     const bool out = dist::output_rank(opts);
     const runtime::local_model lm = runtime::local_model::load(resolve_model_dir(a->model), opts);
+    a->parallel.loaded();
     const auto& tok = lm.tok;
     const auto& c = lm.model.config();
     a->opt.stop_tokens = lm.stop_tokens;

@@ -88,6 +88,7 @@ void setup_logits(CLI::App& root) {
                             "only logits can be dumped");
     const auto opts = a->parallel.load_options();
     const auto m = model::model::load(a->model, opts);
+    a->parallel.loaded();
     auto cache = m.new_cache();
 
     // Dumps of several chunks are concatenated along the first (token) dimension.

@@ -18,6 +18,17 @@ void parallel_flags::add(CLI::App* cmd) {
   cmd->add_option("--pp", sizes.pp, "pipeline stages (contiguous layer ranges); run under mpirun")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  cmd->add_option("--rank-timeout", rank_timeout,
+                  "under mpirun: seconds a rank waits for the others in one exchange before it ends the job "
+                  "(a rank died or hangs; 0: wait forever)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+}
+
+void parallel_flags::loaded() const {
+  if (!running()) return;
+  barrier();
+  watch_calls(rank_timeout);
 }
 
 bool parallel_flags::distributed() const {

@@ -14,12 +14,16 @@ namespace moxi::dist {
 
 struct parallel_flags {
   model::parallel_sizes sizes;
+  double rank_timeout = 300;  // seconds an MPI call may wait for the other ranks once they are loaded
   // Adds --tp, --ep and --pp to cmd.
   void add(CLI::App* cmd);
   // Whether this process runs as one rank of several: a size above 1, or started by mpirun.
   bool distributed() const;
   // Starts MPI and returns the load options of this rank (no parallel layout when not distributed).
   model::load_options load_options() const;
+  // Once the model is loaded: waits for every rank, then arms the hang detector (dist::watch_calls) with
+  // --rank-timeout. A no-op in one process.
+  void loaded() const;
 };
 
 // True in a single process and on world rank 0: the rank that prints results and writes files.

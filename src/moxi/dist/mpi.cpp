@@ -3,11 +3,15 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "moxi/base/error.h"
@@ -17,6 +21,33 @@ namespace {
 
 bool g_started = false;
 traffic g_traffic;  // only the thread that calls MPI touches it (MPI_THREAD_SERIALIZED)
+int g_world_rank = 0;
+
+// The hang detector's view of the MPI-calling thread: when its current call began (steady clock ns, 0
+// while outside MPI), and the limit (ns, 0: off).
+std::atomic<int64_t> g_call_start{0};
+std::atomic<int64_t> g_call_limit{0};
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void watchdog() {
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const int64_t start = g_call_start.load(), limit = g_call_limit.load();
+    if (start == 0 || limit == 0) continue;
+    const int64_t waited = now_ns() - start;
+    if (waited <= limit) continue;
+    std::fprintf(stderr,
+                 "moxi: rank %d: an MPI call has waited %.0f s for the other ranks (one of them died, hangs or was "
+                 "stopped; --rank-timeout); ending the job\n",
+                 g_world_rank, double(waited) / 1e9);
+    std::fflush(stderr);
+    std::_Exit(75);  // mpirun ends the other ranks when one exits without MPI_Finalize
+  }
+}
 
 // Counts one MPI call: payload bytes sent to other ranks and the time inside it.
 class counted {
@@ -24,8 +55,10 @@ class counted {
   explicit counted(uint64_t bytes) : t0_(std::chrono::steady_clock::now()) {
     g_traffic.bytes_sent += bytes;
     ++g_traffic.calls;
+    g_call_start.store(now_ns());
   }
   ~counted() {
+    g_call_start.store(0);
     g_traffic.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   }
   counted(const counted&) = delete;
@@ -151,6 +184,13 @@ void barrier() {
   if (g_started) check(MPI_Barrier(MPI_COMM_WORLD), "barrier");
 }
 
+void watch_calls(double seconds) {
+  if (!g_started) return;
+  static std::once_flag started;
+  std::call_once(started, [] { std::thread(watchdog).detach(); });
+  g_call_limit.store(seconds > 0 ? int64_t(seconds * 1e9) : 0);
+}
+
 std::shared_ptr<const model::parallel_layout> start(const model::parallel_sizes& sizes) {
   if (!g_started) {
     int provided = 0;
@@ -164,6 +204,7 @@ std::shared_ptr<const model::parallel_layout> start(const model::parallel_sizes&
   auto l = std::make_shared<model::parallel_layout>();
   l->sizes = sizes;
   MPI_Comm_rank(MPI_COMM_WORLD, &l->world_rank);
+  g_world_rank = l->world_rank;
   MPI_Comm_size(MPI_COMM_WORLD, &l->world_size);
   const int world = l->world_size;
   if (world % sizes.pp || (world / sizes.pp) % sizes.tp || (world / sizes.pp) % sizes.ep)

@@ -37,6 +37,12 @@ traffic traffic_so_far();
 // Every rank waits for all (MPI_Barrier on the world); a no-op without MPI.
 void barrier();
 
+// The hang detector: from now on, an MPI call of this process that has waited more than `seconds` for the
+// other ranks (one died, hangs or was stopped) ends this process with status 75 and a message on stderr;
+// mpirun then ends every other rank. Call it once the ranks are loaded (loading times differ a lot between
+// ranks); 0 turns it off. A no-op without MPI.
+void watch_calls(double seconds);
+
 // Ends the whole job at once with `code` (MPI_Abort) when MPI runs with more than one rank, so that no
 // rank waits forever in a collective for one that stopped on an error; returns when MPI does not run.
 void abort_job(int code);
