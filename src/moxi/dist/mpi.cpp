@@ -201,21 +201,16 @@ std::shared_ptr<const model::parallel_layout> start(const model::parallel_sizes&
       throw error("MPI: the library gives thread level " + std::to_string(provided) +
                   ", moxi needs MPI_THREAD_SERIALIZED");
   }
-  auto l = std::make_shared<model::parallel_layout>();
-  l->sizes = sizes;
-  MPI_Comm_rank(MPI_COMM_WORLD, &l->world_rank);
-  g_world_rank = l->world_rank;
-  MPI_Comm_size(MPI_COMM_WORLD, &l->world_size);
-  const int world = l->world_size;
+  int world = 1, rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  g_world_rank = rank;
   if (world % sizes.pp || (world / sizes.pp) % sizes.tp || (world / sizes.pp) % sizes.ep)
     throw error("layout " + sizes.to_string() + " does not fit " + std::to_string(world) +
                 " MPI ranks: the ranks must split into pp stages whose size tp and ep divide (mpirun -np " +
                 std::to_string(sizes.pp * std::lcm(sizes.tp, sizes.ep)) + " runs it)");
   const int per_stage = world / sizes.pp;
-  l->stage = l->world_rank / per_stage;
-  l->stage_rank = l->world_rank % per_stage;
-  l->tp_rank = l->stage_rank % sizes.tp;
-  l->ep_rank = l->stage_rank % sizes.ep;
+  auto l = std::make_shared<model::parallel_layout>(model::parallel_layout::place(sizes, world, rank));
   l->world = std::make_shared<mpi_group>(MPI_COMM_WORLD);
   // Colors: a block is identified by its stage and its index within the stage.
   l->tp = split(l->stage * per_stage + l->stage_rank / sizes.tp, l->world_rank);

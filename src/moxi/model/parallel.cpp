@@ -13,6 +13,19 @@ std::string parallel_sizes::to_string() const {
   return "tp " + std::to_string(tp) + ", ep " + std::to_string(ep) + ", pp " + std::to_string(pp);
 }
 
+parallel_layout parallel_layout::place(const parallel_sizes& sizes, int world, int rank) {
+  parallel_layout l;
+  l.sizes = sizes;
+  l.world_size = world;
+  l.world_rank = rank;
+  const int per_stage = world / sizes.pp;
+  l.stage = rank / per_stage;
+  l.stage_rank = rank % per_stage;
+  l.tp_rank = l.stage_rank % sizes.tp;
+  l.ep_rank = l.stage_rank % sizes.ep;
+  return l;
+}
+
 std::pair<int64_t, int64_t> parallel_layout::stage_layers(int64_t num_layers, int pp, int s) {
   return {int64_t(s) * num_layers / pp, int64_t(s + 1) * num_layers / pp - 1};
 }

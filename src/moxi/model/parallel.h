@@ -62,6 +62,10 @@ struct parallel_layout {
   std::shared_ptr<const process_group> tp;     // this rank's tp block (size sizes.tp)
   std::shared_ptr<const process_group> ep;     // this rank's ep block (size sizes.ep)
 
+  // The place of world rank `rank` of `world` ranks under `sizes` (the groups left null): stages of
+  // world / pp consecutive ranks, tp and ep blocks of consecutive ranks within a stage.
+  static parallel_layout place(const parallel_sizes& sizes, int world, int rank);
+
   int ranks_per_stage() const { return world_size / sizes.pp; }
   bool first_stage() const { return stage == 0; }
   bool last_stage() const { return stage == sizes.pp - 1; }
