@@ -9,6 +9,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libseccomp-dev libxxhash-dev libpcre2-dev bubblewrap libcpp-httplib-dev libboost1.74-dev
   prometheus libtorch-dev
+  libgloo-dev  # headers of the Gloo library that libtorch's ProcessGroupGloo.hpp includes: data-parallel `moxi train sft`
   libopenblas0-openmp  # libtorch's BLAS: OpenBLAS instead of the reference libblas3 (several x on the trainer)
   libgoogle-perftools-dev  # tcmalloc for moxi-train: glibc malloc spends ~14 % of a training step
   python3  # the code-domain checkers run candidate programs and their tests with it (in the sandbox)

@@ -25,6 +25,9 @@ struct sft_args {
   int64_t steps = -1, qat_steps = -1, batch_size = -1, threads = -1;
   double lr = -1;
   int64_t seed = -1;
+  int dist_rank = -1, dist_world = -1;
+  std::string dist_store;
+  double dist_timeout = -1;
   moxi::train::run_options run;
 };
 
@@ -58,7 +61,10 @@ void run_sft(const sft_args& a) {
   if (a.threads >= 0) set("threads", a.threads);
   if (a.seed >= 0) set("seed", a.seed);
   for (const auto& s : a.set) apply_override(r, s);
-  const auto res = moxi::train::run_sft(r, a.run);
+  auto ro = a.run;
+  ro.dist = resolve_dist_layout(a.dist_rank, a.dist_world, a.dist_store, a.dist_timeout);
+  const auto res = moxi::train::run_sft(r, ro);
+  if (!res.lead) return;  // rank 0 reports for the whole data-parallel run
   std::printf("trained %lld steps; final loss %.4f", static_cast<long long>(res.steps_done), res.final_loss);
   if (res.final_eval_loss >= 0) std::printf(", held-out loss %.4f", res.final_eval_loss);
   std::printf("; model: %s\n", res.export_dir.c_str());
@@ -71,8 +77,18 @@ struct rl_args {
   moxi::train::run_options run;
 };
 
+// RL and the loop train in one process; under mpirun (or with MOXI_DIST_WORLD) they would all write the
+// same run directory, so they refuse to start.
+void refuse_ranks(const char* command) {
+  if (moxi::train::environment_asks_for_ranks())
+    throw moxi::error(std::string("moxi train ") + command +
+                      " trains in one process; data-parallel training (mpirun, MOXI_DIST_WORLD) is for "
+                      "`moxi train sft` only (docs/train.md, \"Data-parallel training\")");
+}
+
 void run_rl(const rl_args& a) {
   using namespace moxi::train;
+  refuse_ranks("rl");
   rl_recipe r = load_rl_recipe(a.recipe);
   auto set = [&](const std::string& key, const nlohmann::json& v) {
     apply_override(r, key + "=" + v.dump());
@@ -98,6 +114,7 @@ struct loop_args {
 
 void run_loop(const loop_args& a) {
   using namespace moxi::train;
+  refuse_ranks("loop");
   loop_recipe r = load_loop_recipe(a.recipe);
   auto set = [&](const std::string& key, const nlohmann::json& v) {
     apply_override(r, key + "=" + v.dump());
@@ -137,7 +154,10 @@ int main(int argc, char** argv) {
   sft->add_option("--threads", a.threads, "torch threads (0: all cores)")->check(CLI::NonNegativeNumber);
   sft->footer(
       "EXAMPLES:\n  moxi train sft --recipe recipes/moxi-tiny.json --out run\n"
-      "  moxi train sft --recipe recipes/moxi-tiny.json --out run --steps 200 --set eval.every=50\n\n"
+      "  moxi train sft --recipe recipes/moxi-tiny.json --out run --steps 200 --set eval.every=50\n"
+      "  mpirun -np 2 moxi train sft --recipe recipes/moxi-tiny.json --out run --dist-store file:run.store\n"
+      "  moxi train sft --recipe R --dist-world 2 --dist-rank 0 --dist-store tcp:127.0.0.1:29500 &  # and "
+      "rank 1\n\n"
       "Documentation: docs/train.md in the moxi source tree.");
   app.footer(
       "EXAMPLES:\n  moxi train sft --recipe recipes/moxi-tiny.json --out run\n"
@@ -150,6 +170,20 @@ int main(int argc, char** argv) {
   sft->add_flag("--force", a.run.force_export,
                 "export over an existing model directory this run did not write (e.g. models/moxi-tiny): its "
                 "model files are replaced, other files (a README) stay");
+  sft->add_option("--dist-rank", a.dist_rank,
+                  "data parallelism: this process's rank, 0..N-1 (else MOXI_DIST_RANK, else mpirun's "
+                  "OMPI_COMM_WORLD_RANK)")
+      ->check(CLI::NonNegativeNumber);
+  sft->add_option("--dist-world", a.dist_world,
+                  "data parallelism: the number of ranks N (else MOXI_DIST_WORLD, else mpirun's "
+                  "OMPI_COMM_WORLD_SIZE); optimizer.batch_size is the global batch, a multiple of N")
+      ->check(CLI::PositiveNumber);
+  sft->add_option("--dist-store", a.dist_store,
+                  "where the ranks meet: file:PATH (a fresh path per launch) or tcp:HOST:PORT (rank 0 serves "
+                  "it) (else MOXI_DIST_STORE)");
+  sft->add_option("--dist-timeout", a.dist_timeout,
+                  "seconds to reach the store and see every rank join (default 300, else MOXI_DIST_TIMEOUT)")
+      ->check(CLI::PositiveNumber);
   sft->callback([&a] { run_sft(a); });
 
   auto* rl = app.add_subcommand(

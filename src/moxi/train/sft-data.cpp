@@ -142,9 +142,10 @@ std::vector<model::image_input> sft_batch::image_inputs() const {
   return in;
 }
 
-sft_batch make_batch(const std::vector<const sft_sample*>& rows, int64_t pad_id, const sample_vision* vision) {
+sft_batch make_batch(const std::vector<const sft_sample*>& rows, int64_t pad_id, const sample_vision* vision,
+                     int64_t length) {
   if (rows.empty()) throw error("make_batch: no rows");
-  int64_t T = 0;
+  int64_t T = length;
   for (const auto* r : rows) T = std::max<int64_t>(T, int64_t(r->tokens.size()));
   const int64_t B = int64_t(rows.size());
   sft_batch b;

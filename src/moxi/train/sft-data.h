@@ -69,8 +69,10 @@ struct sft_batch {
   // The images as the encoder takes them (views of `images`).
   std::vector<model::image_input> image_inputs() const;
 };
+// length: pad to at least this many positions (data parallelism pads every rank's slice to the length of the
+// global batch, so each row is computed in exactly the shape it has in a single process).
 sft_batch make_batch(const std::vector<const sft_sample*>& rows, int64_t pad_id,
-                     const sample_vision* vision = nullptr);
+                     const sample_vision* vision = nullptr, int64_t length = 0);
 
 // The order of batches: each epoch shuffles the samples (SplitMix64 Fisher-Yates seeded by seed and the
 // epoch), cuts the shuffled list into chunks of 32 batches, sorts each chunk by length (less padding), cuts

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "moxi/train/dist.h"
 #include "moxi/train/model.h"
 #include "moxi/train/recipe.h"
 #include "moxi/train/sft-data.h"
@@ -35,13 +36,14 @@ void write_model_assets(const std::string& dir, const formats::model_config& c, 
 
 // Mean cross-entropy per target token of samples under the model's current options (no gradient).
 double held_out_loss(const train_model& m, const std::vector<sft_sample>& samples, int64_t batch_size,
-                     int64_t pad_id);
+                     int64_t pad_id, const sample_vision* vision = nullptr);
 
 struct sft_result {
   int64_t steps_done = 0;       // steps this process ran (after a resume: the remaining ones)
   double final_loss = 0;        // training loss of the last step
   double final_eval_loss = -1;  // held-out loss at the end (-1 without eval data)
   std::string export_dir;
+  bool lead = true;  // rank 0 of a data-parallel run (or a single process): the one that writes and reports
 };
 
 // What a run may do beyond the recipe (command-line flags, never saved in the run).
@@ -52,6 +54,9 @@ struct run_options {
   // Export over an existing model directory this run did not write (its model files are replaced; other
   // files, a README, stay).
   bool force_export = false;
+  // Data parallelism (dist.h): this process's rank, the world size and the store where the ranks meet.
+  // world 1: a single process.
+  dist_layout dist;
 };
 
 // Runs or resumes the recipe: a run directory with a checkpoint (out/checkpoints/latest) continues from it.
