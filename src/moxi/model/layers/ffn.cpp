@@ -163,9 +163,9 @@ void routed_ep(const moe_weights& w, const formats::model_config& c, const proce
   const int64_t rec_words = 2 * K + W, rec_bytes = rec_words * 4;
   std::vector<std::vector<uint32_t>> to(static_cast<size_t>(n));
   std::vector<std::vector<int64_t>> rows_to(static_cast<size_t>(n));  // which of my rows each record carries
+  std::vector<uint32_t> record(static_cast<size_t>(rec_words));  // reused for every (row, rank)
   for (int64_t t = 0; t < Tm; ++t) {
     for (int d = 0; d < n; ++d) {
-      std::vector<uint32_t> rec(size_t(rec_words), 0);
       bool any = false;
       for (int64_t j = 0; j < K; ++j) {
         const int32_t e = sel[size_t(t * K + j)];
@@ -173,12 +173,12 @@ void routed_ep(const moe_weights& w, const formats::model_config& c, const proce
         const bool here = local >= 0 && local < per_rank;
         any = any || here;
         const int32_t id = here ? local : -1;
-        std::memcpy(&rec[size_t(j)], &id, 4);
-        std::memcpy(&rec[size_t(K + j)], &wt[size_t(t * K + j)], 4);
+        std::memcpy(&record[size_t(j)], &id, 4);
+        std::memcpy(&record[size_t(K + j)], &wt[size_t(t * K + j)], 4);
       }
       if (!any) continue;
-      std::memcpy(&rec[size_t(2 * K)], xe + t * W, size_t(W) * 4);
-      to[size_t(d)].insert(to[size_t(d)].end(), rec.begin(), rec.end());
+      std::memcpy(&record[size_t(2 * K)], xe + t * W, size_t(W) * 4);
+      to[size_t(d)].insert(to[size_t(d)].end(), record.begin(), record.end());
       rows_to[size_t(d)].push_back(t);
     }
   }
