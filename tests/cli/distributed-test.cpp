@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mpi-job.h"
 #include "common/run-moxi.h"
 #include "common/temp-dir.h"
 #include "moxi/formats/checkpoint.h"
@@ -26,12 +27,13 @@
 namespace moxi {
 namespace {
 
+using testing::any_process_with;
+using testing::rank_pids;
 using testing::run_shell;
+using testing::wait_for;
 
 const std::string kMoxi = std::string(MOXI_BINARY_DIR) + "/moxi";
-// One thread per rank; OpenMPI's shared-memory transport without cross-process memory access (which
-// containers often forbid).
-const std::string kEnv = "MOXI_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none ";
+const std::string kEnv = testing::kMpiEnv;
 const std::string kMpirun = kEnv + "timeout 300 mpirun --oversubscribe --allow-run-as-root ";
 
 std::string prompt_tokens(int n, int vocab) {
@@ -156,50 +158,10 @@ TEST_F(Distributed, LayoutsThatDoNotFitFailOnEveryRankWithAMessage) {
   }
 }
 
-// Pids of the processes whose command line contains `marker` and whose environment says MPI rank `rank`.
-std::vector<pid_t> rank_pids(const std::string& marker, int rank) {
-  std::vector<pid_t> out;
-  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = e.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream cmd(e.path() / "cmdline"), env(e.path() / "environ");
-    std::string c((std::istreambuf_iterator<char>(cmd)), {}), v((std::istreambuf_iterator<char>(env)), {});
-    if (c.find(marker) == std::string::npos) continue;
-    for (size_t at = 0; at < v.size();) {
-      const size_t end = v.find('\0', at);
-      if (v.compare(at, end - at, want) == 0) out.push_back(pid_t(std::stoi(name)));
-      if (end == std::string::npos) break;
-      at = end + 1;
-    }
-  }
-  return out;
-}
-
-bool any_process_with(const std::string& marker) {
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    std::ifstream cmd(e.path() / "cmdline");
-    std::string c((std::istreambuf_iterator<char>(cmd)), {});
-    if (c.find(marker) != std::string::npos) return true;
-  }
-  return false;
-}
-
-// Waits up to `seconds` for pid; its exit status, or -1 when it is still running.
-int wait_for(pid_t pid, double seconds) {
-  for (int i = 0; i < int(seconds * 10); ++i) {
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return -1;
-}
-
 // A long decode under mpirun (tp 2, 2 ranks); rank 1 gets `sig` once it runs. The job must end non-zero
 // within a bounded time, with no rank left behind.
 void expect_job_ends_when_rank_gets(int sig, const std::string& dir, const std::string& expect_in_log) {
-  ::setenv("MOXI_THREADS", "1", 1);
-  ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+  testing::set_mpi_env();
   const std::string keep = dir + "/bench-model-" + std::to_string(sig);
   const std::string log = dir + "/mpirun-" + std::to_string(sig) + ".log";
   const pid_t job = testing::spawn_logged(

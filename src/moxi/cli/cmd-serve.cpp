@@ -2,19 +2,86 @@
 // --max-running N ...]`: the OpenAI-compatible HTTP server (default model: cli::default_model_dir())
 // (serve/server.h, docs/serving.md) until SIGTERM or SIGINT, then a graceful shutdown (stop taking requests,
 // finish or cancel in-flight ones) and exit 0.
+// Under `mpirun -np N ... --tp T --ep E --pp P`: rank 0 serves HTTP and the other ranks follow its steps
+// (serve/group.h, docs/distributed.md "Serving"). A group cannot drain (mpirun stops every rank at once): a
+// signal, a lost rank or a hung one fails the in-flight requests with 503 and exits 75.
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 
 #include "moxi/base/error.h"
 #include "moxi/cli/command.h"
 #include "moxi/cli/model-dir.h"
 #include "moxi/cli/options.h"
+#include "moxi/dist/flags.h"
+#include "moxi/dist/mpi.h"
 #include "moxi/serve/http-auth.h"
 #include "moxi/serve/server.h"
 
 namespace moxi::cli {
 namespace {
+
+// The server whose in-flight requests a lost rank fails (rank 0 of a serving group).
+std::atomic<serve::server*> g_leader{nullptr};
+
+[[noreturn]] void end_group(const std::string& why) {
+  if (serve::server* s = g_leader.load()) s->fail_group(why);
+  dist::abort_job(75);
+  std::_Exit(75);
+}
+
+template <class Args>
+void serve_group(Args& a) {
+  auto& cfg = a.cfg;
+  // Rank 0 takes SIGTERM and SIGINT by sigwait below: blocked before any thread starts (MPI's own threads
+  // included), so that no other thread receives them. The other ranks keep the default action, so mpirun's
+  // SIGTERM ends them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  cfg.load = a.parallel.load_options();
+  const auto& layout = *cfg.load.parallel;
+  auto channel = std::make_shared<serve::group_channel>(layout.world, end_group);
+  if (!channel->leader()) {
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    const auto m = model::model::load(cfg.model_dir, cfg.load);
+    dist::report_rank(m, "serve");
+    a.parallel.loaded();
+    serve::run_follower(m, *channel);
+    return;
+  }
+  cfg.group = channel;
+  serve::server srv(cfg);
+  g_leader = &srv;
+  // A hung rank: rank 0's own collective waits past --rank-timeout. Its clients get the error, and /health
+  // says 503 for a moment (probes, load balancers) before the process ends.
+  dist::on_hang([&srv](const std::string& why) {
+    const auto t0 = std::chrono::steady_clock::now();
+    srv.fail_group("the serving group lost a rank: " + why, 2.0);
+    std::this_thread::sleep_until(t0 + std::chrono::milliseconds(1500));
+  });
+  dist::report_rank(srv.model(), "serve");
+  a.parallel.loaded();
+  srv.start();
+  std::fprintf(stderr, "moxi serve: %s on http://%s:%d (OpenAI API under /v1), %d ranks %s\n",
+               srv.config().served_name.c_str(), cfg.host.c_str(), srv.port(), layout.world_size,
+               layout.sizes.to_string().c_str());
+  int sig = 0;
+  sigwait(&set, &sig);
+  // mpirun sends SIGTERM to every rank when one dies, and SIGKILL a moment later (odls_base_sigkill_timeout,
+  // 1 s by default): the in-flight requests are failed at once, not drained.
+  std::fprintf(stderr, "moxi serve: signal %d, the serving group is stopping\n", sig);
+  srv.fail_group("the serving group is stopping (signal " + std::to_string(sig) +
+                 ": a rank ended or the job was stopped)");
+  std::fflush(stderr);
+  std::_Exit(75);
+}
 
 void setup_serve(CLI::App& root) {
   auto* cmd = root.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
@@ -22,6 +89,7 @@ void setup_serve(CLI::App& root) {
     serve::server_config cfg;
     std::string key, key_file;
     bool no_prefix_cache = false;
+    dist::parallel_flags parallel;
   };
   auto a = std::make_shared<args>();
   auto& c = a->cfg;
@@ -117,6 +185,7 @@ void setup_serve(CLI::App& root) {
       ->check(number_in(0, 86400))
       ->capture_default_str();
   cmd->add_flag("--log-requests", c.log_requests, "log every request to stderr");
+  a->parallel.add(cmd);
   set_examples(cmd,
                {"moxi serve models/moxi-small --port 8000",
                 "moxi serve -m /tmp/tiny --host 0.0.0.0 --port 8000 --api-key-file keys.txt --max-running 16",
@@ -133,6 +202,7 @@ void setup_serve(CLI::App& root) {
     if (key->count() > 0) cfg.api_keys = {a->key};
     if (!a->key_file.empty()) cfg.api_keys = serve::read_api_key_file(a->key_file);
     cfg.prefix_caching = !a->no_prefix_cache;
+    if (a->parallel.distributed()) return serve_group(*a);
     // Signals are taken by sigwait below: blocked before any thread starts, so every thread inherits it.
     sigset_t set;
     sigemptyset(&set);

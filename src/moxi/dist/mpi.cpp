@@ -27,6 +27,8 @@ int g_world_rank = 0;
 // while outside MPI), and the limit (ns, 0: off).
 std::atomic<int64_t> g_call_start{0};
 std::atomic<int64_t> g_call_limit{0};
+std::mutex g_hang_m;
+std::function<void(const std::string&)> g_on_hang;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -40,11 +42,19 @@ void watchdog() {
     if (start == 0 || limit == 0) continue;
     const int64_t waited = now_ns() - start;
     if (waited <= limit) continue;
-    std::fprintf(stderr,
-                 "moxi: rank %d: an MPI call has waited %.0f s for the other ranks (one of them died, hangs or was "
-                 "stopped; --rank-timeout); ending the job\n",
-                 g_world_rank, double(waited) / 1e9);
+    char msg[256];
+    std::snprintf(msg, sizeof msg,
+                  "rank %d: an MPI call has waited %.0f s for the other ranks (one of them died, hangs or was "
+                  "stopped; --rank-timeout)",
+                  g_world_rank, double(waited) / 1e9);
+    std::fprintf(stderr, "moxi: %s; ending the job\n", msg);
     std::fflush(stderr);
+    std::function<void(const std::string&)> hook;
+    {
+      std::lock_guard<std::mutex> l(g_hang_m);
+      hook = g_on_hang;
+    }
+    if (hook) hook(msg);
     std::_Exit(75);  // mpirun ends the other ranks when one exits without MPI_Finalize
   }
 }
@@ -189,6 +199,11 @@ void watch_calls(double seconds) {
   static std::once_flag started;
   std::call_once(started, [] { std::thread(watchdog).detach(); });
   g_call_limit.store(seconds > 0 ? int64_t(seconds * 1e9) : 0);
+}
+
+void on_hang(std::function<void(const std::string&)> fn) {
+  std::lock_guard<std::mutex> l(g_hang_m);
+  g_on_hang = std::move(fn);
 }
 
 std::shared_ptr<const model::parallel_layout> start(const model::parallel_sizes& sizes) {

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "moxi/model/parallel.h"
 
@@ -42,6 +44,10 @@ void barrier();
 // mpirun then ends every other rank. Call it once the ranks are loaded (loading times differ a lot between
 // ranks); 0 turns it off. A no-op without MPI.
 void watch_calls(double seconds);
+
+// What the hang detector runs, on its own thread, before it ends the process: the server fails its
+// in-flight requests and turns /health to 503 (serve::server::fail_group). It gets the message printed.
+void on_hang(std::function<void(const std::string&)> fn);
 
 // Ends the whole job at once with `code` (MPI_Abort) when MPI runs with more than one rank, so that no
 // rank waits forever in a collective for one that stopped on an error; returns when MPI does not run.

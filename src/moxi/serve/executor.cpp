@@ -143,6 +143,55 @@ void executor::remove(request_id id) {
   requests_.erase(id);
 }
 
+std::vector<std::vector<float>> executor::forward(const scheduler_output& step) {
+  const auto& reqs = step.scheduled;
+  std::vector<std::vector<float>> logits(reqs.size());
+  if (mode_ == executor_mode::batched && reqs.size() > 1) {
+    // One forward over every request's rows: each weight streams once per step (model::forward_batch).
+    std::vector<std::unique_ptr<paged_cache>> caches;
+    std::vector<model::batch_item> items;
+    for (const auto& r : reqs) {
+      caches.push_back(std::make_unique<paged_cache>(memory_, r.seq));
+      MOXI_ASSERT(caches.back()->length() == r.start, "scheduled start != computed tokens in memory");
+      items.push_back({r.tokens, caches.back().get(), /*last_only=*/true, media_of(r)});
+    }
+    logits = model_.forward_batch(items);
+    for (auto& c : caches) c->flush();
+    return logits;
+  }
+  auto run_one = [&](size_t i) {
+    const auto& r = reqs[i];
+    paged_cache cache(memory_, r.seq);
+    MOXI_ASSERT(cache.length() == r.start, "scheduled start != computed tokens in memory");
+    model::forward_options o;
+    o.last_only = true;
+    o.media = media_of(r);
+    logits[i] = model_.forward(r.tokens, cache, o);
+    cache.flush();
+  };
+  if (reqs.size() == 1 || mode_ == executor_mode::sequential) {
+    for (size_t i = 0; i < reqs.size(); ++i) run_one(i);
+    return logits;
+  }
+  // Requests are claimed dynamically (their sizes differ: prefill chunks next to single decode tokens);
+  // each touches only its own sequence's state slot and blocks, and reads shared blocks read-only.
+  std::atomic<size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  thread_pool::global().run([&](int, int) {
+    for (size_t i; (i = next.fetch_add(1)) < reqs.size();) {
+      try {
+        run_one(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    }
+  });
+  if (failure) std::rethrow_exception(failure);
+  return logits;
+}
+
 std::map<request_id, token_id> executor::execute(const scheduler_output& step) {
   const auto& reqs = step.scheduled;
   // One sampler per choice: the request's own, then its forks' (parallel sampling draws every fork's first
@@ -164,63 +213,14 @@ std::map<request_id, token_id> executor::execute(const scheduler_output& step) {
       choices[i].push_back({id, it->second.get()});
     }
   }
-  auto sample = [&](size_t i, const std::vector<float>& logits) {
+  const auto logits = forward(step);
+  for (size_t i = 0; i < reqs.size(); ++i)
     for (auto& c : choices[i]) {
-      c.token = c.state->smp.sample(logits);
+      c.token = c.state->smp.sample(logits[i]);
       c.state->smp.accept(c.token);
       c.ended = c.state->smp.constraint_done();
-      if (c.state->top_logprobs >= 0) c.lps = logprobs_of(logits, c.token, c.state->top_logprobs);
+      if (c.state->top_logprobs >= 0) c.lps = logprobs_of(logits[i], c.token, c.state->top_logprobs);
     }
-  };
-  model::forward_options o;
-  o.last_only = true;
-
-  if (mode_ == executor_mode::batched && reqs.size() > 1) {
-    // One forward over every request's rows: each weight streams once per step (model::forward_batch).
-    std::vector<std::unique_ptr<paged_cache>> caches;
-    std::vector<model::batch_item> items;
-    for (const auto& r : reqs) {
-      caches.push_back(std::make_unique<paged_cache>(memory_, r.seq));
-      MOXI_ASSERT(caches.back()->length() == r.start, "scheduled start != computed tokens in memory");
-      items.push_back({r.tokens, caches.back().get(), /*last_only=*/true, media_of(r)});
-    }
-    const auto logits = model_.forward_batch(items);
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      caches[i]->flush();
-      sample(i, logits[i]);
-    }
-  } else {
-    auto run_one = [&](size_t i) {
-      const auto& r = reqs[i];
-      paged_cache cache(memory_, r.seq);
-      MOXI_ASSERT(cache.length() == r.start, "scheduled start != computed tokens in memory");
-      model::forward_options ro = o;
-      ro.media = media_of(r);
-      const std::vector<float> logits = model_.forward(r.tokens, cache, ro);
-      cache.flush();
-      sample(i, logits);
-    };
-    if (reqs.size() == 1 || mode_ == executor_mode::sequential) {
-      for (size_t i = 0; i < reqs.size(); ++i) run_one(i);
-    } else {
-      // Requests are claimed dynamically (their sizes differ: prefill chunks next to single decode tokens);
-      // each touches only its own sequence's state slot and blocks, and reads shared blocks read-only.
-      std::atomic<size_t> next{0};
-      std::exception_ptr failure;
-      std::mutex failure_mutex;
-      thread_pool::global().run([&](int, int) {
-        for (size_t i; (i = next.fetch_add(1)) < reqs.size();) {
-          try {
-            run_one(i);
-          } catch (...) {
-            std::lock_guard<std::mutex> lock(failure_mutex);
-            if (!failure) failure = std::current_exception();
-          }
-        }
-      });
-      if (failure) std::rethrow_exception(failure);
-    }
-  }
 
   std::map<request_id, token_id> next_tokens;
   logprobs_.clear();

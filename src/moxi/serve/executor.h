@@ -52,6 +52,10 @@ class executor final : public model_runner {
   void remove(request_id id);
 
   std::map<request_id, token_id> execute(const scheduler_output& step) override;
+  // The step's forward alone: each scheduled request's logits at its last fed position (computed for
+  // every request, sampled or not), the caches left holding the step's tokens. Ranks of a serving group
+  // other than the leader run only this (serve/group.h).
+  std::vector<std::vector<float>> forward(const scheduler_output& step);
   // Logprobs of the tokens sampled by the last execute(), for requests that asked for them.
   const std::map<request_id, token_logprobs>& last_logprobs() const { return logprobs_; }
   // Requests whose last sampled token completed their constrained output.

@@ -78,6 +78,7 @@ struct server::impl {
   memory::hybrid_memory memory;
   scheduler sched;
   executor exec;
+  std::unique_ptr<model_runner> group_runner;  // a serving group's leader: exec, then the broadcast of samples
   engine_core engine;
   metrics mets;
   int64_t max_model_len = 0;
@@ -116,16 +117,25 @@ struct server::impl {
   std::atomic<request_id> next_id{1};
   std::atomic<int64_t> active{0};
   std::atomic<bool> shutting_down{false};
+  // Set once by fail_group: the message every request gets from then on.
+  std::atomic<bool> group_failed{false};
+  std::mutex group_error_m;
+  std::string group_error;
+  std::string group_failure() {
+    std::lock_guard<std::mutex> l(group_error_m);
+    return group_error;
+  }
 
   impl(server_config c, model::model m, formats::tokenizer t, const memory::memory_options& mo,
        const scheduler_config& sc)
       : cfg(std::move(c)),
         mdl(std::move(m)),
         tok(std::move(t)),
-        memory(memory::cache_spec::from_config(mdl.config()), mo),
+        memory(memory::cache_spec::from_config(mdl.layer_config()), mo),
         sched(memory, sc),
         exec(mdl, memory, cfg.executor),
-        engine(sched, exec),
+        group_runner(cfg.group ? std::make_unique<group_leader_runner>(exec, *cfg.group) : nullptr),
+        engine(sched, group_runner ? *group_runner : static_cast<model_runner&>(exec)),
         mets(cfg.served_name) {}
 
   // ---- engine thread ----
@@ -162,15 +172,21 @@ struct server::impl {
       bool all = false;
       {
         std::unique_lock<std::mutex> l(in_m);
-        in_cv.wait(l, [&] {
+        auto work = [&] {
           return stop_engine || !adds.empty() || !cancels.empty() || cancel_all || sched.has_unfinished();
-        });
+        };
+        // A serving group hears from rank 0 at least once a second (a heartbeat when idle).
+        if (cfg.group)
+          in_cv.wait_for(l, std::chrono::seconds(1), work);
+        else
+          in_cv.wait(l, work);
         if (stop_engine && adds.empty() && !sched.has_unfinished()) break;
         new_adds.swap(adds);
         new_cancels.swap(cancels);
         all = cancel_all;
         cancel_all = false;
       }
+      group_events events;  // what the other ranks of a group apply before this step, in this order
       for (auto& a : new_adds) {
         std::vector<request_id> forks;
         for (size_t i = 1; i < a.choices.size(); ++i) forks.push_back(a.choices[i]->id);
@@ -181,7 +197,10 @@ struct server::impl {
             exec.add(a.choices[i]->id, a.sampling[i], a.params.prompt, a.top_logprobs, std::move(constraint),
                      a.media);
           }
+          std::optional<group_add> shared;  // copied before the scheduler takes the params
+          if (cfg.group) shared = group_add{a.choices[0]->id, forks, a.params, a.media};
           sched.add_request(a.choices[0]->id, std::move(a.params), forks);
+          if (shared) events.adds.push_back(std::move(*shared));
           for (const auto& lr : a.choices) live[lr->id] = lr;
         } catch (const std::exception& e) {
           for (const auto& lr : a.choices) {
@@ -190,12 +209,17 @@ struct server::impl {
           }
         }
       }
-      for (request_id id : new_cancels) sched.cancel(id);
       if (all)
-        for (const auto& [id, lr] : live) sched.cancel(id);
+        for (const auto& [id, lr] : live) new_cancels.push_back(id);
+      for (request_id id : new_cancels) sched.cancel(id);
+      if (cfg.group) {
+        events.cancels = new_cancels;
+        cfg.group->send_events(events);
+      }
       if (sched.has_unfinished()) step();
       publish();
     }
+    if (cfg.group) cfg.group->send_stop();
     publish();
   }
 
@@ -316,6 +340,7 @@ struct generation {
   int64_t image_tokens = 0;  // of the prompt's tokens, the image placeholders'
   std::string finish;  // "", "stop", "length", "abort", "error"
   std::string error;
+  int error_status = 500;  // of an "error" finish: 503 when the serving group lost a rank
   bool engine_done = false;
 
   generation(server::impl& srv, completion_request r, std::shared_ptr<live_request> l,
@@ -367,6 +392,12 @@ struct generation {
       cached_tokens = lr->cached_tokens;
       sched_at = lr->first_scheduled;
       scheduled = lr->scheduled;
+    }
+    if (!failed && s.group_failed.load()) {
+      // The engine may be stuck in a collective with a lost rank: the request ends here, not there.
+      failed = true;
+      error = s.group_failure();
+      error_status = 503;
     }
     if (failed) {
       finish = "error";
@@ -518,7 +549,7 @@ struct completion_writer {
     json choices = json::array();
     for (size_t i = 0; i < n; ++i) {
       const auto& g = gens[i];
-      if (g->finish == "error") return s.send_error(ex, 500, g->error);
+      if (g->finish == "error") return s.send_error(ex, g->error_status, g->error);
       json choice = {{"index", i}, {"finish_reason", finish_of(g->finish)}, {"logprobs", nullptr}};
       if (want_logprobs) choice["logprobs"] = logprobs_json(chat, lps[i]);
       if (chat && !forced_tool.empty())
@@ -611,7 +642,7 @@ struct completion_writer {
           g.finish = "abort";
         }
         if (g.finish == "error") {
-          write("data: " + s.error_json(500, g.error) + "\n\n");
+          write("data: " + s.error_json(g.error_status, g.error) + "\n\n");
           abandon_all();
           write("data: [DONE]\n\n");
           failed = true;
@@ -765,6 +796,7 @@ void server::impl::route(http_request req, std::shared_ptr<http_exchange> ex) {
   auto not_allowed = [&] { send_error(*ex, 405, "method " + req.method + " is not allowed on " + path); };
   if (path == "/v1/completions" || path == "/v1/chat/completions") {
     if (!post) return not_allowed();
+    if (group_failed.load()) return send_error(*ex, 503, group_failure());
     if (shutting_down.load()) return send_error(*ex, 503, "the server is shutting down");
     if (active.fetch_add(1) >= cfg.max_concurrent_requests) {
       active.fetch_sub(1);
@@ -797,6 +829,7 @@ void server::impl::route(http_request req, std::shared_ptr<http_exchange> ex) {
   }
   if (path == "/health") {
     if (!get) return not_allowed();
+    if (group_failed.load()) return send_error(*ex, 503, group_failure());
     if (shutting_down.load()) return send_error(*ex, 503, "the server is shutting down");
     return ex->reply(200, "application/json", "{\"status\":\"ok\"}");
   }
@@ -886,7 +919,10 @@ std::unique_ptr<server::impl> make_impl(server_config cfg) {
   if (cfg.max_header_bytes < 1024 || cfg.max_header_count < 8 || cfg.max_connections < 1 ||
       cfg.io_threads < 1)
     throw error("serve: header limits below 1 KiB / 8 fields, or no connection or event-loop thread allowed");
-  auto m = model::model::load(cfg.model_dir);
+  if (cfg.group && cfg.executor == executor_mode::parallel)
+    throw error("serve: --executor parallel runs requests on several threads; a serving group needs one "
+                "thread in the model (batched or sequential)");
+  auto m = model::model::load(cfg.model_dir, cfg.load);
   auto t = formats::tokenizer::from_hf_json_file(cfg.model_dir + "/tokenizer.json");
   const auto& c = m.config();
   const serving_plan plan = plan_serving(cfg, c.max_position_embeddings);
@@ -958,6 +994,8 @@ void server::start() {
       p.limits(),
       [&p](http_request req, std::shared_ptr<http_exchange> ex) { p.route(std::move(req), std::move(ex)); },
       std::move(obs));
+  if (p.cfg.group)
+    p.cfg.group->send_engine({p.memory.options(), p.sched.config(), p.cfg.executor});
   p.bound_port = p.http->start(p.cfg.host, p.cfg.port);
   p.started = true;
   p.engine_thread = std::thread([&p] { p.engine_loop(); });
@@ -998,8 +1036,23 @@ void server::shutdown() {
   if (p.engine_thread.joinable()) p.engine_thread.join();
 }
 
+void server::fail_group(const std::string& why, double grace_s) {
+  auto& p = *impl_;
+  {
+    std::lock_guard<std::mutex> l(p.group_error_m);
+    if (p.group_error.empty()) p.group_error = why;
+  }
+  p.group_failed = true;
+  const auto until = clock_type::now() + std::chrono::milliseconds(int64_t(grace_s * 1000));
+  while (p.active.load() > 0 && clock_type::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
 int server::port() const {
   return impl_->bound_port;
+}
+const model::model& server::model() const {
+  return impl_->mdl;
 }
 const server_config& server::config() const {
   return impl_->cfg;

@@ -13,6 +13,7 @@
 
 #include "moxi/memory/hybrid-memory.h"
 #include "moxi/serve/executor.h"
+#include "moxi/serve/group.h"
 #include "moxi/serve/metrics.h"
 #include "moxi/serve/scheduler.h"
 
@@ -55,6 +56,12 @@ struct server_config {
                                           // then 1 s to send their "abort", then every connection is closed
   int io_threads = 2;                     // the HTTP event loop's threads
   bool log_requests = false;
+
+  // Serving across ranks (docs/distributed.md "Serving"): this process is rank 0 of the group, `load`
+  // carries its parallel layout and `group` the channel to the other ranks (serve/group.h). Empty: one
+  // process.
+  model::load_options load;
+  std::shared_ptr<const group_channel> group;
 };
 
 // What the engine thread published after its last step (for tests and /metrics).
@@ -90,13 +97,20 @@ class server {
   server(const server&) = delete;
   server& operator=(const server&) = delete;
 
-  // Binds and starts the engine and HTTP threads; returns once requests can be served.
+  // Binds and starts the engine and HTTP threads; returns once requests can be served. In a serving group,
+  // first sends the engine settings to the other ranks (they must be in run_follower).
   void start();
+  // The serving group lost a rank (or is being stopped): from now on /health and new completions get 503
+  // with `why`, and in-flight requests end with that error (a 503 body, or an error event in a stream).
+  // Waits up to `grace_s` for their handlers to answer. Callable from any thread, also while the engine
+  // thread is stuck in a collective; the caller then ends the process.
+  void fail_group(const std::string& why, double grace_s = 0.8);
   // Graceful shutdown: new completions get 503, in-flight ones get drain_timeout_s to finish and are then
   // cancelled, then the listener stops. Idempotent; also run by the destructor.
   void shutdown();
   int port() const;
   const server_config& config() const;
+  const model::model& model() const;  // this rank's slice of it in a serving group
   engine_snapshot snapshot() const;
   std::string metrics_text() const;
 
