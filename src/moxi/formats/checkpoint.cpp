@@ -194,6 +194,10 @@ const std::string& checkpoint::shard_of(std::string_view name) const {
   return shards_[locate(name).shard]->path();
 }
 
+void checkpoint::release_pages() const {
+  for (const auto& f : shards_) f->release_pages();
+}
+
 std::vector<std::string> checkpoint::shard_paths() const {
   std::vector<std::string> out;
   for (const auto& s : shards_) out.push_back(s->path());

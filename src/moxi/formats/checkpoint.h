@@ -38,6 +38,8 @@ class checkpoint {
   const std::string& shard_of(std::string_view name) const;
   // Full paths of all shard files, sorted.
   std::vector<std::string> shard_paths() const;
+  // safetensors_file::release_pages over every shard.
+  void release_pages() const;
   // The checkpoint directory (the parent of a single file), where config.json and friends live.
   const std::string& dir() const { return dir_; }
   // The "__metadata__" of the first shard's header (checkpoint_writer puts the same map in every shard).

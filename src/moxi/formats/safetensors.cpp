@@ -215,6 +215,10 @@ std::unique_ptr<safetensors_file> safetensors_file::open(const std::string& path
   return f;
 }
 
+void safetensors_file::release_pages() const {
+  if (base_) ::madvise(const_cast<std::byte*>(base_), file_size_, MADV_DONTNEED);
+}
+
 safetensors_file::~safetensors_file() {
   if (base_) ::munmap(const_cast<std::byte*>(base_), file_size_);
 }

@@ -50,6 +50,9 @@ class safetensors_file {
   // The header's "__metadata__" map (empty when absent).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   uint64_t file_size() const { return file_size_; }
+  // Drops this process's resident pages of the mapping (madvise MADV_DONTNEED); views stay valid and fault
+  // their pages back from the file (or the page cache) when read again.
+  void release_pages() const;
   // File offset of the data section: 8 + header length. Writers here make it a multiple of 8.
   uint64_t data_offset() const { return data_offset_; }
 

@@ -15,22 +15,24 @@ namespace moxi::model {
 
 namespace {
 
-// The lm_head of a tied model: a BF16 copy of the embedding when the backend keeps BF16 weights and the
-// checkpoint stores it as BF16 (the f32 values are widened bf16, so the top half of their bits is exact),
-// else empty (the head reads the f32 embedding).
-linear tied_head(const formats::checkpoint& ckpt, const std::string& name, const std::vector<float>& embed,
-                 int64_t V, int64_t d) {
-  linear l;
-  if (!kernels::active().keeps_bf16_weights() || ckpt.view(name).type != dtype::BF16) return l;
-  l.wb.resize(embed.size());
-  for (size_t i = 0; i < embed.size(); ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &embed[i], sizeof(bits));
-    l.wb[i] = uint16_t(bits >> 16);
+std::string strip_weight(const std::string& name) {
+  const std::string suffix = ".weight";
+  MOXI_ASSERT(name.ends_with(suffix), "expected a weight tensor name");
+  return name.substr(0, name.size() - suffix.size());
+}
+
+// Row `t` of the embedding as f32 (a BF16 row widened: exact).
+void embedding_row(const linear& e, int64_t t, float* out) {
+  const int64_t d = e.in;
+  if (e.wb.empty()) {
+    std::memcpy(out, e.w.data() + t * d, size_t(d) * sizeof(float));
+    return;
   }
-  l.out = V;
-  l.in = d;
-  return l;
+  const uint16_t* row = e.wb.data() + t * d;
+  for (int64_t i = 0; i < d; ++i) {
+    const uint32_t bits = uint32_t(row[i]) << 16;
+    std::memcpy(out + i, &bits, sizeof(float));
+  }
 }
 
 }  // namespace
@@ -64,26 +66,24 @@ model model::load(formats::model_config config, const std::string& checkpoint_pa
   const auto [lo, hi] = par ? parallel_layout::stage_layers(c.num_layers, par->sizes.pp, par->stage)
                             : std::pair<int64_t, int64_t>{0, c.num_layers - 1};
   if (first || (last && (c.tie_word_embeddings || !layout.mtp_layers.empty())))
-    m.embed_ = ld.f32(layout.embed, {c.vocab_size, c.hidden_size});
+    m.embed_ = ld.lin(strip_weight(layout.embed), c.vocab_size, c.hidden_size);
   m.first_layer_ = lo;
   for (int64_t i = lo; i <= hi; ++i)
     m.layers_.push_back(load_decoder_layer(ld, layout.layers[size_t(i)], layout.ffn, i));
   if (last) {
     m.final_norm_ = ld.f32(layout.final_norm, {c.hidden_size});
-    if (!c.tie_word_embeddings) {
-      const std::string suffix = ".weight";
-      MOXI_ASSERT(layout.lm_head.ends_with(suffix));
-      m.head_ = ld.lin(layout.lm_head.substr(0, layout.lm_head.size() - suffix.size()), c.vocab_size,
-                       c.hidden_size);
-    } else {
-      m.head_ = tied_head(*m.ckpt_, layout.embed, m.embed_, c.vocab_size, c.hidden_size);
-    }
+    // Tied: the head is the embedding itself (head_ stays empty).
+    if (!c.tie_word_embeddings) m.head_ = ld.lin(strip_weight(layout.lm_head), c.vocab_size, c.hidden_size);
     for (size_t k = 0; k < layout.mtp_layers.size(); ++k)
       m.mtp_.push_back(load_mtp_layer(ld, layout.mtp_layers[k], layout.ffn, c.num_layers + int64_t(k)));
   }
   if (first && c.vision) m.vision_ = std::make_unique<vision_encoder>(vision_encoder::load(ld, c));
   m.tensors_read_ = ld.names_read();
   m.bytes_read_ = ld.bytes_read();
+  // Every weight but the packed MXFP4 experts was converted into memory of its own: the mapping's pages the
+  // conversion touched would otherwise stay resident beside the copies (twice the weights). The experts'
+  // pages come back as the forward reads them.
+  m.ckpt_->release_pages();
   return m;
 }
 
@@ -116,9 +116,10 @@ void model::embed(std::span<const token_id> tokens, std::span<const float> media
     throw error("image features given, but the config has no media_placeholder_token_id");
   int64_t used = 0;
   for (size_t t = 0; t < tokens.size(); ++t) {
-    const float* row = embed_.data() + int64_t(tokens[t]) * d;
-    if (used < rows && tokens[t] == *placeholder) row = media.data() + used++ * d;
-    std::memcpy(h + int64_t(t) * d, row, size_t(d) * sizeof(float));
+    if (used < rows && tokens[t] == *placeholder)
+      std::memcpy(h + int64_t(t) * d, media.data() + used++ * d, size_t(d) * sizeof(float));
+    else
+      embedding_row(embed_, tokens[t], h + int64_t(t) * d);
   }
   if (used < rows)
     throw error(std::to_string(rows) + " image feature rows for " + std::to_string(used) +
@@ -129,11 +130,8 @@ std::vector<float> model::head(const float* h, int64_t T, bool last_only) const 
   const int64_t d = config_.hidden_size, V = config_.vocab_size;
   const int64_t rows = last_only ? 1 : T;
   std::vector<float> logits(size_t(rows * V));  // f32 [rows, vocab]
-  // Tied and f32: the head is the embedding itself.
-  if (head_.empty())
-    kernels::active().matmul(h + (T - rows) * d, embed_.data(), nullptr, logits.data(), rows, V, d);
-  else
-    head_.apply(h + (T - rows) * d, logits.data(), rows);
+  // Tied: the head is the embedding itself.
+  (head_.empty() ? embed_ : head_).apply(h + (T - rows) * d, logits.data(), rows);
   return logits;
 }
 
@@ -252,10 +250,11 @@ std::vector<float> model::mtp_forward(std::span<const float> hidden, std::span<c
   const float eps = float(config_.rms_norm_eps);
   const std::string name = "mtp." + std::to_string(depth);
   std::vector<float> cat(size_t(T * 2 * d));  // f32 [T, 2*hidden] = [enorm(emb(t_{i+1})) ; hnorm(h_i)]
+  std::vector<float> emb(static_cast<size_t>(d));
   for (int64_t t = 0; t < T; ++t) {
     float* row = cat.data() + t * 2 * d;
-    kernels::active().rms_norm(embed_.data() + int64_t(next_tokens[size_t(t)]) * d, m.enorm.data(), row, 1, d,
-                               eps);
+    embedding_row(embed_, next_tokens[size_t(t)], emb.data());
+    kernels::active().rms_norm(emb.data(), m.enorm.data(), row, 1, d, eps);
     kernels::active().rms_norm(hidden.data() + t * d, m.hnorm.data(), row + d, 1, d, eps);
   }
   std::vector<float> h(size_t(T * d));  // f32 [T, hidden]

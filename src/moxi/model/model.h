@@ -117,7 +117,7 @@ class model {
   std::shared_ptr<const parallel_layout> opts_parallel_;
   int64_t first_layer_ = 0;  // global index of layers_[0] (pipeline stages hold a range)
   std::unique_ptr<formats::checkpoint> ckpt_;  // kept open: packed MXFP4 experts point into its mapping
-  std::vector<float> embed_;                   // f32 [vocab, hidden]
+  linear embed_;  // [vocab, hidden]: BF16 where the backend keeps BF16 weights (rows widened on use), else f32
   std::vector<float> final_norm_;              // f32 [hidden]
   // [vocab, hidden]: lm_head, or the embedding when tied. BF16 when the checkpoint stores BF16 and fast
   // kernels are on (half the bytes a decode step streams, widened exactly in registers), else f32.
