@@ -173,8 +173,10 @@ double prefill_seconds_per_token(const model::model& m, const std::vector<token_
 
 // Every rank's figures (all ranks call it; the timed part is one more decode of `steps`, or one prefill of
 // `prompt` when steps is empty).
+// `loaded`: resident growth across the load; `plan_weights`: the planner's weights per device of each stage.
 std::vector<rank_figures> rank_traffic(const model::model& m, const std::vector<token_id>& prompt,
-                                       const std::vector<token_id>& steps, uint64_t resident_after_load) {
+                                       const std::vector<token_id>& steps, uint64_t resident_after_load,
+                                       uint64_t loaded, const std::vector<uint64_t>& plan_weights) {
   const model::parallel_layout& par = *m.parallel();
   auto cache = m.new_cache();
   model::forward_options fo;
@@ -192,14 +194,17 @@ std::vector<rank_figures> rank_traffic(const model::model& m, const std::vector<
   const std::vector<float> mine = {float(double(m.checkpoint_bytes_read()) / 1e6),
                                    float(double(resident_after_load) / 1e6),
                                    float(double(t1.bytes_sent - t0.bytes_sent) / n),
-                                   float((t1.seconds - t0.seconds) / wall)};
-  std::vector<float> all(size_t(4 * par.world_size));
-  const std::vector<int64_t> counts(size_t(par.world_size), 4);
+                                   float((t1.seconds - t0.seconds) / wall),
+                                   float(double(loaded) / 1e6),
+                                   float(double(plan_weights.at(size_t(par.stage))) / 1e6)};
+  constexpr int64_t kFigures = 6;
+  std::vector<float> all(size_t(kFigures * par.world_size));
+  const std::vector<int64_t> counts(size_t(par.world_size), kFigures);
   par.world->all_gather_v(mine.data(), counts, all.data());
   std::vector<rank_figures> out;
   for (int r = 0; r < par.world_size; ++r) {
-    const float* f = all.data() + 4 * r;
-    out.push_back({f[0], f[1], f[2], f[3]});
+    const float* f = all.data() + kFigures * r;
+    out.push_back({f[0], f[1], f[4], f[5], f[2], f[3]});  // rank_figures order
   }
   return out;
 }
@@ -249,6 +254,7 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
     ck = path.c_str();
     dist::barrier();
   }
+  const uint64_t resident_before = dist::resident_bytes();
   const auto t0 = clock_type::now();
   const auto m = model::model::load(config, ck, lo);
   r.load_s = seconds_since(t0);
@@ -260,6 +266,14 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
   po.num_shards = 1;
   po.gpus_per_node = 1;
   const auto plan = model::make_plan(config, po);
+  // The planner's weights per device for this run's layout, one figure per stage.
+  std::vector<uint64_t> plan_weights;
+  if (par) {
+    model::plan_options pl = po;
+    pl.tp = par->sizes.tp, pl.ep = par->sizes.ep, pl.pp = par->sizes.pp;
+    pl.gpus_per_node = par->world_size;
+    for (const auto& st : model::make_plan(config, pl).stages) plan_weights.push_back(st.weight_bytes);
+  }
   r.total_params = double(plan.total_params);
   r.active_params = plan.active_params;
 
@@ -303,7 +317,7 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
       r.batch_tokens_per_s = 1.0 / batched_decode_seconds_per_token(m, prompt, steps, o.batch);
       r.batch_speedup = r.batch_tokens_per_s / r.tokens_per_s;
     }
-    if (par) r.ranks = rank_traffic(m, prompt, steps, resident);
+    if (par) r.ranks = rank_traffic(m, prompt, steps, resident, resident - resident_before, plan_weights);
   } else {
     const double s = prefill_seconds_per_token(m, prompt, 3);
     r.ref_tokens = std::min(o.ref_tokens, o.prompt);
@@ -316,7 +330,7 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
     r.ms_per_token = s * 1e3;
     r.ref_tokens_per_s = 1.0 / ref_s;
     r.speedup_vs_ref = ref_s / s;
-    if (par) r.ranks = rank_traffic(m, prompt, {}, resident);
+    if (par) r.ranks = rank_traffic(m, prompt, {}, resident, resident - resident_before, plan_weights);
   }
   // Rank 0 removes a generated checkpoint only once every rank is done with it.
   if (par) dist::barrier();
@@ -369,6 +383,8 @@ void print(const model_bench_result& r, bool json) {
       for (const auto& f : r.ranks)
         ranks.push_back({{"checkpoint_mb", f.checkpoint_mb},
                          {"resident_mb", f.resident_mb},
+                         {"loaded_mb", f.loaded_mb},
+                         {"plan_weights_mb", f.plan_mb},
                          {"comm_bytes_per_token", f.comm_bytes_per_token},
                          {"comm_share", f.comm_share}});
       j["ranks"] = ranks;
@@ -404,11 +420,17 @@ void print(const model_bench_result& r, bool json) {
   std::printf("  ref (%lld tokens): %.3f tok/s -> fast is %.1fx ref\n", (long long)r.ref_tokens,
               r.ref_tokens_per_s, r.speedup_vs_ref);
   if (!r.ranks.empty()) {
-    std::printf("  %s; per rank: checkpoint read, resident, MPI payload sent per %s token, time in MPI:\n",
-                r.layout.c_str(), r.mode == "decode" ? "decoded" : "prefilled");
-    for (size_t i = 0; i < r.ranks.size(); ++i)
-      std::printf("    rank %zu: %.2f MB, %.1f MB, %.0f B/token, %.0f %% of the step\n", i, r.ranks[i].checkpoint_mb,
-                  r.ranks[i].resident_mb, r.ranks[i].comm_bytes_per_token, 100 * r.ranks[i].comm_share);
+    std::printf(
+        "  %s; per rank: checkpoint read, resident (its growth at load vs moxi plan's weights per device), MPI "
+        "payload sent per %s token, time in MPI:\n",
+        r.layout.c_str(), r.mode == "decode" ? "decoded" : "prefilled");
+    for (size_t i = 0; i < r.ranks.size(); ++i) {
+      const auto& f = r.ranks[i];
+      std::printf("    rank %zu: %.2f MB, %.1f MB (+%.1f MB at load vs plan %.1f MB: %.2fx), %.0f B/token, %.0f %% of "
+                  "the step\n",
+                  i, f.checkpoint_mb, f.resident_mb, f.loaded_mb, f.plan_mb, f.plan_mb > 0 ? f.loaded_mb / f.plan_mb : 0.0,
+                  f.comm_bytes_per_token, 100 * f.comm_share);
+    }
   }
 }
 

@@ -31,6 +31,8 @@ struct model_bench_options {
 struct rank_figures {
   double checkpoint_mb = 0;         // checkpoint bytes its loader read, MB
   double resident_mb = 0;           // VmRSS after loading, MB
+  double loaded_mb = 0;             // VmRSS growth across model::load, MB: the rank's weights in memory
+  double plan_mb = 0;               // moxi plan's weights per device of the rank's stage for this layout, MB
   double comm_bytes_per_token = 0;  // payload bytes it sent through MPI per decoded (or prefilled) token
   double comm_share = 0;            // share of the timed steps' wall time it spent inside MPI calls
 };
