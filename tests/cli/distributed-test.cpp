@@ -81,9 +81,16 @@ struct layout {
   std::string flags;
 };
 
-const std::vector<layout> kLayouts = {{2, "--tp 2"},          {2, "--ep 2"},          {4, "--ep 4"},
-                                      {2, "--pp 2"},          {2, "--tp 2 --ep 2"},   {4, "--tp 2 --pp 2"},
-                                      {4, "--tp 2 --ep 2 --pp 2"}};
+// --pp-microbatch 24 / 32: the 80-token prompt crosses the stages in micro-batches (24 + 24 + 24 + 8; in
+// chunked runs, 30 = 24 + 6), none aligned with the 64-token KDA chunk.
+const std::vector<layout> kLayouts = {{2, "--tp 2"},
+                                      {2, "--ep 2"},
+                                      {4, "--ep 4"},
+                                      {2, "--pp 2"},
+                                      {2, "--pp 2 --pp-microbatch 24"},
+                                      {2, "--tp 2 --ep 2"},
+                                      {4, "--tp 2 --pp 2"},
+                                      {4, "--tp 2 --ep 2 --pp 2 --pp-microbatch 32"}};
 
 void expect_layouts_match(const std::string& model, const std::string& dir, const std::string& extra) {
   const std::string tokens = prompt_tokens(80, 500);
@@ -123,7 +130,7 @@ TEST_F(Distributed, GreedyGenerationIsTokenForTokenTheSame) {
   const auto ref = run_shell(kEnv + kMoxi + gen + " 2>/dev/null");
   ASSERT_EQ(ref.code, 0);
   ASSERT_GT(ref.out.size(), 24u);
-  for (const auto& [np, flags] : std::vector<layout>{{2, "--tp 2 --ep 2"}, {2, "--pp 2"}, {4, "--ep 4"}}) {
+  for (const auto& [np, flags] : std::vector<layout>{{2, "--tp 2 --ep 2"}, {2, "--pp 2 --pp-microbatch 16"}, {4, "--ep 4"}}) {
     const auto r = run_shell(kMpirun + "-np " + std::to_string(np) + " " + kMoxi + gen + " " + flags + " 2>/dev/null");
     ASSERT_EQ(r.code, 0) << flags;
     EXPECT_EQ(r.out, ref.out) << flags;  // rank 0 alone prints

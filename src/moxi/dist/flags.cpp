@@ -18,6 +18,11 @@ void parallel_flags::add(CLI::App* cmd) {
   cmd->add_option("--pp", sizes.pp, "pipeline stages (contiguous layer ranges); run under mpirun")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  cmd->add_option("--pp-microbatch", sizes.pp_microbatch,
+                  "tokens per micro-batch of a forward across pipeline stages, which then work at once "
+                  "(0: the whole forward at once)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 30))
+      ->capture_default_str();
   cmd->add_option("--rank-timeout", rank_timeout,
                   "under mpirun: seconds a rank waits for the others in one exchange before it ends the job "
                   "(a rank died or hangs; 0: wait forever)")

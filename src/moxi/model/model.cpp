@@ -145,16 +145,22 @@ std::vector<float> model::forward(std::span<const token_id> tokens, sequence_cac
   if (!par || par->first_stage()) {
     embed(tokens, opts.media, h.data());
     dump(opts.dump, "embed", {T, d}, h.data());
-  } else {
-    par->world->recv(h.data(), T * d * 4, par->world_rank_of(par->stage - 1, par->stage_rank));
   }
-  const seq_rows seg{0, T, &cache};
-  for (size_t i = 0; i < layers_.size(); ++i)
-    decoder_layer_forward_batch(layers_[i], layer_config_, h.data(), T, std::span(&seg, 1), opts.dump,
-                                "layers." + std::to_string(first_layer_ + int64_t(i)));
-  if (par && !par->last_stage())
-    par->world->send(h.data(), T * d * 4, par->world_rank_of(par->stage + 1, par->stage_rank));
-  cache.advance(T);
+  // Across pipeline stages the rows go in micro-batches, so that the stages work at once on a long prompt.
+  const int64_t mb = par && par->sizes.pp > 1 && par->sizes.pp_microbatch > 0 ? par->sizes.pp_microbatch : T;
+  for (int64_t at = 0; at < T; at += mb) {
+    const int64_t n = std::min(mb, T - at);
+    float* rows = h.data() + at * d;
+    if (par && !par->first_stage())
+      par->world->recv(rows, n * d * 4, par->world_rank_of(par->stage - 1, par->stage_rank));
+    const seq_rows seg{0, n, &cache};
+    for (size_t i = 0; i < layers_.size(); ++i)
+      decoder_layer_forward_batch(layers_[i], layer_config_, rows, n, std::span(&seg, 1), opts.dump,
+                                  "layers." + std::to_string(first_layer_ + int64_t(i)));
+    if (par && !par->last_stage())
+      par->world->send(rows, n * d * 4, par->world_rank_of(par->stage + 1, par->stage_rank));
+    cache.advance(n);
+  }
   std::vector<float> logits;
   if (holds_head()) {
     kernels::active().rms_norm(h.data(), final_norm_.data(), h.data(), T, d, float(config_.rms_norm_eps));

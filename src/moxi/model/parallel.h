@@ -47,6 +47,10 @@ class process_group {
 // divides them).
 struct parallel_sizes {
   int tp = 1, ep = 1, pp = 1;
+  // Tokens per micro-batch of one sequence's forward across pipeline stages: stage s runs micro-batch i
+  // while stage s+1 runs i-1 (each stage feeds them through its caches in order, as chunked prefill does).
+  // 0: the whole forward as one.
+  int64_t pp_microbatch = 256;
   std::string to_string() const;
 };
 
