@@ -164,9 +164,14 @@ void group_channel::send_engine(const group_engine& e) const {
   send(ENGINE, w.bytes);
 }
 
-group_engine group_channel::receive_engine() const {
+std::vector<uint8_t> group_channel::receive_kind(int64_t kind, const char* what) const {
   std::vector<uint8_t> b;
-  if (receive(b) != ENGINE) fail("expected the engine settings from the leader");
+  if (receive(b) != kind) fail(std::string("expected ") + what + " from the leader");
+  return b;
+}
+
+group_engine group_channel::receive_engine() const {
+  const auto b = receive_kind(ENGINE, "the engine settings");
   reader r(b);
   group_engine e;
   e.memory = r.get<memory::memory_options>();
@@ -228,8 +233,7 @@ void group_channel::send_samples(const group_samples& s) const {
 }
 
 group_samples group_channel::receive_samples() const {
-  std::vector<uint8_t> b;
-  if (receive(b) != SAMPLES) fail("expected a step's samples from the leader");
+  const auto b = receive_kind(SAMPLES, "a step's samples");
   reader r(b);
   group_samples s;
   s.schedule_hash = r.get<uint64_t>();

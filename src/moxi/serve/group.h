@@ -93,6 +93,7 @@ class group_channel {
  private:
   void send(int64_t kind, const std::vector<uint8_t>& payload) const;
   int64_t receive(std::vector<uint8_t>& payload) const;
+  std::vector<uint8_t> receive_kind(int64_t kind, const char* what) const;  // fails on another kind
   std::shared_ptr<const model::process_group> world_;
   std::function<void(const std::string&)> fatal_;
 };
