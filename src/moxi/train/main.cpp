@@ -19,15 +19,40 @@ std::string absolute(const std::string& p) {
   return p.empty() ? p : fs::absolute(p).lexically_normal().string();
 }
 
+// --dist-rank --dist-world --dist-store --dist-timeout (docs/train.md "Data-parallel training").
+struct dist_args {
+  int rank = -1, world = -1;
+  std::string store;
+  double timeout = -1;
+  moxi::train::dist_layout resolve() const {
+    return moxi::train::resolve_dist_layout(rank, world, store, timeout);
+  }
+  void add(CLI::App* cmd, const char* batch_note) {
+    cmd->add_option("--dist-rank", rank,
+                    "data parallelism: this process's rank, 0..N-1 (else MOXI_DIST_RANK, else mpirun's "
+                    "OMPI_COMM_WORLD_RANK)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--dist-world", world,
+                    std::string("data parallelism: the number of ranks N (else MOXI_DIST_WORLD, else mpirun's "
+                                "OMPI_COMM_WORLD_SIZE)") +
+                        batch_note)
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--dist-store", store,
+                    "where the ranks meet: file:PATH (a fresh path per launch) or tcp:HOST:PORT (rank 0 serves "
+                    "it) (else MOXI_DIST_STORE)");
+    cmd->add_option("--dist-timeout", timeout,
+                    "seconds to reach the store and see every rank join (default 300, else MOXI_DIST_TIMEOUT)")
+        ->check(CLI::PositiveNumber);
+  }
+};
+
 struct sft_args {
   std::string recipe, config, init, chat_template, tokenizer, out, export_dir;
   std::vector<std::string> data, eval_data, set;
   int64_t steps = -1, qat_steps = -1, batch_size = -1, threads = -1;
   double lr = -1;
   int64_t seed = -1;
-  int dist_rank = -1, dist_world = -1;
-  std::string dist_store;
-  double dist_timeout = -1;
+  dist_args dist;
   moxi::train::run_options run;
 };
 
@@ -62,7 +87,7 @@ void run_sft(const sft_args& a) {
   if (a.seed >= 0) set("seed", a.seed);
   for (const auto& s : a.set) apply_override(r, s);
   auto ro = a.run;
-  ro.dist = resolve_dist_layout(a.dist_rank, a.dist_world, a.dist_store, a.dist_timeout);
+  ro.dist = a.dist.resolve();
   const auto res = moxi::train::run_sft(r, ro);
   if (!res.lead) return;  // rank 0 reports for the whole data-parallel run
   std::printf("trained %lld steps; final loss %.4f", static_cast<long long>(res.steps_done), res.final_loss);
@@ -74,21 +99,21 @@ struct rl_args {
   std::string recipe, init, out, export_dir;
   std::vector<std::string> set;
   int64_t steps = -1, threads = -1, seed = -1;
+  dist_args dist;
   moxi::train::run_options run;
 };
 
-// RL and the loop train in one process; under mpirun (or with MOXI_DIST_WORLD) they would all write the
+// The loop trains in one process; under mpirun (or with MOXI_DIST_WORLD) they would all write the
 // same run directory, so they refuse to start.
 void refuse_ranks(const char* command) {
   if (moxi::train::environment_asks_for_ranks())
     throw moxi::error(std::string("moxi train ") + command +
                       " trains in one process; data-parallel training (mpirun, MOXI_DIST_WORLD) is for "
-                      "`moxi train sft` only (docs/train.md, \"Data-parallel training\")");
+                      "`moxi train sft` and `moxi train rl` only (docs/train.md, \"Data-parallel training\")");
 }
 
 void run_rl(const rl_args& a) {
   using namespace moxi::train;
-  refuse_ranks("rl");
   rl_recipe r = load_rl_recipe(a.recipe);
   auto set = [&](const std::string& key, const nlohmann::json& v) {
     apply_override(r, key + "=" + v.dump());
@@ -100,7 +125,10 @@ void run_rl(const rl_args& a) {
   if (a.threads >= 0) set("threads", a.threads);
   if (a.seed >= 0) set("seed", a.seed);
   for (const auto& s : a.set) apply_override(r, s);
-  const auto res = moxi::train::run_rl(r, a.run);
+  auto ro = a.run;
+  ro.dist = a.dist.resolve();
+  const auto res = moxi::train::run_rl(r, ro);
+  if (!res.lead) return;  // rank 0 reports for the whole data-parallel run
   std::printf("trained %lld RL steps; model: %s\n", static_cast<long long>(res.steps_done),
               res.export_dir.c_str());
 }
@@ -170,20 +198,7 @@ int main(int argc, char** argv) {
   sft->add_flag("--force", a.run.force_export,
                 "export over an existing model directory this run did not write (e.g. models/moxi-tiny): its "
                 "model files are replaced, other files (a README) stay");
-  sft->add_option("--dist-rank", a.dist_rank,
-                  "data parallelism: this process's rank, 0..N-1 (else MOXI_DIST_RANK, else mpirun's "
-                  "OMPI_COMM_WORLD_RANK)")
-      ->check(CLI::NonNegativeNumber);
-  sft->add_option("--dist-world", a.dist_world,
-                  "data parallelism: the number of ranks N (else MOXI_DIST_WORLD, else mpirun's "
-                  "OMPI_COMM_WORLD_SIZE); optimizer.batch_size is the global batch, a multiple of N")
-      ->check(CLI::PositiveNumber);
-  sft->add_option("--dist-store", a.dist_store,
-                  "where the ranks meet: file:PATH (a fresh path per launch) or tcp:HOST:PORT (rank 0 serves "
-                  "it) (else MOXI_DIST_STORE)");
-  sft->add_option("--dist-timeout", a.dist_timeout,
-                  "seconds to reach the store and see every rank join (default 300, else MOXI_DIST_TIMEOUT)")
-      ->check(CLI::PositiveNumber);
+  a.dist.add(sft, "; optimizer.batch_size is the global batch, a multiple of N");
   sft->callback([&a] { run_sft(a); });
 
   auto* rl = app.add_subcommand(
@@ -205,8 +220,10 @@ int main(int argc, char** argv) {
       "resume even though the recipe differs from the run's saved one (the new values become the run's)");
   rl->add_flag("--force", ra.run.force_export,
                "export over an existing model directory this run did not write");
+  ra.dist.add(rl, "; each rank rolls out its share of rollout.prompts");
   rl->footer(
       "EXAMPLES:\n  moxi train rl --recipe recipes/moxi-small-rl.json\n"
+      "  mpirun -np 2 moxi train rl --recipe recipes/moxi-small-rl.json --dist-store file:rl.store\n"
       "  moxi train rl --recipe recipes/moxi-small-rl.json --out runs/rl-try --steps 5 --set "
       "rollout.prompts=4\n\n"
       "Documentation: docs/rl.md in the moxi source tree.");

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 
 #include "moxi/base/error.h"
 #include "moxi/base/splitmix.h"
@@ -20,6 +21,7 @@
 #include "moxi/model/config.h"
 #include "moxi/runtime/local-model.h"
 #include "moxi/serve/offline.h"
+#include "moxi/train/dist.h"
 #include "moxi/train/interrupt.h"
 #include "moxi/train/optim.h"
 #include "moxi/train/run-dir.h"
@@ -196,14 +198,33 @@ struct value_head {
 rl_result run_rl(const rl_recipe& r, const run_options& o) {
   validate(r);
   if (r.threads > 0) torch::set_num_threads(r.threads);
-  fs::create_directories(r.out + "/checkpoints");
-  const run_lock lock(r.out);
-  remove_checkpoint_leftovers(r.out);
+  // Data parallelism (docs/rl.md "Data-parallel RL"): every rank joins first, so that a rank that stops
+  // early ends the others at once. Each rank rolls out its slice of every round's prompts; the keep
+  // decisions, loss denominators and gradients are summed over the ranks, so every rank takes the step one
+  // process takes on the whole batch.
+  const auto dgroup = dist_group::join(o.dist);
+  dist_group* const g = dgroup.get();      // null: a single process
+  const bool lead = !g || g->rank() == 0;  // rank 0 alone writes the run directory, logs and evaluates
+  const int rank = g ? g->rank() : 0, world = g ? g->world() : 1;
+  {
+    auto mine = to_json(r);
+    mine.erase("threads");
+    mine["--override"] = o.override_recipe;
+    mine["--force"] = o.force_export;
+    check_same_text(g, mine.dump(), "recipe (with its command-line overrides)");
+  }
   const std::string final_export = export_target(r);
-  check_export_target(r.out, final_export, o.force_export);
-  adopt_recipe(r.out, to_json(r), o.override_recipe, "rl", [&](const json& saved) {
-    return schedule_differences(parse_rl_recipe(saved, r.out + "/recipe.json", r.base_dir), r);
-  });
+  std::optional<run_lock> lock;
+  if (lead) {
+    fs::create_directories(r.out + "/checkpoints");
+    lock.emplace(r.out);
+    remove_checkpoint_leftovers(r.out);
+    check_export_target(r.out, final_export, o.force_export);
+    adopt_recipe(r.out, to_json(r), o.override_recipe, "rl", [&](const json& saved) {
+      return schedule_differences(parse_rl_recipe(saved, r.out + "/recipe.json", r.base_dir), r);
+    });
+  }
+  if (g) g->barrier("waiting for rank 0 to prepare the run directory (lock, recipe)");
   const std::string resume_dir = latest_checkpoint(r.out);
 
   // The SFT model: tokenizer, chat template, stop tokens, and the weights of the policy's start and of the
@@ -287,7 +308,13 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
     klc.coef = st.at("kl_coef").get<double>();
     std::fprintf(stderr, "rl: resuming from %s (step %" PRId64 ")\n", resume_dir.c_str(), start);
   }
+  std::vector<torch::Tensor> every_tensor = all_params;  // the whole trained state, in the same order everywhere
+  every_tensor.push_back(vh.w);
+  every_tensor.push_back(vh.b);
+  check_same_on_all_ranks(g, every_tensor, "comparing the ranks' starting parameters");
   auto checkpoint = [&](int64_t step) {
+    check_same_on_all_ranks(g, every_tensor, "comparing the ranks' parameters before a checkpoint");
+    if (!lead) return;
     commit_checkpoint(r.out, step, [&](const std::string& tmp) {
       policy.save(tmp, {.mxfp4_experts = false, .float_type = dtype::F32});
       write_model_assets(tmp, config, assets);
@@ -304,6 +331,7 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
 
   eval::checker checker;
   auto pass_eval = [&](const std::string& dir, const std::string& name, int64_t step) {
+    if (!lead) return;
     eval::evaluate_options eo;
     eo.max_tokens = r.eval_max_tokens;
     eo.progress = false;
@@ -315,11 +343,13 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
   const double norm_len = double(r.max_tokens);
   int64_t n_params = 0;
   for (const auto& p : all_params) n_params += p.numel();
-  std::fprintf(stderr,
-               "rl: %s from %s, %" PRId64 " trainable parameters, %" PRId64 " steps of %" PRId64
-               " prompts x %" PRId64 " samples, KL %s (%s, coef %g)%s\n",
-               to_string(r.algorithm), r.init.c_str(), n_params, r.steps, r.prompts, r.samples,
-               to_string(r.kl_where), rl::to_string(r.kl_estimator), r.kl_coef, r.qat ? ", QAT on" : "");
+  if (lead)
+    std::fprintf(stderr,
+                 "rl: %s from %s, %" PRId64 " trainable parameters, %" PRId64 " steps of %" PRId64
+                 " prompts x %" PRId64 " samples, KL %s (%s, coef %g)%s%s\n",
+                 to_string(r.algorithm), r.init.c_str(), n_params, r.steps, r.prompts, r.samples,
+                 to_string(r.kl_where), rl::to_string(r.kl_estimator), r.kl_coef, r.qat ? ", QAT on" : "",
+                 g ? (", " + std::to_string(world) + " data-parallel ranks").c_str() : "");
   if (start == 0) pass_eval(r.init, "sft", 0);  // the baseline (nothing without eval tasks)
 
   rl_result res;
@@ -334,15 +364,19 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
 
     // ---- rollouts ----
     auto t0 = clock_type::now();
-    auto engine = engine_snapshot(policy, r.out + "/rollout-model",
-                                  r.rollout_weights == "bf16" ? dtype::BF16 : dtype::F32);
+    // Each rank's own engine directory: the ranks hold the same policy but must not write one directory.
+    const std::string engine_dir = r.out + "/rollout-model" + (g ? ".rank" + std::to_string(rank) : "");
+    auto engine = engine_snapshot(policy, engine_dir, r.rollout_weights == "bf16" ? dtype::BF16 : dtype::F32);
     std::vector<rollout> kept;
+    std::vector<int64_t> kept_row;  // each kept rollout's row in the whole step's batch (over all ranks)
+    int64_t rows_total = 0;         // that batch's size
     int64_t groups_kept = 0, groups_filtered = 0, dropped = 0, generated = 0, judged = 0;
     double rollout_s = 0, judged_correct = 0, judged_reward = 0;  // every judged sample, before filtering
+    const auto [mine_begin, mine_end] = rank_slice(size_t(r.prompts), rank, world);
     for (int64_t round = 0; round < r.max_gen_batches && groups_kept < r.prompts; ++round) {
       std::vector<prompt_ref> prompts;
       std::vector<serve::offline_request> reqs;
-      for (int64_t j = 0; j < r.prompts; ++j) {
+      for (int64_t j = int64_t(mine_begin); j < int64_t(mine_end); ++j) {
         prompts.push_back(pick(step, round, j));
         serve::offline_request q;
         q.prompt = *prompts.back().ids;
@@ -357,22 +391,23 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
       oo.max_running = int32_t(r.max_running);
       oo.max_batch_tokens = r.max_batch_tokens;
       serve::offline_stats os;
-      const auto outs = serve::generate_offline(*engine, reqs, oo, &os);
+      const auto outs = reqs.empty() ? std::vector<std::vector<serve::offline_sample>>{}
+                                     : serve::generate_offline(*engine, reqs, oo, &os);
       rollout_s += os.seconds;
       generated += os.generated_tokens;
       // Replies as text, judged all at once in the sandbox.
       std::vector<rollout> all;
       std::vector<std::pair<const eval::task*, std::string>> items;
       for (size_t j = 0; j < outs.size(); ++j)
-        for (const auto& s : outs[j]) {
+        for (const auto& smp : outs[j]) {
           rollout ro;
           ro.task = prompts[j].task;
-          ro.group = round * r.prompts + int64_t(j);
+          ro.group = round * r.prompts + int64_t(mine_begin + j);
           ro.prompt = reqs[j].prompt;
-          ro.reply = s.tokens;
-          ro.engine_logp = s.logprobs;
-          ro.truncated = s.finish == serve::finish_reason::LENGTH;
-          std::vector<token_id> text_ids = s.tokens;
+          ro.reply = smp.tokens;
+          ro.engine_logp = smp.logprobs;
+          ro.truncated = smp.finish == serve::finish_reason::LENGTH;
+          std::vector<token_id> text_ids = smp.tokens;
           if (!ro.truncated && !text_ids.empty()) text_ids.pop_back();  // the stop token
           items.emplace_back(ro.task,
                              runtime::to_valid_utf8(sft.tok.decode(text_ids, /*skip_special=*/true)));
@@ -388,31 +423,59 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
           judged_correct += ro.rw.correct;
           judged_reward += ro.rw.total;
         }
-      // Groups: dropped samples leave; GRPO with dynamic sampling keeps only groups whose rewards differ.
-      for (int64_t j = 0; j < r.prompts && groups_kept < r.prompts; ++j) {
-        std::vector<rollout*> members;
-        for (auto& ro : all)
-          if (ro.group == round * r.prompts + j) {
-            if (ro.rw.dropped)
-              ++dropped;
-            else
-              members.push_back(&ro);
-          }
-        if (members.empty()) continue;
-        if (!ppo && r.dynamic_sampling) {
-          bool differ = false;
-          for (auto* m : members) differ |= m->rw.total != members[0]->rw.total;
-          if (!differ) {
-            ++groups_filtered;
+      // Per prompt of the round: its judged members, its dropped samples, whether their rewards differ. A
+      // rank fills its own prompts' rows; the sum over the ranks gives every rank the whole round.
+      auto info = torch::zeros({r.prompts, 3}, torch::kFloat64);
+      {
+        auto in = info.accessor<double, 2>();
+        std::map<int64_t, double> first_reward;
+        for (const auto& ro : all) {
+          const int64_t j = ro.group - round * r.prompts;
+          if (ro.rw.dropped) {
+            in[j][1] += 1;
             continue;
           }
+          in[j][0] += 1;
+          auto [it, fresh] = first_reward.emplace(j, ro.rw.total);
+          if (!fresh && ro.rw.total != it->second) in[j][2] = 1;
         }
-        for (auto* m : members) kept.push_back(std::move(*m));
+      }
+      if (g) g->all_reduce_sum(info, "summing the round's groups");
+      // Groups in prompt order: dropped samples leave; GRPO with dynamic sampling keeps only groups whose
+      // rewards differ; the step takes the first `prompts` groups that remain.
+      const auto in = info.accessor<double, 2>();
+      for (int64_t j = 0; j < r.prompts && groups_kept < r.prompts; ++j) {
+        dropped += int64_t(in[j][1]);
+        const int64_t members = int64_t(in[j][0]);
+        if (members == 0) continue;
+        if (!ppo && r.dynamic_sampling && in[j][2] == 0) {
+          ++groups_filtered;
+          continue;
+        }
+        int64_t k = 0;
+        for (auto& ro : all)
+          if (ro.group == round * r.prompts + j && !ro.rw.dropped) {
+            kept.push_back(std::move(ro));
+            kept_row.push_back(rows_total + k++);
+          }
+        rows_total += members;
         ++groups_kept;
       }
       if (ppo || !r.dynamic_sampling) break;
     }
     engine.reset();
+    if (g) {
+      // The step's rollout figures over every rank (its wall time: the slowest rank's).
+      auto sums = torch::tensor({double(generated), double(judged), judged_correct, judged_reward}, torch::kFloat64);
+      g->all_reduce_sum(sums, "summing the rollout figures");
+      auto slowest = torch::tensor({rollout_s}, torch::kFloat64);
+      g->all_reduce_max(slowest, "the slowest rollout");
+      generated = int64_t(sums[0].item<double>());
+      judged = int64_t(sums[1].item<double>());
+      judged_correct = sums[2].item<double>();
+      judged_reward = sums[3].item<double>();
+      rollout_s = slowest[0].item<double>();
+    }
     const double rollout_wall = seconds_since(t0);
 
     std::map<std::string, domain_stats> by_domain;
@@ -427,84 +490,116 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
                 {"rollout_tokens_per_s", rollout_s > 0 ? double(generated) / rollout_s : 0.0}};
     double mean_reward = 0, mean_pass = 0, mean_kl = 0, mean_entropy = 0, clip_frac = 0, gnorm = 0;
     double train_tps = 0;
-    if (kept.empty()) {
-      std::fprintf(stderr, "rl: step %" PRId64 ": no group with a learning signal; no update\n", step + 1);
+    if (rows_total == 0) {
+      if (lead)
+        std::fprintf(stderr, "rl: step %" PRId64 ": no group with a learning signal; no update\n", step + 1);
     } else {
-      // ---- the trainer's view of the rollouts ----
+      // ---- the trainer's view of this rank's rollouts (a rank may have none) ----
       t0 = clock_type::now();
-      const auto b = make_rl_batch(kept, pad_id);
-      const int64_t N = b.tokens.size(0);
-      const auto old = score_pass(policy, b, ppo, true, r.temperature);
-      const auto refp = score_pass(ref, b, false, false, r.temperature);
-      const auto& mask = b.mask;
-      const auto kl_old = rl::kl_penalty(old.logp, refp.logp, r.kl_estimator);
+      const int64_t N = int64_t(kept.size());
+      const bool any = N > 0;
+      batch b;
+      pass_out old, refp;
+      torch::Tensor mask, kl_old, scores, adv, returns, values_old, tis;
+      if (any) {
+        b = make_rl_batch(kept, pad_id);
+        old = score_pass(policy, b, ppo, true, r.temperature);
+        refp = score_pass(ref, b, false, false, r.temperature);
+        mask = b.mask;
+        kl_old = rl::kl_penalty(old.logp, refp.logp, r.kl_estimator);
 
-      // Scores and advantages.
-      auto scores = torch::zeros({N}, torch::kFloat32);
-      for (int64_t i = 0; i < N; ++i) scores[i] = float(kept[size_t(i)].rw.total);
-      torch::Tensor kl_reward = torch::zeros_like(old.logp);
-      if (r.kl_where == kl_placement::reward) kl_reward = klc.coef * kl_old * mask;
-      torch::Tensor adv, returns, values_old;
-      if (!ppo) {
-        const auto group = torch::empty({N}, torch::kInt64);
-        for (int64_t i = 0; i < N; ++i) group[i] = kept[size_t(i)].group;
-        const auto a = rl::grpo_advantages(scores - kl_reward.sum(1), group, r.norm_adv_by_std);
-        adv = a.unsqueeze(1).expand_as(old.logp).contiguous() * mask;
-      } else {
-        torch::NoGradGuard ng;
-        values_old = vh(old.hidden) * mask;
-        auto tok_rewards = -kl_reward;
-        for (int64_t i = 0; i < N; ++i) tok_rewards[i][b.last[size_t(i)]] += scores[i];
-        const auto g = rl::gae(tok_rewards, values_old, mask, r.gamma, r.lam);
-        adv = g.advantages * mask;
-        returns = g.returns;
+        // Scores and advantages (a group's samples are all on one rank).
+        scores = torch::zeros({N}, torch::kFloat32);
+        for (int64_t i = 0; i < N; ++i) scores[i] = float(kept[size_t(i)].rw.total);
+        torch::Tensor kl_reward = torch::zeros_like(old.logp);
+        if (r.kl_where == kl_placement::reward) kl_reward = klc.coef * kl_old * mask;
+        if (!ppo) {
+          const auto group = torch::empty({N}, torch::kInt64);
+          for (int64_t i = 0; i < N; ++i) group[i] = kept[size_t(i)].group;
+          const auto a = rl::grpo_advantages(scores - kl_reward.sum(1), group, r.norm_adv_by_std);
+          adv = a.unsqueeze(1).expand_as(old.logp).contiguous() * mask;
+        } else {
+          torch::NoGradGuard ng;
+          values_old = vh(old.hidden) * mask;
+          auto tok_rewards = -kl_reward;
+          for (int64_t i = 0; i < N; ++i) tok_rewards[i][b.last[size_t(i)]] += scores[i];
+          const auto gl = rl::gae(tok_rewards, values_old, mask, r.gamma, r.lam);
+          adv = gl.advantages * mask;
+          returns = gl.returns;
+        }
+        // Truncated importance sampling between the engine that sampled and the trainer's graph.
+        if (r.tis_cap > 0) tis = torch::exp(old.logp - b.engine_logp).clamp_max(r.tis_cap) * mask;
       }
-      // Truncated importance sampling between the engine that sampled and the trainer's graph.
-      torch::Tensor tis;
-      if (r.tis_cap > 0) tis = torch::exp(old.logp - b.engine_logp).clamp_max(r.tis_cap) * mask;
+      std::unordered_map<int64_t, int64_t> local_of;  // row of the whole batch -> this rank's row
+      for (int64_t i = 0; i < N; ++i) local_of[kept_row[size_t(i)]] = i;
 
-      // ---- updates: epochs x mini-batches ----
+      // ---- updates: epochs x mini-batches over the whole batch's rows ----
       std::vector<torch::Tensor> clipped(static_cast<size_t>(N));
       double clip_sum = 0, clip_n = 0;
       int64_t trained_tokens = 0;
       for (int64_t epoch = 0; epoch < r.epochs; ++epoch) {
-        std::vector<int64_t> order(static_cast<size_t>(N));
-        for (int64_t i = 0; i < N; ++i) order[size_t(i)] = i;
+        std::vector<int64_t> order(static_cast<size_t>(rows_total));
+        for (int64_t i = 0; i < rows_total; ++i) order[size_t(i)] = i;
         uint64_t st = mix(r.seed, uint64_t(step), uint64_t(epoch), 0x5eed);
-        for (int64_t i = N - 1; i > 0; --i)
+        for (int64_t i = rows_total - 1; i > 0; --i)
           std::swap(order[size_t(i)], order[size_t(splitmix64(st) % uint64_t(i + 1))]);
-        const int64_t per = (N + r.mini_batches - 1) / r.mini_batches;
-        for (int64_t at = 0; at < N; at += per) {
-          std::vector<int64_t> idx(order.begin() + at, order.begin() + std::min(N, at + per));
+        const int64_t per = (rows_total + r.mini_batches - 1) / r.mini_batches;
+        for (int64_t at = 0; at < rows_total; at += per) {
+          std::vector<int64_t> idx;  // this rank's rows of the mini-batch, in the mini-batch's order
+          for (int64_t k = at; k < std::min(rows_total, at + per); ++k)
+            if (auto it = local_of.find(order[size_t(k)]); it != local_of.end()) idx.push_back(it->second);
           const auto ix = torch::tensor(idx, torch::kInt64);
-          const auto mb_mask = mask.index_select(0, ix);
-          const auto out = policy.forward(b.tokens.index_select(0, ix));
-          const int64_t T1 = b.targets.size(1);
-          const auto logits = out.logits.slice(1, 0, T1) / r.temperature;
-          const auto logp = rl::token_logprobs(logits, b.targets.index_select(0, ix));
-          const auto pl =
-              rl::policy_loss(logp, old.logp.index_select(0, ix), adv.index_select(0, ix), mb_mask, r.clip,
-                              r.agg, norm_len, tis.defined() ? tis.index_select(0, ix) : tis);
-          auto loss = pl.loss;
-          if (r.kl_where == kl_placement::loss && klc.coef > 0)
-            loss = loss + klc.coef * rl::aggregate(
-                                         rl::kl_penalty(logp, refp.logp.index_select(0, ix), r.kl_estimator),
-                                         mb_mask, r.agg, norm_len);
-          if (r.entropy_coef > 0)
-            loss = loss -
-                   r.entropy_coef * rl::aggregate(rl::entropy_from_logits(logits), mb_mask, r.agg, norm_len);
+          const torch::Tensor mb_mask = idx.empty() ? torch::Tensor() : mask.index_select(0, ix);
+          // The aggregation's denominator is the mini-batch's over every rank: each rank's loss is scaled
+          // by its share, so the summed gradients are those of the whole mini-batch.
+          double share = 1;
+          if (g) {
+            auto counts = torch::zeros({2}, torch::kFloat64);
+            if (!idx.empty()) {
+              counts[0] = mb_mask.sum().item<double>();
+              counts[1] = (mb_mask.sum(1) > 0).sum().item<double>();
+            }
+            auto mine = counts.clone();
+            g->all_reduce_sum(counts, "summing the mini-batch's tokens");
+            const int c = r.agg == rl::loss_agg::token_mean ? 0 : 1;
+            share = counts[c].item<double>() > 0 ? mine[c].item<double>() / counts[c].item<double>() : 0.0;
+          }
           opt->zero_grad();
-          loss.backward();
+          torch::Tensor hidden;
+          rl::policy_loss_result pl;
+          const int64_t T1 = any ? b.targets.size(1) : 0;
+          if (!idx.empty()) {
+            const auto out = policy.forward(b.tokens.index_select(0, ix));
+            hidden = out.hidden;
+            const auto logits = out.logits.slice(1, 0, T1) / r.temperature;
+            const auto logp = rl::token_logprobs(logits, b.targets.index_select(0, ix));
+            pl = rl::policy_loss(logp, old.logp.index_select(0, ix), adv.index_select(0, ix), mb_mask, r.clip,
+                                 r.agg, norm_len, tis.defined() ? tis.index_select(0, ix) : tis);
+            auto loss = pl.loss;
+            if (r.kl_where == kl_placement::loss && klc.coef > 0)
+              loss = loss + klc.coef * rl::aggregate(
+                                           rl::kl_penalty(logp, refp.logp.index_select(0, ix), r.kl_estimator),
+                                           mb_mask, r.agg, norm_len);
+            if (r.entropy_coef > 0)
+              loss = loss -
+                     r.entropy_coef * rl::aggregate(rl::entropy_from_logits(logits), mb_mask, r.agg, norm_len);
+            (g ? loss * share : loss).backward();
+          }
+          all_reduce_gradients(g, all_params);
           gnorm = clip_grad_norm(all_params, r.clip_norm);
           opt->step();
           if (ppo) {
-            const auto v = vh(out.hidden.slice(1, 0, T1)) * mb_mask;
-            const auto vl = rl::value_loss(v, values_old.index_select(0, ix), returns.index_select(0, ix),
-                                           mb_mask, r.value_clip, r.agg, norm_len);
             vopt.zero_grad();
-            vl.backward();
+            if (!idx.empty()) {
+              const auto v = vh(hidden.slice(1, 0, T1)) * mb_mask;
+              const auto vl = rl::value_loss(v, values_old.index_select(0, ix), returns.index_select(0, ix),
+                                             mb_mask, r.value_clip, r.agg, norm_len);
+              (g ? vl * share : vl).backward();
+            }
+            all_reduce_gradients(g, {vh.w, vh.b});
             vopt.step();
           }
+          if (idx.empty()) continue;
           if (epoch == r.epochs - 1)
             for (size_t k = 0; k < idx.size(); ++k) clipped[size_t(idx[k])] = pl.clipped[int64_t(k)];
           clip_sum += pl.clip_frac * mb_mask.sum().item<double>();
@@ -512,34 +607,70 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
           trained_tokens += int64_t(b.tokens.index_select(0, ix).numel());
         }
       }
-      klc.update((kl_old * mask).sum().item<double>() / std::max(1.0, mask.sum().item<double>()), 1);
-      const double train_s = seconds_since(t0);
-      train_tps = train_s > 0 ? double(trained_tokens) / train_s : 0;
-      clip_frac = clip_n > 0 ? clip_sum / clip_n : 0;
 
-      // ---- logs ----
-      const auto diff = (old.logp - b.engine_logp).abs() * mask;
-      const double ntok = std::max(1.0, mask.sum().item<double>());
-      for (int64_t i = 0; i < N; ++i) {
-        const auto& ro = kept[size_t(i)];
-        auto& d = by_domain[eval::to_string(ro.task->domain)];
-        const auto m = mask[i];
-        ++d.samples;
-        d.tokens += int64_t(ro.reply.size());
-        d.reward += ro.rw.total;
-        d.correct += ro.rw.correct;
-        d.completion += ro.rw.completion;
-        d.format += ro.rw.format;
-        d.length += ro.rw.length;
-        d.kl += (kl_old[i] * m).sum().item<double>();
-        d.entropy += (old.entropy[i] * m).sum().item<double>();
-        d.clipped += (clipped[size_t(i)].to(torch::kFloat32) * m).sum().item<double>();
+      // ---- logs: sums over this rank's rows, then over the ranks ----
+      constexpr int kDomains = int(eval::domain::vision) + 1;
+      enum { SAMPLES, TOKENS, REWARD, CORRECT, COMPLETION, FORMAT, LENGTH, KL, ENTROPY, CLIPPED, kFields };
+      auto dom_sums = torch::zeros({kDomains, kFields}, torch::kFloat64);
+      // reward, pass, kl, entropy, reply tokens, |engine - trainer| sum, clip sum and count, trained tokens
+      auto sums = torch::zeros({9}, torch::kFloat64);
+      auto diff_max = torch::zeros({1}, torch::kFloat64);
+      if (any) {
+        auto ds = dom_sums.accessor<double, 2>();
+        for (int64_t i = 0; i < N; ++i) {
+          const auto& ro = kept[size_t(i)];
+          double* d = &ds[int(ro.task->domain)][0];
+          const auto m = mask[i];
+          d[SAMPLES] += 1;
+          d[TOKENS] += double(ro.reply.size());
+          d[REWARD] += ro.rw.total;
+          d[CORRECT] += ro.rw.correct;
+          d[COMPLETION] += ro.rw.completion;
+          d[FORMAT] += ro.rw.format;
+          d[LENGTH] += ro.rw.length;
+          d[KL] += (kl_old[i] * m).sum().item<double>();
+          d[ENTROPY] += (old.entropy[i] * m).sum().item<double>();
+          d[CLIPPED] += (clipped[size_t(i)].to(torch::kFloat32) * m).sum().item<double>();
+        }
+        const auto diff = (old.logp - b.engine_logp).abs() * mask;
+        double pass = 0;
+        for (const auto& ro : kept) pass += ro.rw.correct;
+        sums = torch::tensor({scores.sum().item<double>(), pass, (kl_old * mask).sum().item<double>(),
+                              (old.entropy * mask).sum().item<double>(), mask.sum().item<double>(),
+                              diff.sum().item<double>(), clip_sum, clip_n, double(trained_tokens)},
+                             torch::kFloat64);
+        diff_max[0] = diff.max().item<double>();
       }
-      mean_reward = scores.mean().item<double>();
-      for (const auto& ro : kept) mean_pass += ro.rw.correct / double(N);
-      mean_kl = (kl_old * mask).sum().item<double>() / ntok;
-      mean_entropy = (old.entropy * mask).sum().item<double>() / ntok;
-      log["samples"] = N;
+      if (g) {
+        g->all_reduce_sum(dom_sums, "summing the per-domain figures");
+        g->all_reduce_sum(sums, "summing the step's figures");
+        g->all_reduce_max(diff_max, "the largest engine/trainer log-prob difference");
+      }
+      const double ntok = std::max(1.0, sums[4].item<double>());
+      klc.update(sums[2].item<double>() / ntok, 1);
+      const double train_s = seconds_since(t0);
+      train_tps = train_s > 0 ? sums[8].item<double>() / train_s : 0;
+      clip_frac = sums[7].item<double>() > 0 ? sums[6].item<double>() / sums[7].item<double>() : 0;
+      const auto ds = dom_sums.accessor<double, 2>();
+      for (int k = 0; k < kDomains; ++k) {
+        if (ds[k][SAMPLES] == 0) continue;
+        auto& d = by_domain[eval::to_string(eval::domain(k))];
+        d.samples = int64_t(ds[k][SAMPLES]);
+        d.tokens = int64_t(ds[k][TOKENS]);
+        d.reward = ds[k][REWARD];
+        d.correct = ds[k][CORRECT];
+        d.completion = ds[k][COMPLETION];
+        d.format = ds[k][FORMAT];
+        d.length = ds[k][LENGTH];
+        d.kl = ds[k][KL];
+        d.entropy = ds[k][ENTROPY];
+        d.clipped = ds[k][CLIPPED];
+      }
+      mean_reward = sums[0].item<double>() / double(rows_total);
+      mean_pass = sums[1].item<double>() / double(rows_total);
+      mean_kl = sums[2].item<double>() / ntok;
+      mean_entropy = sums[3].item<double>() / ntok;
+      log["samples"] = rows_total;
       log["reward"] = mean_reward;
       log["pass_rate"] = mean_pass;
       log["kl"] = mean_kl;
@@ -547,8 +678,8 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
       log["entropy"] = mean_entropy;
       log["clip_frac"] = clip_frac;
       log["grad_norm"] = gnorm;
-      log["engine_logprob_diff_mean"] = diff.sum().item<double>() / ntok;
-      log["engine_logprob_diff_max"] = diff.max().item<double>();
+      log["engine_logprob_diff_mean"] = sums[5].item<double>() / ntok;
+      log["engine_logprob_diff_max"] = diff_max[0].item<double>();
       log["train_tokens_per_s"] = train_tps;
       json dom = json::object();
       for (const auto& [name, d] : by_domain) dom[name] = d.to_json();
@@ -560,8 +691,8 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
     sec_per_step = sec_per_step == 0 ? step_s : 0.7 * sec_per_step + 0.3 * step_s;
     log["seconds"] = step_s;
     log["rollout_seconds"] = rollout_wall;
-    append_log(r.out, log);
-    if (done % r.log_every == 0 || done == r.steps) {
+    if (lead) append_log(r.out, log);
+    if (lead && (done % r.log_every == 0 || done == r.steps)) {
       std::string doms;
       for (const auto& [name, d] : by_domain) {
         char buf[64];
@@ -579,23 +710,36 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
           rollout_s > 0 ? double(generated) / rollout_s : 0.0, train_tps,
           format_duration(sec_per_step * double(r.steps - done)).c_str());
     }
-    if (r.eval_every > 0 && done % r.eval_every == 0 && done != r.steps) {
+    if (lead && r.eval_every > 0 && done % r.eval_every == 0 && done != r.steps) {
       auto copy = clone(policy);
       export_model(copy, assets, r.out + "/model-eval");
       pass_eval(r.out + "/model-eval", "step", done);
     }
-    const int sig = interrupt_requested();
-    if (sig || done % r.checkpoint_every == 0 || done == r.steps) checkpoint(done);
+    int sig = interrupt_requested();
+    if (g) {
+      // A signal to any rank stops them all after the same step.
+      auto any_sig = torch::full({1}, float(sig), torch::kFloat32);
+      g->all_reduce_max(any_sig, "agreeing on interrupts");
+      sig = int(any_sig.item<float>());
+    }
+    if (sig || done % r.checkpoint_every == 0 || done == r.steps) {
+      checkpoint(done);
+      if (g) g->barrier("waiting for rank 0's checkpoint");
+    }
     if (sig) throw interrupted_after(sig, r.out, done);
   }
   graceful.reset();
-  fs::remove_all(r.out + "/rollout-model");
-  check_export_target(r.out, final_export, o.force_export);
-  claim_export_target(r.out, final_export);
-  export_model(policy, assets, final_export);
-  std::fprintf(stderr, "rl: exported %s\n", final_export.c_str());
-  pass_eval(final_export, "final", r.steps);
+  fs::remove_all(r.out + "/rollout-model" + (g ? ".rank" + std::to_string(rank) : ""));
+  if (lead) {
+    check_export_target(r.out, final_export, o.force_export);
+    claim_export_target(r.out, final_export);
+    export_model(policy, assets, final_export);
+    std::fprintf(stderr, "rl: exported %s\n", final_export.c_str());
+    pass_eval(final_export, "final", r.steps);
+  }
+  if (g) g->barrier("waiting for rank 0's export");
   res.export_dir = final_export;
+  res.lead = lead;
   return res;
 }
 

@@ -18,6 +18,7 @@ namespace moxi::train {
 struct rl_result {
   int64_t steps_done = 0;  // steps this process ran
   std::string export_dir;
+  bool lead = true;  // rank 0 of a data-parallel run (or a single process): the one that reports
 };
 
 // Runs or resumes the recipe (a run directory with a checkpoint continues from it, exactly: a killed and
