@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <deque>
 #include <numeric>
 #include <random>
 
@@ -70,6 +72,7 @@ void fake_forward(hybrid_memory& m, seq_id s, std::span<const token_id> tokens, 
   const auto& spec = m.spec();
   const int64_t pos = m.length(s);
   for (size_t l = 0; l < spec.layers.size(); ++l) {
+    if (!spec.holds(l)) continue;  // another pipeline stage's layer
     if (spec.layers[l] == attn_kind::MLA) {
       std::vector<float> lat(size_t(n * spec.latent_width)), idx(size_t(n * spec.index_width));
       for (int64_t i = 0; i < n; ++i) {
@@ -460,6 +463,122 @@ TEST(HybridMemory, RandomAdmitReserveCommitForkFreeNeverLeaks) {
     for (const auto& x : seqs) m.free(x.s);
     expect_baseline(m);
   }
+}
+
+// Two pipeline stages' memories (each holding half of the layers) under the calls a serving group's
+// replicas make, against the memory of the whole model: the same sequence ids, prefix hits, block tables,
+// lengths and counts after every call, the held layers' states and rows bit for bit the whole's, and only
+// the held layers' bytes.
+TEST(HybridMemory, PipelineStagesHoldTheirLayersAndDecideLikeTheWhole) {
+  const cache_spec whole = swa_hybrid_spec();  // KDA, SWA, MLA, SWA
+  cache_spec first = whole, second = whole;
+  first.held = {true, true, false, false};
+  second.held = {false, false, true, true};
+  EXPECT_EQ(first.bytes_per_block(4), 0u);
+  EXPECT_EQ(second.bytes_per_block(4), whole.bytes_per_block(4));
+  EXPECT_EQ(first.bytes_per_state_slot() + second.bytes_per_state_slot(), whole.bytes_per_state_slot());
+  EXPECT_EQ(first.bytes_per_state_slot(),
+            size_t(whole.state_floats(attn_kind::KDA) + whole.state_floats(attn_kind::SWA)) * sizeof(float));
+  std::deque<hybrid_memory> ms;  // (never moved: a memory's pool calls back into it)
+  for (const auto& spec : {whole, first, second}) ms.emplace_back(spec, opts(24, 5, 3));
+  EXPECT_EQ(ms[1].state_slots().slot_floats() * sizeof(float), first.bytes_per_state_slot());
+  EXPECT_EQ(ms[1].wants_block_aligned_steps(), ms[0].wants_block_aligned_steps());
+  EXPECT_EQ(ms[2].wants_block_aligned_steps(), ms[0].wants_block_aligned_steps());
+
+  std::mt19937 rng(7);
+  const std::vector<std::vector<token_id>> prefixes = {iota_tokens(9, 0), iota_tokens(13, 900)};
+  struct live {
+    seq_id s;
+    std::vector<token_id> tokens;
+  };
+  std::vector<live> seqs;
+  auto same_everywhere = [&] {
+    for (size_t k = 1; k < ms.size(); ++k) {
+      const auto a = ms[0].stats(), b = ms[k].stats();
+      ASSERT_EQ(a.free_blocks, b.free_blocks);
+      ASSERT_EQ(a.cached_blocks, b.cached_blocks);
+      ASSERT_EQ(a.free_state_slots, b.free_state_slots);
+      ASSERT_EQ(a.used_snapshot_slots, b.used_snapshot_slots);
+      ASSERT_EQ(a.live_sequences, b.live_sequences);
+      for (const auto& x : seqs) {
+        ASSERT_EQ(ms[k].length(x.s), ms[0].length(x.s));
+        const auto ta = ms[0].block_table(x.s), tb = ms[k].block_table(x.s);
+        ASSERT_TRUE(std::equal(ta.begin(), ta.end(), tb.begin(), tb.end()));
+      }
+      ms[k].check_invariants();
+    }
+  };
+  for (int step = 0; step < 400; ++step) {
+    const int op = int(rng() % 4);
+    if (op == 0) {
+      auto t = prefixes[rng() % prefixes.size()];
+      for (int i = int(rng() % 8); i >= 0; --i) t.push_back(token_id(2000 + rng() % 5));
+      const auto hit = ms[0].find_prefix(t);
+      const int64_t n = 1 + int64_t(rng() % uint32_t(int64_t(t.size()) - hit.num_tokens));
+      if (!ms[0].can_admit(hit, n)) continue;
+      seq_id s = -1;
+      for (auto& m : ms) {
+        const auto h = m.find_prefix(t);
+        ASSERT_EQ(h.num_tokens, hit.num_tokens);
+        ASSERT_EQ(h.blocks, hit.blocks);
+        ASSERT_TRUE(m.can_admit(h, n));
+        const seq_id mine = m.admit(h, n);
+        if (s >= 0) {
+          ASSERT_EQ(mine, s);
+        }
+        s = mine;
+        fake_forward(m, s, t, n);
+        m.commit(s, t, n);
+      }
+      seqs.push_back({s, t});
+    } else if (op == 1 && !seqs.empty()) {
+      auto& x = seqs[rng() % seqs.size()];
+      if (ms[0].length(x.s) == int64_t(x.tokens.size())) x.tokens.push_back(token_id(rng() % 50));
+      const int64_t n = 1 + int64_t(rng() % uint32_t(int64_t(x.tokens.size()) - ms[0].length(x.s)));
+      if (!ms[0].reserve(x.s, n)) continue;
+      for (size_t k = 0; k < ms.size(); ++k) {
+        if (k > 0) {
+          ASSERT_TRUE(ms[k].reserve(x.s, n));
+        }
+        fake_forward(ms[k], x.s, x.tokens, n);
+        ms[k].commit(x.s, x.tokens, n);
+      }
+    } else if (op == 2 && !seqs.empty()) {
+      const auto x = seqs[rng() % seqs.size()];
+      const auto c = ms[0].fork(x.s);
+      for (size_t k = 1; k < ms.size(); ++k) ASSERT_EQ(ms[k].fork(x.s), c);
+      if (c) {
+        auto t = x.tokens;
+        t.resize(size_t(ms[0].length(*c)));
+        seqs.push_back({*c, t});
+      }
+    } else if (op == 3 && !seqs.empty()) {
+      const size_t i = rng() % seqs.size();
+      for (auto& m : ms) m.free(seqs[i].s);
+      seqs.erase(seqs.begin() + std::ptrdiff_t(i));
+    }
+    same_everywhere();
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  // What the stages hold is what the whole holds for those layers.
+  ASSERT_FALSE(seqs.empty());
+  for (const auto& x : seqs)
+    for (size_t l = 0; l < whole.layers.size(); ++l) {
+      hybrid_memory& stage = ms[l < 2 ? 1 : 2];
+      if (whole.layers[l] == attn_kind::MLA) {
+        const int64_t n = ms[0].length(x.s);
+        std::vector<float> la(size_t(n * whole.latent_width)), lb(la.size()), ia(size_t(n * whole.index_width)),
+            ib(ia.size());
+        ms[0].read_latents(x.s, int64_t(l), 0, n, la.data(), ia.data());
+        stage.read_latents(x.s, int64_t(l), 0, n, lb.data(), ib.data());
+        EXPECT_EQ(la, lb);
+        EXPECT_EQ(ia, ib);
+      } else {
+        const size_t f = size_t(whole.state_floats(whole.layers[l]));
+        EXPECT_EQ(std::memcmp(ms[0].state(x.s, int64_t(l)), stage.state(x.s, int64_t(l)), f * sizeof(float)), 0)
+            << "layer " << l;
+      }
+    }
 }
 
 }  // namespace

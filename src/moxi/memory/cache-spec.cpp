@@ -58,12 +58,15 @@ int64_t cache_spec::state_floats(formats::attn_kind kind) const {
 }
 
 size_t cache_spec::bytes_per_block(int64_t block_size) const {
-  return size_t(num_mla_layers() * block_size * token_floats()) * sizeof(float);
+  int64_t mla = 0;
+  for (size_t l = 0; l < layers.size(); ++l) mla += holds(l) && layers[l] == formats::attn_kind::MLA;
+  return size_t(mla * block_size * token_floats()) * sizeof(float);
 }
 
 size_t cache_spec::bytes_per_state_slot() const {
   int64_t n = 0;
-  for (auto k : layers) n += state_floats(k);
+  for (size_t l = 0; l < layers.size(); ++l)
+    if (holds(l)) n += state_floats(layers[l]);
   return size_t(n) * sizeof(float);
 }
 

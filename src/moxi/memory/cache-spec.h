@@ -28,6 +28,11 @@ struct cache_spec {
   int64_t kda_conv_kernel = 0;             // W
   int64_t swa_window = 0;                  // sliding-window layers: ring rows
   int64_t swa_kv_dim = 0;                  // floats of one key (= of one value): KV heads * head_dim
+  // Per slot: whether this process stores it (a pipeline stage holds its own layers' caches only); empty:
+  // every slot. Decisions that depend on the model's layers (snapshots, block-aligned steps) still see all
+  // of them, so every stage of a serving group schedules alike.
+  std::vector<bool> held;
+  bool holds(size_t slot) const { return held.empty() || held.at(slot); }
 
   // MTP slots are MLA when the model has MLA layers, else KDA: the rule of the model/arch layouts
   // (kimi-linear.cpp, deepseek-v3.cpp), repeated here because memory/ sits below model/.
@@ -50,8 +55,8 @@ struct cache_spec {
   int64_t state_floats(formats::attn_kind kind) const;
   int64_t token_floats() const { return latent_width + index_width; }  // per MLA layer per token
 
-  // Bytes one block of `block_size` tokens holds over all paged layers, and one state slot over all state
-  // layers.
+  // Bytes one block of `block_size` tokens holds over the held paged layers, and one state slot over the
+  // held state layers.
   size_t bytes_per_block(int64_t block_size) const;
   size_t bytes_per_state_slot() const;
 };

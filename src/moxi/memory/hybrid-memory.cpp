@@ -18,12 +18,18 @@ memory_options checked(const memory_options& o) {
   return o;
 }
 
-// Floats of each state layer, in slot order.
+// Floats of each held state layer, in slot order.
 std::vector<int64_t> state_layer_floats(const cache_spec& spec) {
   std::vector<int64_t> f;
-  for (auto k : spec.layers)
-    if (cache_kind_of(k) == cache_kind::STATE) f.push_back(spec.state_floats(k));
+  for (size_t l = 0; l < spec.layers.size(); ++l)
+    if (spec.holds(l) && cache_kind_of(spec.layers[l]) == cache_kind::STATE) f.push_back(spec.state_floats(spec.layers[l]));
   return f;
+}
+
+int64_t held_paged_layers(const cache_spec& spec) {
+  int64_t n = 0;
+  for (size_t l = 0; l < spec.layers.size(); ++l) n += spec.holds(l) && cache_kind_of(spec.layers[l]) == cache_kind::PAGED;
+  return n;
 }
 
 }  // namespace
@@ -32,16 +38,19 @@ hybrid_memory::hybrid_memory(const cache_spec& spec, const memory_options& optio
     : spec_(spec),
       opts_(checked(options)),
       pool_(opts_.num_blocks, opts_.block_size),
-      latents_(spec.num_paged_layers(), opts_.num_blocks, opts_.block_size, spec.latent_width,
+      latents_(held_paged_layers(spec), opts_.num_blocks, opts_.block_size, spec.latent_width,
                spec.index_width),
       states_(opts_.num_state_slots, state_layer_floats(spec)),
       snapshots_(spec.num_state_layers() > 0 ? opts_.num_snapshot_slots : 0, state_layer_floats(spec)),
       block_snapshot_(size_t(opts_.num_blocks), -1),
       snapshot_block_(size_t(snapshots_.num_slots()), -1),
       snapshot_used_(size_t(snapshots_.num_slots()), 0) {
+  MOXI_ASSERT(spec_.held.empty() || spec_.held.size() == spec_.layers.size(), "cache spec: held per slot");
   int64_t n_state = 0, n_paged = 0;
-  for (auto k : spec_.layers)
-    kind_index_.push_back(cache_kind_of(k) == cache_kind::STATE ? n_state++ : n_paged++);
+  for (size_t l = 0; l < spec_.layers.size(); ++l)
+    kind_index_.push_back(!spec_.holds(l)                                         ? -1
+                          : cache_kind_of(spec_.layers[l]) == cache_kind::STATE ? n_state++
+                                                                                 : n_paged++);
   // An evicted block takes its snapshot with it: a snapshot is only meaningful with its prefix's blocks.
   pool_.set_evict_listener([this](block_id b) { drop_snapshot(b); });
 }
@@ -67,6 +76,7 @@ int64_t hybrid_memory::paged_index(int64_t layer) const {
   MOXI_ASSERT(layer >= 0 && size_t(layer) < spec_.layers.size() &&
                   cache_kind_of(spec_.layers[size_t(layer)]) == cache_kind::PAGED,
               "latent access to a layer that does not cache rows (not MLA)");
+  MOXI_ASSERT(spec_.holds(size_t(layer)), "latent access to a layer this process does not hold");
   return kind_index_[size_t(layer)];
 }
 
@@ -74,6 +84,7 @@ int64_t hybrid_memory::state_index(int64_t layer) const {
   MOXI_ASSERT(layer >= 0 && size_t(layer) < spec_.layers.size() &&
                   cache_kind_of(spec_.layers[size_t(layer)]) == cache_kind::STATE,
               "state access to a layer that does not keep a state (not KDA or sliding-window)");
+  MOXI_ASSERT(spec_.holds(size_t(layer)), "state access to a layer this process does not hold");
   return kind_index_[size_t(layer)];
 }
 

@@ -87,12 +87,17 @@ model model::load(formats::model_config config, const std::string& checkpoint_pa
   return m;
 }
 
+std::vector<bool> model::held_cache_slots() const {
+  if (!opts_parallel_) return {};
+  std::vector<bool> held(size_t(config_.num_layers + config_.num_mtp_layers), false);
+  for (size_t i = 0; i < layers_.size(); ++i) held[size_t(first_layer_) + i] = true;
+  for (size_t k = 0; k < mtp_.size(); ++k) held[size_t(config_.num_layers) + k] = true;
+  return held;
+}
+
 std::unique_ptr<contiguous_cache> model::new_cache() const {
   if (!opts_parallel_) return std::make_unique<contiguous_cache>(layer_config_);
-  std::vector<bool> owned(size_t(config_.num_layers + config_.num_mtp_layers), false);
-  for (size_t i = 0; i < layers_.size(); ++i) owned[size_t(first_layer_) + i] = true;
-  for (size_t k = 0; k < mtp_.size(); ++k) owned[size_t(config_.num_layers) + k] = true;
-  return std::make_unique<contiguous_cache>(layer_config_, owned);
+  return std::make_unique<contiguous_cache>(layer_config_, held_cache_slots());
 }
 
 void model::share_from_last_stage(std::vector<float>& data, int64_t n) const {

@@ -65,6 +65,9 @@ class model {
   const parallel_layout* parallel() const { return opts_parallel_.get(); }
   // A contiguous cache with the slots of this process's layers.
   std::unique_ptr<contiguous_cache> new_cache() const;
+  // Per cache slot (decoder layers, then MTP layers): whether this rank holds that layer, a pipeline stage
+  // holding its own; empty in one process (every slot).
+  std::vector<bool> held_cache_slots() const;
 
   // Runs T = tokens.size() new tokens after the cache.length() cached ones and advances the cache.
   // Returns logits f32 [T, vocab] (or [1, vocab] with last_only). Token ids outside [0, vocab) are an error.

@@ -109,6 +109,12 @@ token_logprobs logprobs_of(std::span<const float> logits, token_id chosen, int t
 
 }  // namespace
 
+memory::cache_spec cache_spec_of(const model::model& m) {
+  auto spec = memory::cache_spec::from_config(m.layer_config());
+  spec.held = m.held_cache_slots();
+  return spec;
+}
+
 executor::executor(const model::model& m, memory::hybrid_memory& memory, executor_mode mode)
     : model_(m), memory_(memory), mode_(mode) {}
 

@@ -37,6 +37,10 @@ enum class executor_mode {
   sequential,  // one model::forward per request, one after another, each with the whole pool
 };
 
+// The hybrid memory's layout for a model: its (rank-local) heads, and under pipeline parallelism only the
+// stage's own layers held.
+memory::cache_spec cache_spec_of(const model::model& m);
+
 class executor final : public model_runner {
  public:
   executor(const model::model& m, memory::hybrid_memory& memory, executor_mode mode = executor_mode::batched);

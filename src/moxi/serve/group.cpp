@@ -264,7 +264,7 @@ std::map<request_id, token_id> group_leader_runner::execute(const scheduler_outp
 
 void run_follower(const model::model& m, const group_channel& channel) {
   const group_engine settings = channel.receive_engine();
-  memory::hybrid_memory memory(memory::cache_spec::from_config(m.layer_config()), settings.memory);
+  memory::hybrid_memory memory(cache_spec_of(m), settings.memory);
   scheduler sched(memory, settings.scheduler);
   executor exec(m, memory, settings.mode);
   follower_runner runner(exec, channel);

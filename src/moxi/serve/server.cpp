@@ -131,7 +131,7 @@ struct server::impl {
       : cfg(std::move(c)),
         mdl(std::move(m)),
         tok(std::move(t)),
-        memory(memory::cache_spec::from_config(mdl.layer_config()), mo),
+        memory(cache_spec_of(mdl), mo),
         sched(memory, sc),
         exec(mdl, memory, cfg.executor),
         group_runner(cfg.group ? std::make_unique<group_leader_runner>(exec, *cfg.group) : nullptr),
