@@ -198,10 +198,10 @@ struct value_head {
 rl_result run_rl(const rl_recipe& r, const run_options& o) {
   validate(r);
   if (r.threads > 0) torch::set_num_threads(r.threads);
-  // Data parallelism (docs/rl.md "Data-parallel RL"): every rank joins first, so that a rank that stops
-  // early ends the others at once. Each rank rolls out its slice of every round's prompts; the keep
-  // decisions, loss denominators and gradients are summed over the ranks, so every rank takes the step one
-  // process takes on the whole batch.
+  // Data parallelism (docs/train.md "Data-parallel training", RL across ranks): every rank joins first, so
+  // that a rank that stops early ends the others at once. Each rank rolls out its slice of every round's
+  // prompts; the keep decisions, loss denominators and gradients are summed over the ranks, so every rank
+  // takes the step one process takes on the whole batch.
   const auto dgroup = dist_group::join(o.dist);
   dist_group* const g = dgroup.get();      // null: a single process
   const bool lead = !g || g->rank() == 0;  // rank 0 alone writes the run directory, logs and evaluates
