@@ -98,14 +98,19 @@ std::string step_dir(const std::string& out, int64_t step) {
   return out + "/checkpoints/" + name;
 }
 
-std::vector<nlohmann::json> training_lines(const std::string& out) {
+// The run's log lines that carry `key`: the steps ("loss" for SFT, "rollout_tokens" for RL).
+std::vector<nlohmann::json> log_lines_with(const std::string& out, const char* key) {
   std::vector<nlohmann::json> lines;
   std::ifstream f(out + "/log.jsonl");
   for (std::string line; std::getline(f, line);) {
     auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) lines.push_back(std::move(j));
+    if (j.contains(key)) lines.push_back(std::move(j));
   }
   return lines;
+}
+
+std::vector<nlohmann::json> training_lines(const std::string& out) {
+  return log_lines_with(out, "loss");
 }
 
 double rel(double a, double b) {
@@ -355,13 +360,7 @@ std::string write_rl_recipe(const std::string& dir, int64_t steps, int64_t promp
 }
 
 std::vector<nlohmann::json> rl_step_lines(const std::string& out) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream f(out + "/log.jsonl");
-  for (std::string line; std::getline(f, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("rollout_tokens")) lines.push_back(std::move(j));
-  }
-  return lines;
+  return log_lines_with(out, "rollout_tokens");
 }
 
 // Runs the recipe in one process and on two ranks; returns both run directories.
