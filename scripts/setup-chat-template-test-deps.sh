@@ -7,13 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "setup-chat-template-test-deps: installing nodejs and npm"
-  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -q
-  $SUDO apt-get install -y -q --no-install-recommends nodejs npm
-fi
+command -v node >/dev/null && command -v npm >/dev/null || bash scripts/apt-install.sh setup-chat-template-test-deps nodejs npm
 
 ref=tests/chat-template-ref
 stamp=$ref/generated/.stamp

@@ -9,12 +9,6 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)
 command -v promtool >/dev/null || missing+=(prometheus)
-if ((${#missing[@]})); then
-  echo "setup-k8s-test-deps: installing ${missing[*]}"
-  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -q
-  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+bash scripts/apt-install.sh setup-k8s-test-deps "${missing[@]}"
 
 bash scripts/npm-ci-pinned.sh tests/cli/k8s-schema setup-k8s-test-deps

@@ -8,12 +8,6 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)
 [[ -x /usr/bin/chromium ]] || missing+=(chromium)
-if ((${#missing[@]})); then
-  echo "setup-report-test-deps: installing ${missing[*]}"
-  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -q
-  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+bash scripts/apt-install.sh setup-report-test-deps "${missing[@]}"
 
 bash scripts/npm-ci-pinned.sh tests/eval/report-browser setup-report-test-deps

