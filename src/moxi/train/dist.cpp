@@ -94,33 +94,31 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+// A rank or world size: the flag when given (>= 0), else MOXI's variable, else mpirun's; -1 when none. `from`
+// names where it came from, for messages.
+int layout_number(int flag, const char* flag_name, const char* moxi_var, const char* mpirun_var,
+                  std::string& from) {
+  if (flag >= 0) {
+    from = flag_name;
+    return flag;
+  }
+  for (const char* var : {moxi_var, mpirun_var})
+    if (const char* v = env(var)) {
+      from = var == mpirun_var ? std::string(var) + " (mpirun)" : std::string(var);
+      return parse_int(v, var);
+    }
+  return -1;
+}
+
 }  // namespace
 
 dist_layout resolve_dist_layout(int flag_rank, int flag_world, const std::string& flag_store,
                                 double flag_timeout_s) {
   dist_layout l;
   std::string rank_from, world_from;
-  int rank = -1, world = -1;
-  if (flag_rank >= 0) {
-    rank = flag_rank;
-    rank_from = "--dist-rank";
-  } else if (const char* v = env("MOXI_DIST_RANK")) {
-    rank = parse_int(v, "MOXI_DIST_RANK");
-    rank_from = "MOXI_DIST_RANK";
-  } else if (const char* o = env("OMPI_COMM_WORLD_RANK")) {
-    rank = parse_int(o, "OMPI_COMM_WORLD_RANK");
-    rank_from = "OMPI_COMM_WORLD_RANK (mpirun)";
-  }
-  if (flag_world >= 0) {
-    world = flag_world;
-    world_from = "--dist-world";
-  } else if (const char* v = env("MOXI_DIST_WORLD")) {
-    world = parse_int(v, "MOXI_DIST_WORLD");
-    world_from = "MOXI_DIST_WORLD";
-  } else if (const char* o = env("OMPI_COMM_WORLD_SIZE")) {
-    world = parse_int(o, "OMPI_COMM_WORLD_SIZE");
-    world_from = "OMPI_COMM_WORLD_SIZE (mpirun)";
-  }
+  int rank = layout_number(flag_rank, "--dist-rank", "MOXI_DIST_RANK", "OMPI_COMM_WORLD_RANK", rank_from);
+  const int world =
+      layout_number(flag_world, "--dist-world", "MOXI_DIST_WORLD", "OMPI_COMM_WORLD_SIZE", world_from);
   l.store = !flag_store.empty() ? flag_store : env("MOXI_DIST_STORE") ? env("MOXI_DIST_STORE") : "";
   if (flag_timeout_s >= 0) {
     l.timeout_s = flag_timeout_s;
@@ -427,6 +425,20 @@ void check_same_text(dist_group* g, const std::string& text, const char* what) {
     throw error("rank " + std::to_string(g->rank()) + " of " + std::to_string(g->world()) + ": the " + what +
                 " differs between the ranks; start every rank with the same command (only --dist-rank and "
                 "--threads may differ)");
+}
+
+void check_same_recipe(dist_group* g, nlohmann::json recipe, bool override_recipe, bool force_export) {
+  recipe.erase("threads");
+  recipe["--override"] = override_recipe;
+  recipe["--force"] = force_export;
+  check_same_text(g, recipe.dump(), "recipe (with its command-line overrides)");
+}
+
+int agree_on_interrupt(dist_group* g, int sig) {
+  if (!g) return sig;
+  auto any = torch::full({1}, float(sig), torch::kFloat32);
+  g->all_reduce_max(any, "agreeing on interrupts");
+  return int(any.item<float>());
 }
 
 std::pair<size_t, size_t> rank_slice(size_t rows, int rank, int world) {

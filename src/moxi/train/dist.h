@@ -8,6 +8,8 @@
 
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -85,6 +87,15 @@ void check_same_on_all_ranks(dist_group* g, const std::vector<torch::Tensor>& te
 
 // Throws moxi::error on every rank when `text` (a recipe, a step) differs between this rank and rank 0.
 void check_same_text(dist_group* g, const std::string& text, const char* what);
+
+// check_same_text over a run's recipe as JSON, less `threads` (which may differ per rank), with the
+// command's --override and --force.
+void check_same_recipe(dist_group* g, nlohmann::json recipe, bool override_recipe, bool force_export);
+
+// The largest of the ranks' signal numbers (0: none): a signal to any rank stops them all after the same
+// step (mpirun forwards Ctrl-C to every rank, but not necessarily within the same step). `sig` alone
+// without a group.
+int agree_on_interrupt(dist_group* g, int sig);
 
 // This rank's rows [begin, end) of a global batch of `rows` rows: contiguous, equal slices when world
 // divides rows (the recipe's batch size always; an epoch's last, shorter batch may leave a rank fewer or

@@ -206,13 +206,7 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
   dist_group* const g = dgroup.get();      // null: a single process
   const bool lead = !g || g->rank() == 0;  // rank 0 alone writes the run directory, logs and evaluates
   const int rank = g ? g->rank() : 0, world = g ? g->world() : 1;
-  {
-    auto mine = to_json(r);
-    mine.erase("threads");
-    mine["--override"] = o.override_recipe;
-    mine["--force"] = o.force_export;
-    check_same_text(g, mine.dump(), "recipe (with its command-line overrides)");
-  }
+  check_same_recipe(g, to_json(r), o.override_recipe, o.force_export);
   const std::string final_export = export_target(r);
   std::optional<run_lock> lock;
   if (lead) {
@@ -715,13 +709,7 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
       export_model(copy, assets, r.out + "/model-eval");
       pass_eval(r.out + "/model-eval", "step", done);
     }
-    int sig = interrupt_requested();
-    if (g) {
-      // A signal to any rank stops them all after the same step.
-      auto any_sig = torch::full({1}, float(sig), torch::kFloat32);
-      g->all_reduce_max(any_sig, "agreeing on interrupts");
-      sig = int(any_sig.item<float>());
-    }
+    const int sig = agree_on_interrupt(g, interrupt_requested());
     if (sig || done % r.checkpoint_every == 0 || done == r.steps) {
       checkpoint(done);
       if (g) g->barrier("waiting for rank 0's checkpoint");

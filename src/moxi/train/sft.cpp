@@ -329,13 +329,7 @@ sft_result run_sft(const recipe& r, const run_options& o) {
   const auto group = dist_group::join(o.dist);
   dist_group* const g = group.get();       // null: a single process
   const bool lead = !g || g->rank() == 0;  // rank 0 alone writes the run directory, logs and reports
-  {
-    auto mine = to_json(r);
-    mine.erase("threads");
-    mine["--override"] = o.override_recipe;
-    mine["--force"] = o.force_export;
-    check_same_text(g, mine.dump(), "recipe (with its command-line overrides)");
-  }
+  check_same_recipe(g, to_json(r), o.override_recipe, o.force_export);
   const std::string final_export = export_target(r);
   std::optional<run_lock> run_dir_lock;
   if (lead) {
@@ -546,14 +540,7 @@ sft_result run_sft(const recipe& r, const run_options& o) {
       export_model(copy, assets, r.out + "/model-eval");
       pass_eval(r.out + "/model-eval", "step", done);
     }
-    int sig = interrupt_requested();
-    if (g) {
-      // A signal to any rank stops them all after the same step (mpirun forwards Ctrl-C to every rank, but
-      // not necessarily within the same step).
-      auto any = torch::full({1}, float(sig), torch::kFloat32);
-      g->all_reduce_max(any, "agreeing on interrupts");
-      sig = int(any.item<float>());
-    }
+    const int sig = agree_on_interrupt(g, interrupt_requested());
     if (sig || done % r.checkpoint_every == 0 || done == r.total_steps()) {
       st.step = done;
       check_same_on_all_ranks(g, every_tensor, "comparing the ranks' parameters before a checkpoint");
