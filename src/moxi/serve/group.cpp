@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "moxi/base/error.h"
+#include "moxi/base/splitmix.h"
 #include "moxi/memory/cache-spec.h"
 #include "moxi/serve/engine-core.h"
 
@@ -64,14 +65,10 @@ class reader {
   size_t at_ = 0;
 };
 
+// The running hash with one more value folded in (a step of SplitMix64 from their combination).
 uint64_t mix(uint64_t h, uint64_t v) {
-  // splitmix64's finalizer over the running hash.
-  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ULL;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebULL;
-  return h ^ (h >> 31);
+  uint64_t state = h ^ (v + (h << 6) + (h >> 2));
+  return splitmix64(state);
 }
 
 // A follower's runner: the forward of the step on this rank's slice, then the leader's samples.
