@@ -21,6 +21,17 @@
 namespace moxi::model {
 namespace {
 
+// A cluster of `nodes` x `gpus` devices and a tp x pp x ep layout; the other options at their defaults.
+plan_options layout(int nodes, int gpus, int tp, int pp, int ep) {
+  plan_options o;
+  o.nodes = nodes;
+  o.gpus_per_node = gpus;
+  o.tp = tp;
+  o.pp = pp;
+  o.ep = ep;
+  return o;
+}
+
 using formats::model_config;
 
 model_config load(const std::string& name) {
@@ -122,12 +133,7 @@ TEST(PlanCommTest, PlanRemoteRanksMatchEnumerationWithPlacement) {
 // inside a node; the stage 0 -> 1 send and the logits broadcast cross nodes.
 TEST(PlanCommTest, TinySeedBytesAndTimesByHand) {
   const auto c = load("tiny-seed.json");
-  plan_options o;
-  o.nodes = 2;
-  o.gpus_per_node = 4;
-  o.tp = 2;
-  o.pp = 2;
-  o.ep = 2;
+  plan_options o = layout(2, 4, 2, 2, 2);
   o.link_gbps = 100;        // 12.5e9 B/s
   o.intra_node_gbps = 800;  // 100e9 B/s
   const auto r = make_plan(c, o);
@@ -179,12 +185,7 @@ TEST(PlanCommTest, TinySeedBytesAndTimesByHand) {
 // One device per node: every collective leaves the node.
 TEST(PlanCommTest, OneDevicePerNodeCostsEverythingAtTheLinkSpeed) {
   const auto c = load("tiny-seed.json");
-  plan_options o;
-  o.nodes = 8;
-  o.gpus_per_node = 1;
-  o.tp = 2;
-  o.pp = 2;
-  o.ep = 4;
+  plan_options o = layout(8, 1, 2, 2, 4);
   const auto r = make_plan(c, o);
   const double link = 400e9 / 8;
   for (const auto& s : r.comm) {
@@ -312,12 +313,7 @@ TEST(PlanCommTest, LoadBytesPartitionExpertsAndLayers) {
   const uint64_t embedding = full.groups[size_t(param_group::EMBEDDING)].disk_bytes;
   EXPECT_EQ(rank_load_bytes(c, 1, 1, 2, 0) + rank_load_bytes(c, 1, 1, 2, 1), full.checkpoint_bytes + embedding);
   // The plan reports rank_load_bytes per rank, and the heaviest rank of a stage as its weights.
-  plan_options o;
-  o.nodes = 2;
-  o.gpus_per_node = 4;
-  o.tp = 2;
-  o.pp = 2;
-  o.ep = 4;
+  plan_options o = layout(2, 4, 2, 2, 4);
   const auto r = make_plan(c, o);
   ASSERT_EQ(r.load_bytes_per_rank.size(), 8u);
   uint64_t total = 0;
