@@ -340,8 +340,9 @@ TEST(DistSft, BadLayoutsAreRefusedWithAClearMessage) {
 // mini-batches, the KL to the reference as a loss, AdamW eps 1e-3 (see write_recipe), one thread each. A
 // rank rolls out its slice of the prompts; the samplers' seeds depend on the prompt only, so the samples
 // are those of one process.
-std::string write_rl_recipe(const std::string& dir, int64_t steps, int64_t prompts, int64_t samples) {
-  const nlohmann::json r = {
+std::string write_rl_recipe(const std::string& dir, int64_t steps, int64_t prompts, int64_t samples,
+                            bool qat = true) {
+  nlohmann::json r = {
       {"seed", 5},
       {"threads", 1},
       {"model", {{"init", kSource + "/models/moxi-tiny"}}},
@@ -354,6 +355,7 @@ std::string write_rl_recipe(const std::string& dir, int64_t steps, int64_t promp
       {"reward", {{"correct", 1}, {"completion", 0.2}, {"format", 0.2}}},
       {"optimizer", {{"steps", steps}, {"lr", 1e-4}, {"mini_batches", 2}, {"eps", 1e-3}}},
       {"checkpoint_every", 1}};
+  r["qat"] = qat;
   const std::string path = dir + "/rl.json";
   std::ofstream(path) << r.dump(2);
   return path;
@@ -418,12 +420,13 @@ TEST(DistRl, ARankWithoutRowsChangesNothingBitForBit) {
 }
 
 // Four prompts, two per rank: the same rollouts and keep decisions at every step, the same update up to
-// float rounding. Each rank's forward runs on its own rows (other shapes, other padding), and GRPO's
-// gradient is a sum of advantage-weighted terms that largely cancel, so rounding differences of 1e-7 reach
-// 1e-3 of the update; measured: parameters 4.8e-6 apart relative to their norm, grad norms 2.3e-3.
-TEST(DistRl, TwoRanksOfHalfThePromptsEqualOneProcessOfAllOfThem) {
+// float rounding. Each rank's forward runs on its own rows (other shapes, so other GEMM blockings and
+// summation orders); the gradients are summed across ranks and the loss shares make the sum the single
+// process's. With QAT off the trainer's graph is smooth and the runs stay within rounding: measured
+// parameters 3.2e-8 apart relative to their norm, grad norms within 4e-6.
+void check_two_ranks_of_half_the_prompts(bool qat, double param_bound, double grad_norm_bound) {
   moxi::testing::temp_dir tmp("moxi-dist-rl");
-  const auto [one, two] = one_and_two(tmp, write_rl_recipe(tmp.path(), 3, 4, 4));
+  const auto [one, two] = one_and_two(tmp, write_rl_recipe(tmp.path(), 3, 4, 4, qat));
   const auto a = rl_step_lines(one), b = rl_step_lines(two);
   ASSERT_EQ(a.size(), 3u);
   ASSERT_EQ(b.size(), 3u);
@@ -439,14 +442,25 @@ TEST(DistRl, TwoRanksOfHalfThePromptsEqualOneProcessOfAllOfThem) {
       EXPECT_LT(rel(a[i][k].get<double>(), b[i][k].get<double>()), 1e-6) << "step " << i + 1 << " " << k;
     // A wrong share of the loss (a gradient scaled by the world size, tokens counted per rank) would move
     // the pre-clip norm by far more.
-    EXPECT_LT(rel(a[i]["grad_norm"].get<double>(), b[i]["grad_norm"].get<double>()), 1e-2)
+    EXPECT_LT(rel(a[i]["grad_norm"].get<double>(), b[i]["grad_norm"].get<double>()), grad_norm_bound)
         << "step " << i + 1 << ": " << a[i]["grad_norm"] << " vs " << b[i]["grad_norm"];
     EXPECT_EQ(a[i]["domains"].size(), b[i]["domains"].size());
   }
   EXPECT_GT(updates, 0) << "no step updated the policy: nothing was compared";
   const auto d = compare_params(one, two, 3);
-  EXPECT_LT(d.worst, 2e-5);
+  EXPECT_LT(d.worst, param_bound);
   EXPECT_GT(d.moved, 100 * d.apart) << "the runs did not train, or trained apart";
+}
+
+TEST(DistRl, TwoRanksOfHalfThePromptsEqualOneProcessOfAllOfThem) {
+  check_two_ranks_of_half_the_prompts(false, 1e-6, 1e-4);
+}
+
+// With QAT on (as RL runs by default) the expert inputs are rounded to MXFP8 in the forward, and an input
+// that moved by 1e-7 can round to the neighbouring FP8 value, 1/16 to 1/8 of that element away. Such flips
+// are not the data-parallel exchange's doing; measured: parameters 4.8e-6 apart, grad norms 2.3e-3.
+TEST(DistRl, TwoRanksOfHalfThePromptsUnderQatStayWithinTheQuantizersRounding) {
+  check_two_ranks_of_half_the_prompts(true, 2e-5, 1e-2);
 }
 
 }  // namespace
