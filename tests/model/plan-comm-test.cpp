@@ -168,18 +168,24 @@ TEST(PlanCommTest, TinySeedBytesAndTimesByHand) {
   EXPECT_EQ(s1.pp_send_bytes, 0.0);
   EXPECT_EQ(s0.logits_bytes, 0.0);
   EXPECT_DOUBLE_EQ(s1.logits_bytes, V * 4);  // broadcast from the last stage's first rank to all
+  // The indexer's split scan (stage 1 holds both DSA layers): past k * tp = 16 visible keys, each rank sends
+  // its 8 candidates of 8 bytes to the other rank; a 4096-token prompt's first 16 positions do not split.
+  EXPECT_EQ(s0.indexer_decode_bytes, 0.0);
+  const double idx = 2 * (tp - 1) * 8 * 8, idx_prefill = idx * (4096 - 16) / 4096;
+  EXPECT_DOUBLE_EQ(s1.indexer_decode_bytes, idx);
+  EXPECT_DOUBLE_EQ(s1.indexer_prefill_bytes, idx_prefill);
   // Times: each collective at the bandwidth of the links it uses.
   const double t0 = ar / intra + a2a0 / intra + H * act / inter;
-  const double t1 = ar / intra + a2a1 / intra;
-  const double t1_decode = t1 + V * 4 / inter;  // the world spans both nodes
+  const double t1 = ar / intra + a2a1 / intra + idx_prefill / intra;
+  const double t1_decode = ar / intra + a2a1 / intra + idx / intra + V * 4 / inter;  // the world spans both nodes
   EXPECT_NEAR(s0.prefill_seconds, t0, 1e-18);
   EXPECT_NEAR(s0.decode_seconds, t0, 1e-18);
   EXPECT_NEAR(s1.prefill_seconds, t1, 1e-18);
   EXPECT_NEAR(s1.decode_seconds, t1_decode, 1e-18);
   EXPECT_NEAR(r.decode_comm_seconds, t0 + t1_decode, 1e-18);
   EXPECT_NEAR(r.prefill_comm_seconds, std::max(t0, t1), 1e-18);
-  EXPECT_NEAR(r.decode_comm_bytes_per_rank, std::max(ar + a2a0 + H * act, ar + a2a1 + V * 4), 1e-9);
-  EXPECT_NEAR(r.prefill_comm_bytes_per_rank, std::max(ar + a2a0 + H * act, ar + a2a1), 1e-9);
+  EXPECT_NEAR(r.decode_comm_bytes_per_rank, std::max(ar + a2a0 + H * act, ar + a2a1 + idx + V * 4), 1e-9);
+  EXPECT_NEAR(r.prefill_comm_bytes_per_rank, std::max(ar + a2a0 + H * act, ar + a2a1 + idx_prefill), 1e-9);
 }
 
 // One device per node: every collective leaves the node.
@@ -191,7 +197,7 @@ TEST(PlanCommTest, OneDevicePerNodeCostsEverythingAtTheLinkSpeed) {
   for (const auto& s : r.comm) {
     EXPECT_TRUE(s.tp_inter_node);
     EXPECT_NEAR(s.alltoall_bytes_inter, s.alltoall_bytes, 1e-9);
-    const double t = (s.allreduce_bytes + s.alltoall_bytes + s.pp_send_bytes) / link;
+    const double t = (s.allreduce_bytes + s.alltoall_bytes + s.pp_send_bytes + s.indexer_prefill_bytes) / link;
     EXPECT_NEAR(s.prefill_seconds, t, 1e-15);
   }
   EXPECT_TRUE(r.comm[0].pp_inter_node);
@@ -225,7 +231,11 @@ TEST(PlanCommTest, SeedFiguresFromTheFormulas) {
   EXPECT_DOUBLE_EQ(s.logits_bytes, 163840.0 * 4);
   const double per_remote = 92 * 2 * 3584 * 2 / 8.0;
   const double a2a_time = std::max(7 * p * per_remote / 450e9, 56 * p * per_remote / 50e9);
-  EXPECT_NEAR(s.prefill_seconds, s.allreduce_bytes / 450e9 + a2a_time, 1e-15);
+  // 24 Gated DSA layers; each rank's 2048 index candidates of 8 bytes to 7 others, from position 16384 on.
+  const double idx = 24 * 7 * 2048 * 8.0;
+  EXPECT_DOUBLE_EQ(s.indexer_decode_bytes, idx);
+  EXPECT_DOUBLE_EQ(s.indexer_prefill_bytes, idx * (131072 - 16384) / 131072.0);
+  EXPECT_NEAR(s.prefill_seconds, (s.allreduce_bytes + s.indexer_prefill_bytes) / 450e9 + a2a_time, 1e-15);
   std::printf("  seed tp8 ep64 8x8: %.2f remote ranks (%.2f off node), %.3f MB/token/rank decode, %.1f us\n",
               r.expected_remote_ranks, r.expected_remote_ranks_inter, r.decode_comm_bytes_per_rank / 1e6,
               r.decode_comm_seconds * 1e6);

@@ -87,7 +87,8 @@ struct parallel_layout {
 void check_layout(const formats::model_config& config, const parallel_sizes& sizes, int world_size);
 
 // The config a tensor-parallel rank's layers run under: head counts and FFN widths divided by tp. The DSA
-// indexer, the MLA latents, the routed experts and everything outside the decoder layers stay whole.
+// indexer (its weights; its scan over the cached keys is split by key position, layers/mla.h), the MLA
+// latents, the routed experts and everything outside the decoder layers stay whole.
 formats::model_config local_config(const formats::model_config& config, int tp);
 
 // Which axis of a decoder-layer tensor tensor parallelism splits (tp > 1), by its name: the head / FFN rows

@@ -431,6 +431,20 @@ plan_result make_plan(const formats::model_config& c, const plan_options& o) {
     const double bw_tp = cm.tp_inter_node ? bw_inter : bw_intra;
     const double bw_pp = cm.pp_inter_node ? bw_inter : bw_intra;
     if (o.tp > 1) cm.allreduce_bytes = 2.0 * double(cm.layers) * 2.0 * (o.tp - 1) / o.tp * hv;
+    if (o.tp > 1 && c.dsa) {
+      // A query at position p (p + 1 keys visible) splits the scan once p + 1 > k * tp; each rank then sends
+      // its k candidates of 8 bytes to the tp - 1 others.
+      int64_t dsa_layers = 0;
+      for (int64_t l = st.first_layer; l <= st.last_layer; ++l)
+        dsa_layers += c.layer_attn.at(size_t(l)) == formats::attn_kind::MLA ? 1 : 0;
+      const double per_query = double(dsa_layers) * double(o.tp - 1) * double(c.dsa->index_topk) * 8.0;
+      const double from = double(c.dsa->index_topk) * o.tp;  // the first position that splits
+      const double ctx_d = double(r.context);
+      if (ctx_d > from) {
+        cm.indexer_decode_bytes = per_query;
+        cm.indexer_prefill_bytes = per_query * (ctx_d - from) / ctx_d;
+      }
+    }
     // The last stage's first rank broadcasts a decoded token's logits (F32) to every rank (model.cpp
     // share_from_last_stage); a pipelined broadcast moves about one copy of them through each rank.
     if (r.world_size > 1 && s == o.pp - 1) cm.logits_bytes = double(c.vocab_size) * 4.0;
@@ -468,12 +482,14 @@ plan_result make_plan(const formats::model_config& c, const plan_options& o) {
     } else {
       a2a_seconds = 0;
     }
-    cm.prefill_seconds = cm.allreduce_bytes / bw_tp + a2a_seconds + cm.pp_send_bytes / bw_pp;
-    cm.decode_seconds = cm.prefill_seconds + cm.logits_bytes / bw_logits;
-    r.decode_comm_bytes_per_rank = std::max(
-        r.decode_comm_bytes_per_rank, cm.allreduce_bytes + cm.alltoall_bytes + cm.pp_send_bytes + cm.logits_bytes);
-    r.prefill_comm_bytes_per_rank =
-        std::max(r.prefill_comm_bytes_per_rank, cm.allreduce_bytes + cm.alltoall_bytes + cm.pp_send_bytes);
+    const double prefill_common = cm.allreduce_bytes / bw_tp + a2a_seconds + cm.pp_send_bytes / bw_pp;
+    cm.prefill_seconds = prefill_common + cm.indexer_prefill_bytes / bw_tp;
+    cm.decode_seconds = prefill_common + cm.indexer_decode_bytes / bw_tp + cm.logits_bytes / bw_logits;
+    r.decode_comm_bytes_per_rank =
+        std::max(r.decode_comm_bytes_per_rank, cm.allreduce_bytes + cm.alltoall_bytes + cm.pp_send_bytes +
+                                                   cm.indexer_decode_bytes + cm.logits_bytes);
+    r.prefill_comm_bytes_per_rank = std::max(r.prefill_comm_bytes_per_rank, cm.allreduce_bytes + cm.alltoall_bytes +
+                                                                                cm.pp_send_bytes + cm.indexer_prefill_bytes);
     r.decode_comm_seconds += cm.decode_seconds;
     r.prefill_comm_seconds = std::max(r.prefill_comm_seconds, cm.prefill_seconds);
   }
@@ -528,6 +544,8 @@ nlohmann::json plan_to_json(const plan_result& r, const plan_options& o) {
                         {"alltoall_bytes_per_token", cm.alltoall_bytes},
                         {"alltoall_bytes_per_token_inter_node", cm.alltoall_bytes_inter},
                         {"pp_send_bytes_per_token", cm.pp_send_bytes},
+                        {"indexer_bytes_per_decoded_token", cm.indexer_decode_bytes},
+                        {"indexer_bytes_per_prefill_token", cm.indexer_prefill_bytes},
                         {"logits_bytes_per_decoded_token", cm.logits_bytes},
                         {"tp_inter_node", cm.tp_inter_node},
                         {"pp_inter_node", cm.pp_inter_node},
@@ -653,13 +671,17 @@ std::string plan_to_text(const formats::model_config& c, const plan_result& r, c
   for (size_t s = 0; s < r.comm.size(); ++s) {
     const auto& cm = r.comm[s];
     std::snprintf(line, sizeof line,
-                  "        stage %zu: all-reduce %s%s, all-to-all %s (%s off node), send %s%s%s; %.1f us "
+                  "        stage %zu: all-reduce %s%s, all-to-all %s (%s off node), send %s%s%s%s; %.1f us "
                   "prefill, %.1f us decode\n",
                   s, human_bytes(cm.allreduce_bytes).c_str(),
                   o.tp > 1 ? (cm.tp_inter_node ? " across nodes" : " in node") : "",
                   human_bytes(cm.alltoall_bytes).c_str(), human_bytes(cm.alltoall_bytes_inter).c_str(),
                   human_bytes(cm.pp_send_bytes).c_str(),
                   s + 1 < r.comm.size() ? (cm.pp_inter_node ? " across nodes" : " in node") : "",
+                  cm.indexer_decode_bytes > 0 ? (", indexer " + human_bytes(cm.indexer_decode_bytes) + " decode / " +
+                                                 human_bytes(cm.indexer_prefill_bytes) + " prefill")
+                                                    .c_str()
+                                              : "",
                   cm.logits_bytes > 0 ? (", logits " + human_bytes(cm.logits_bytes) + " (decode)").c_str() : "",
                   cm.prefill_seconds * 1e6, cm.decode_seconds * 1e6);
     out << line;

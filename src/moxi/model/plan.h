@@ -56,6 +56,10 @@ struct stage_comm {
   int64_t layers = 0, moe_layers = 0;
   double allreduce_bytes = 0;  // tp: 2 ring all-reduces of the hidden state per layer, 2(tp-1)/tp each
   double alltoall_bytes = 0;   // ep: dispatch + combine of routed tokens, averaged over the stage's ranks
+  // tp, DSA layers: the all-gather of each rank's k best (score, position) index candidates once a query
+  // sees more than k * tp keys (the indexer's scan is split by key position, layers/mla.h). Decode: at the
+  // plan's context; prefill: averaged over a prompt of that length.
+  double indexer_decode_bytes = 0, indexer_prefill_bytes = 0;
   double alltoall_bytes_inter = 0;  // the part of alltoall_bytes that leaves the node
   double pp_send_bytes = 0;         // the hidden state to the next stage (0 on the last stage)
   double logits_bytes = 0;          // decode only, last stage: the logits broadcast to every rank

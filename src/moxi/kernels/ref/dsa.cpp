@@ -41,16 +41,7 @@ void indexer_topk(const float* scores, int32_t* indices, int64_t T, int64_t S, i
     const float* row = scores + t * S;
     const int64_t n = S - T + t + 1;
     for (int64_t s = 0; s < n; ++s) cand[size_t(s)] = int32_t(s);
-    // A strict weak order even with NaN (mapped below -inf), so std algorithms stay well defined.
-    auto key = [&](int32_t s) {
-      return std::isnan(row[s]) ? -std::numeric_limits<double>::infinity() : double(row[s]);
-    };
-    auto before = [&](int32_t a, int32_t b) {
-      const double ka = key(a), kb = key(b);
-      if (ka != kb) return ka > kb;
-      if (std::isnan(row[a]) != std::isnan(row[b])) return !std::isnan(row[a]);  // -inf ranks above NaN
-      return a < b;
-    };
+    auto before = [&](int32_t a, int32_t b) { return indexer_ranks_before(row[a], a, row[b], b); };
     const int64_t m = std::min(n, k);
     std::partial_sort(cand.begin(), cand.begin() + m, cand.begin() + n, before);
     int32_t* out = indices + t * k;

@@ -6,6 +6,7 @@
 // arithmetic it gives the same scores, which is what this reference computes (DS32 paper Eq. 1).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace moxi::kernels::ref {
@@ -26,5 +27,15 @@ void indexer_scores(const float* q,  // f32 [T, HI, D]  indexer queries
 void indexer_topk(const float* scores,  // f32 [T, S]
                   int32_t* indices,     // i32 [T, k]
                   int64_t T, int64_t S, int64_t k);
+
+// indexer_topk's order, a strict total order on (score, position) pairs: whether candidate a ranks before b.
+// Anything that selects top-k positions in pieces (model/layers/mla.cpp under tensor parallelism) uses it
+// so that its rows equal indexer_topk's.
+inline bool indexer_ranks_before(float score_a, int64_t pos_a, float score_b, int64_t pos_b) {
+  const bool nan_a = std::isnan(score_a), nan_b = std::isnan(score_b);
+  if (nan_a != nan_b) return nan_b;  // NaN ranks below everything, -inf included
+  if (!nan_a && score_a != score_b) return score_a > score_b;
+  return pos_a < pos_b;
+}
 
 }  // namespace moxi::kernels::ref

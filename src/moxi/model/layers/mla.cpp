@@ -9,6 +9,7 @@
 
 #include "moxi/base/error.h"
 #include "moxi/kernels/backend.h"
+#include "moxi/kernels/ref/dsa.h"
 #include "moxi/kernels/ref/mla.h"
 #include "moxi/model/layers/rope.h"
 
@@ -24,6 +25,61 @@ constexpr int64_t kIndexerQueryBlock = 256;
 constexpr float kIndexerKeyNormEps = 1e-6f;
 
 }  // namespace
+
+void indexer_topk_split(const process_group& g, const float* q, const float* keys, const float* w, int32_t* indices,
+                        int64_t T, int64_t S, int64_t HI, int64_t D, int64_t k) {
+  MOXI_ASSERT(S >= T && k > 0);
+  const int n = g.size(), me = g.rank();
+  const kernels::backend& be = kernels::active();
+  // Per query, k candidates of this rank: (score, position as int32 bits) pairs, position -1 = none.
+  const int64_t per_rank = T * k * 2;
+  std::vector<float> mine(static_cast<size_t>(per_rank));
+  auto put = [](float* at, float score, int32_t pos) {
+    at[0] = score;
+    std::memcpy(at + 1, &pos, 4);
+  };
+  auto pos_of = [](const float* at) {
+    int32_t pos;
+    std::memcpy(&pos, at + 1, 4);
+    return pos;
+  };
+  std::vector<float> scores;
+  std::vector<int32_t> order;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t visible = S - T + t + 1, a = visible * me / n, len = visible * (me + 1) / n - a;
+    float* out = mine.data() + t * k * 2;
+    for (int64_t j = 0; j < k; ++j) put(out + 2 * j, 0.0f, -1);
+    if (len == 0) continue;
+    scores.resize(size_t(len));
+    // One query over keys it all sees (T = 1: the kernel's causal mask hides nothing).
+    be.indexer_scores(q + t * HI * D, keys + a * D, w + t * HI, scores.data(), 1, len, HI, D);
+    order.resize(size_t(len));
+    for (int64_t s = 0; s < len; ++s) order[size_t(s)] = int32_t(s);
+    const int64_t m = std::min(k, len);
+    std::partial_sort(order.begin(), order.begin() + m, order.end(), [&](int32_t x, int32_t y) {
+      return kernels::ref::indexer_ranks_before(scores[size_t(x)], x, scores[size_t(y)], y);
+    });
+    for (int64_t j = 0; j < m; ++j) put(out + 2 * j, scores[size_t(order[size_t(j)])], int32_t(a + order[size_t(j)]));
+  }
+  std::vector<float> all(size_t(n * per_rank));
+  const std::vector<int64_t> counts(size_t(n), per_rank);
+  g.all_gather_v(mine.data(), counts, all.data());
+
+  std::vector<std::pair<float, int32_t>> cand;
+  for (int64_t t = 0; t < T; ++t) {
+    cand.clear();
+    for (int r = 0; r < n; ++r) {
+      const float* c = all.data() + r * per_rank + t * k * 2;
+      for (int64_t j = 0; j < k && pos_of(c + 2 * j) >= 0; ++j) cand.emplace_back(c[2 * j], pos_of(c + 2 * j));
+    }
+    const int64_t m = std::min(k, int64_t(cand.size()));
+    std::partial_sort(cand.begin(), cand.begin() + m, cand.end(), [](const auto& x, const auto& y) {
+      return kernels::ref::indexer_ranks_before(x.first, x.second, y.first, y.second);
+    });
+    int32_t* row = indices + t * k;
+    for (int64_t j = 0; j < k; ++j) row[j] = j < m ? cand[size_t(j)].second : -1;
+  }
+}
 
 mla_weights load_mla(weight_loader& ld, const std::string& p) {
   const auto& c = ld.config();
@@ -58,6 +114,7 @@ mla_weights load_mla(weight_loader& ld, const std::string& p) {
     iw.k_norm_w = ld.f32(p + ".indexer.k_norm.weight", {d.index_head_dim});
     iw.k_norm_b = ld.f32(p + ".indexer.k_norm.bias", {d.index_head_dim});
     add(MLA_INDEX_W, ld.lin(p + ".indexer.weights_proj", d.index_n_heads, h));
+    iw.parallel = ld.options().parallel;
     w.indexer = std::move(iw);
   }
   std::vector<linear*> ptrs;
@@ -186,8 +243,17 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
       const int64_t k = std::min(d.index_topk, S);
       std::vector<int32_t> idx(size_t(T * k));  // i32 [T, k], -1 padded
       std::vector<float> scores;
+      // Under tensor parallelism the tp ranks share the scan once each of them would still discard keys
+      // (more than k visible per rank): the all-gather of k candidates per rank then costs far fewer bytes
+      // than the scan it saves (docs/distributed.md "DSA indexer").
+      const process_group* tp = iw.parallel && iw.parallel->sizes.tp > 1 ? iw.parallel->tp.get() : nullptr;
       for (int64_t t0 = 0; t0 < T; t0 += kIndexerQueryBlock) {
         const int64_t tb = std::min(kIndexerQueryBlock, T - t0), Sb = S0 + t0 + tb;
+        if (tp && S0 + t0 + 1 > k * tp->size()) {
+          indexer_topk_split(*tp, qIs + t0 * HI * DI, view.index_keys, wts.data() + (r0 + t0) * HI,
+                             idx.data() + t0 * k, tb, Sb, HI, DI, k);
+          continue;
+        }
         scores.resize(size_t(tb * Sb));
         be.indexer_scores(qIs + t0 * HI * DI, view.index_keys, wts.data() + (r0 + t0) * HI, scores.data(), tb,
                           Sb, HI, DI);

@@ -3,6 +3,7 @@
 // config has the lightning indexer), with the elementwise sigmoid output gate after W_UV.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -11,6 +12,7 @@
 #include "moxi/formats/model-config.h"
 #include "moxi/model/cache.h"
 #include "moxi/model/layers/weights.h"
+#include "moxi/model/parallel.h"
 
 namespace moxi::model {
 
@@ -19,7 +21,21 @@ struct indexer_weights {
   std::vector<float> k_norm_w;  // f32 [DI] LayerNorm weight
   std::vector<float> k_norm_b;  // f32 [DI] LayerNorm bias
   // wk [DI, hidden] and weights_proj [HI, hidden] read x: they are parts of mla_weights::in_proj.
+  // Under tensor parallelism the indexer is held whole by every rank of the tp group, and its scan over the
+  // cached keys is split between them (indexer_topk_split); null without a layout.
+  std::shared_ptr<const parallel_layout> parallel;
 };
+
+// The DSA top-k of T queries over S cached keys (query t sees keys s <= S-T+t), with the scan split over the
+// ranks of g by key position: rank r scores its share [n_t r/n, n_t (r+1)/n) of query t's n_t visible keys,
+// keeps the k best of them in kernels::ref::indexer_ranks_before's order, and an all-gather of those
+// (score, position) candidates gives every rank all n shares; the k best of the union are the k best of the
+// whole row. A key's score does not depend on which rank computes it (the backend's indexer_scores is bit
+// for bit the reference's per key), so the rows equal ref::indexer_topk on the whole scores, bit for bit.
+// Every rank of g calls it with equal arguments (the tp ranks hold the same queries and replicated caches).
+// q f32 [T, HI, D], keys f32 [S, D], w f32 [T, HI]; indices i32 [T, k], padded with -1.
+void indexer_topk_split(const process_group& g, const float* q, const float* keys, const float* w, int32_t* indices,
+                        int64_t T, int64_t S, int64_t HI, int64_t D, int64_t k);
 
 // The projections of x in mla_weights::in_proj: q_a_proj [q_lora_rank, hidden] (q-LoRA) or q_proj
 // [H*(Dn+Dr), hidden]; kv_a_proj_with_mqa [L+Dr, hidden]; the output gate g_proj [H*Dv, hidden]; the
