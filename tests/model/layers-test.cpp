@@ -18,6 +18,7 @@
 #include "moxi/formats/checkpoint.h"
 #include "moxi/formats/convert.h"
 #include "moxi/formats/model-config.h"
+#include "moxi/kernels/backend.h"
 #include "moxi/kernels/ref/mla.h"
 #include "moxi/kernels/ref/moe.h"
 #include "moxi/model/cache.h"
@@ -128,10 +129,10 @@ double rel_max_err(const std::vector<float>& got, const vec& want) {
 
 // Rotates pairs of x[off .. off+R) by angle pos * inv_freq[i]: interleaved pairs (2i, 2i+1) or half-split
 // pairs (i, i+R/2), with the YaRN attention factor on cos and sin.
-void rotate(vec& x, size_t off, size_t R, double pos, const std::vector<float>& inv_freq, double af,
+void rotate(vec& x, size_t off, size_t R, double pos, const std::vector<double>& inv_freq, double af,
             bool interleaved) {
   for (size_t i = 0; i < R / 2; ++i) {
-    const double a = pos * double(inv_freq[i]), c = std::cos(a) * af, s = std::sin(a) * af;
+    const double a = pos * inv_freq[i], c = std::cos(a) * af, s = std::sin(a) * af;
     const size_t i0 = off + (interleaved ? 2 * i : i), i1 = off + (interleaved ? 2 * i + 1 : i + R / 2);
     const double x0 = x[i0], x1 = x[i1];
     x[i0] = x0 * c - x1 * s;
@@ -168,7 +169,7 @@ std::vector<vec> expanded_reference(const formats::checkpoint& ck, const formats
                Dv = size_t(m.v_head_dim), L = size_t(m.kv_lora_rank), Dq = Dn + Dr, d = size_t(c.hidden_size);
   const double eps = c.rms_norm_eps;
   // RoPE tables from the (separately tested) inverse frequencies; the softmax mscale from its formula.
-  std::vector<float> inv_freq(Dr / 2);
+  std::vector<double> inv_freq(Dr / 2);
   double af = 1, mscale = 1;
   if (!m.use_nope) {
     kernels::ref::YarnConfig y;
@@ -325,6 +326,86 @@ TEST(Layers, AbsorbedMlaEqualsExpandedMha) {
   check_mla({"tiny-kimi-linear.json", 3, false});   // NoPE, direct q_proj, no gate
   check_mla({"tiny-seed.json", 3, true});           // NoPE, q-LoRA, output gate
   check_mla({"tiny-deepseek-v3.2.json", 1, true});  // interleaved RoPE with YaRN (factor 4)
+}
+
+// YaRN from config.json to the layer, against the formulas of HF transformers' DeepseekV3 YaRN rotary
+// embedding and attention scaling written here in fp64 (docs/deepseek.md §B.5-B.6):
+//   inv_freq_i = b_i (1 - m_i) / factor + b_i m_i ... with b_i = theta^(-2i/R), m_i = 1 - ramp_i,
+//   ramp_i = clamp((i - low) / (high - low), 0, 1), low/high = floor/ceil of R ln(orig / (2 pi beta)) /
+//   (2 ln theta) for beta_fast/beta_slow, clamped to [0, R-1];
+//   cos/sin times get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim);
+//   softmax scale (Dn+Dr)^-0.5 * get_mscale(factor, mscale_all_dim)^2, get_mscale(f, m) = 0.1 m ln f + 1.
+struct yarn_fp64 {
+  std::vector<double> inv_freq;
+  double cos_factor, softmax_scale;
+};
+yarn_fp64 yarn_formula(const nlohmann::json& rs, double theta, int64_t R, int64_t qk_head_dim) {
+  const double f = rs["factor"], orig = rs["original_max_position_embeddings"], bf = rs["beta_fast"],
+               bs = rs["beta_slow"], ms = rs.value("mscale", 1.0), msa = rs.value("mscale_all_dim", 0.0);
+  auto corr = [&](double rot) { return double(R) * std::log(orig / (rot * 2 * M_PI)) / (2 * std::log(theta)); };
+  const double low = std::max(std::floor(corr(bf)), 0.0);
+  double high = std::min(std::ceil(corr(bs)), double(R - 1));
+  if (high == low) high += 0.001;
+  yarn_fp64 y;
+  for (int64_t i = 0; i < R / 2; ++i) {
+    const double b = std::pow(theta, -double(2 * i) / double(R));
+    const double ramp = std::min(std::max((double(i) - low) / (high - low), 0.0), 1.0);
+    y.inv_freq.push_back(b / f * ramp + b * (1 - ramp));
+  }
+  auto get_mscale = [&](double m) { return f <= 1 ? 1.0 : 0.1 * m * std::log(f) + 1.0; };
+  y.cos_factor = get_mscale(ms) / get_mscale(msa);
+  y.softmax_scale = std::pow(double(qk_head_dim), -0.5) * get_mscale(msa) * get_mscale(msa);
+  return y;
+}
+
+TEST(Layers, YarnFromTheConfigMatchesFp64FormulasFarPastTheOriginalContext) {
+  const auto ck = formats::checkpoint::open(scratch::get().checkpoint("tiny-deepseek-v3.2.json"));
+  const nlohmann::json variants[] = {
+      // DeepSeek-V3 / V3.2's published block.
+      {{"type", "yarn"}, {"factor", 40}, {"original_max_position_embeddings", 4096}, {"beta_fast", 32},
+       {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}},
+      // DeepSeek-V2-Lite style: equal mscales leave cos/sin unscaled.
+      {{"type", "yarn"}, {"factor", 40}, {"original_max_position_embeddings", 4096}, {"beta_fast", 32},
+       {"beta_slow", 1}, {"mscale", 0.707}, {"mscale_all_dim", 0.707}},
+      // mscale only: cos/sin scaled, softmax not.
+      {{"type", "yarn"}, {"factor", 8}, {"original_max_position_embeddings", 256}, {"beta_fast", 32},
+       {"beta_slow", 1}, {"mscale", 1.0}},
+      // The tiny config's own: the ramp inside its 4 rope pairs.
+      {{"type", "yarn"}, {"factor", 4}, {"original_max_position_embeddings", 256}, {"beta_fast", 32},
+       {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}},
+  };
+  for (const auto& rs : variants) {
+    SCOPED_TRACE(rs.dump());
+    auto doc = read_json(config_path("tiny-deepseek-v3.2.json"));
+    doc["rope_scaling"] = rs;
+    doc["max_position_embeddings"] = 1 << 20;
+    const auto c = model::parse_model_config(doc, "yarn-variant");
+    ASSERT_TRUE(c.rope.yarn);
+    model::weight_loader ld(ck, c, {});
+    const auto w = model::load_mla(ld, "model.layers.1.self_attn");
+    const int64_t R = c.mla->qk_rope_head_dim;
+    const auto want = yarn_formula(rs, c.rope.theta, R, c.mla->qk_head_dim());
+    ASSERT_EQ(w.inv_freq.size(), want.inv_freq.size());
+    for (size_t i = 0; i < want.inv_freq.size(); ++i)
+      EXPECT_NEAR(w.inv_freq[i], want.inv_freq[i], 1e-15 * want.inv_freq[i]) << "pair " << i;
+    EXPECT_NEAR(w.rope_attention_factor, want.cos_factor, 1e-14);
+    EXPECT_NEAR(w.softmax_scale, want.softmax_scale, 1e-7 * want.softmax_scale);  // (stored as float)
+    // The tables the layer rotates by, at positions up to 1M (256x the original context): fp64 angles.
+    const std::vector<int64_t> pos = {0, 1, 255, 256, 4095, 4096, 100000, 163839, 524287, 1048575};
+    const int64_t n = int64_t(pos.size());
+    std::vector<float> cs(size_t(n * R / 2)), sn(cs.size());
+    kernels::active().rope_cos_sin(pos.data(), w.inv_freq.data(), w.rope_attention_factor, cs.data(), sn.data(),
+                                   n, R);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i < R / 2; ++i) {
+        const double a = double(pos[size_t(t)]) * want.inv_freq[size_t(i)];
+        EXPECT_NEAR(cs[size_t(t * R / 2 + i)], std::cos(a) * want.cos_factor, 2e-7) << pos[size_t(t)] << " " << i;
+        EXPECT_NEAR(sn[size_t(t * R / 2 + i)], std::sin(a) * want.cos_factor, 2e-7) << pos[size_t(t)] << " " << i;
+      }
+  }
+  // The layer rotates by these tables: Layers.AbsorbedMlaEqualsExpandedMha checks the whole layer with
+  // the tiny config's YaRN (factor 4) against the expanded fp64 reference. RoPE is relative, so where a
+  // prompt starts changes the layer's output only through these tables' precision, checked above.
 }
 
 TEST(Layers, DsaWithSmallTopkEqualsMaskedDenseReference) {

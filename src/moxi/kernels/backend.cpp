@@ -196,7 +196,7 @@ void backend::mul_sigmoid(const float* x, const float* gate, float* y, int64_t n
   ref::mul_sigmoid(x, gate, y, n);
 }
 
-void backend::rope_cos_sin(const int64_t* pos, const float* inv_freq, double attention_factor, float* cos,
+void backend::rope_cos_sin(const int64_t* pos, const double* inv_freq, double attention_factor, float* cos,
                            float* sin, int64_t T, int64_t R) const {
   ref::rope_cos_sin(pos, inv_freq, attention_factor, cos, sin, T, R);
 }

@@ -149,7 +149,7 @@ class backend {
   virtual void mul_sigmoid(const float* x, const float* gate, float* y, int64_t n) const;
 
   // ---- RoPE ----
-  virtual void rope_cos_sin(const int64_t* pos, const float* inv_freq, double attention_factor, float* cos,
+  virtual void rope_cos_sin(const int64_t* pos, const double* inv_freq, double attention_factor, float* cos,
                             float* sin, int64_t T, int64_t R) const;
   virtual void rope_apply(float* x, const float* cos, const float* sin, int64_t T, int64_t n,
                           int64_t token_stride, int64_t vec_stride, int64_t R, ref::RopeLayout layout) const;

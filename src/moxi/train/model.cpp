@@ -37,7 +37,7 @@ constexpr double kL2NormEps = 1e-6;
 // The engine's RoPE tables for positions 0..T-1 (constants: no gradient flows into them), f32 [T, R/2].
 std::pair<torch::Tensor, torch::Tensor> rope_tables(const formats::model_config& c, int64_t T, int64_t R) {
   const auto yarn = yarn_of(c.rope);
-  std::vector<float> inv(static_cast<size_t>(R / 2));
+  std::vector<double> inv(static_cast<size_t>(R / 2));
   ref::rope_inv_freq(yarn, R, inv.data());
   std::vector<int64_t> pos(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = t;

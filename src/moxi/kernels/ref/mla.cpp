@@ -25,7 +25,7 @@ double yarn_softmax_mscale(const YarnConfig& cfg) {
   return yarn_get_mscale(cfg.factor, cfg.mscale_all_dim);
 }
 
-void rope_inv_freq(const YarnConfig& cfg, int64_t rope_dim, float* inv_freq) {
+void rope_inv_freq(const YarnConfig& cfg, int64_t rope_dim, double* inv_freq) {
   MOXI_ASSERT(rope_dim % 2 == 0);
   const int64_t half = rope_dim / 2;
   const double R = double(rope_dim);
@@ -43,22 +43,22 @@ void rope_inv_freq(const YarnConfig& cfg, int64_t rope_dim, float* inv_freq) {
   for (int64_t i = 0; i < half; ++i) {
     const double base = std::pow(cfg.theta, -double(2 * i) / R);
     if (cfg.factor <= 1.0) {
-      inv_freq[i] = float(base);
+      inv_freq[i] = base;
       continue;
     }
     const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
     const double smooth = 1.0 - ramp;  // 1: keep the original (extrapolated) frequency
-    inv_freq[i] = float(base / cfg.factor * (1.0 - smooth) + base * smooth);
+    inv_freq[i] = base / cfg.factor * (1.0 - smooth) + base * smooth;
   }
 }
 
-void rope_cos_sin(const int64_t* positions, const float* inv_freq, double attention_factor, float* cos,
+void rope_cos_sin(const int64_t* positions, const double* inv_freq, double attention_factor, float* cos,
                   float* sin, int64_t T, int64_t rope_dim) {
   const int64_t half = rope_dim / 2;
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t i = 0; i < half; ++i) {
       // fp64 angle: at 1M positions an fp32 product would already be off by ~0.06 rad.
-      const double a = double(positions[t]) * double(inv_freq[i]);
+      const double a = double(positions[t]) * inv_freq[i];
       cos[t * half + i] = float(std::cos(a) * attention_factor);
       sin[t * half + i] = float(std::sin(a) * attention_factor);
     }

@@ -40,13 +40,14 @@ double yarn_softmax_mscale(const YarnConfig& cfg);
 // Inverse frequencies theta^(-2i/R), i < R/2, with YaRN interpolation when factor > 1 (DeepSeek-V3
 // inference/model.py precompute_freqs_cis): correction range low = floor(d(beta_fast)), high =
 // ceil(d(beta_slow)), d(r) = R ln(orig / (2 pi r)) / (2 ln theta), clamped to [0, R-1]; pairs below low
-// keep their frequency, pairs above high are divided by factor, a linear ramp in between. fp64 inside.
+// keep their frequency, pairs above high are divided by factor, a linear ramp in between. Kept in fp64:
+// a float frequency is off by up to 6e-8 relative, which at position 1M turns into 0.06 rad.
 void rope_inv_freq(const YarnConfig& cfg, int64_t rope_dim,
-                   float* inv_freq);  // f32 [rope_dim/2]
+                   double* inv_freq);  // f64 [rope_dim/2]
 
 // cos/sin tables: angle = position * inv_freq (in fp64), times attention_factor.
 void rope_cos_sin(const int64_t* positions,  // i64 [T]
-                  const float* inv_freq,     // f32 [rope_dim/2]
+                  const double* inv_freq,    // f64 [rope_dim/2]
                   double attention_factor,   // yarn_attention_factor(cfg), 1 without YaRN
                   float* cos,                // f32 [T, rope_dim/2]
                   float* sin,                // f32 [T, rope_dim/2]

@@ -55,7 +55,7 @@ struct mla_weights {
   linear o_proj;                 // [hidden, H*Dv]
   std::optional<indexer_weights> indexer;
   // RoPE tables (interleaved for MLA, half-split for the indexer), unused with mla_use_nope.
-  std::vector<float> inv_freq;  // f32 [Dr/2]
+  std::vector<double> inv_freq;  // f64 [Dr/2]
   double rope_attention_factor = 1.0;
   float softmax_scale = 0.0f;  // (Dn+Dr)^-0.5 * yarn mscale^2
 };

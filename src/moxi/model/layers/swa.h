@@ -17,7 +17,7 @@ namespace moxi::model {
 struct swa_weights {
   stacked_linear qkv;           // q_proj [H*D, hidden], k_proj and v_proj [KVH*D, hidden], stacked
   linear o_proj;                // [hidden, H*D]
-  std::vector<float> inv_freq;  // f32 [D/2]
+  std::vector<double> inv_freq;  // f64 [D/2]
   double rope_attention_factor = 1.0;
   float softmax_scale = 0.0f;  // D^-0.5 (times the YaRN mscale^2 when the config scales RoPE)
 };
