@@ -732,6 +732,71 @@ TEST(http_server_alone, SlowAndVanishingClientsAreCutOffAndTheServerKeepsServing
   EXPECT_EQ(ok->status, 200);
 }
 
+// A 128K-token prompt on tiny-seed with a long context: it is admitted, its prefill shows in /metrics as
+// it goes (prompt tokens pending falling, prompt tokens computed rising, 512 a step), and the client
+// leaving during the prefill frees its blocks and state slot as soon as the step in flight ends; the
+// prefill computed only part of the prompt.
+TEST(http_server_alone, ALongPromptsPrefillShowsInMetricsAndADisconnectFreesIt) {
+  moxi::testing::temp_dir dir("moxi-serve-long");
+  const std::string model_dir = dir / "tiny-seed-128k";
+  {
+    auto doc = nlohmann::json::parse(std::ifstream(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-seed.json"));
+    doc["max_position_embeddings"] = 262144;
+    model::init_options o;
+    o.seed = 1;
+    o.show_progress = false;
+    model::init_checkpoint(model::parse_model_config(doc, "tiny-seed-128k"), model_dir, o);
+  }
+  constexpr int64_t kPrompt = 131072;
+  auto cfg = tiny_config();
+  cfg.model_dir = model_dir;
+  cfg.max_model_len = kPrompt + 16;  // the limit that lets the prompt in (the default is 32768)
+  cfg.num_blocks = 0;                // sized for one max_model_len sequence
+  auto s = start_server(cfg);
+  ASSERT_TRUE(eventually([&] { return at_baseline(*s); }));
+  const int64_t computed_before = s->snapshot().gauges.prefill_tokens;
+
+  std::atomic<bool> left{false};
+  std::thread client([&] {
+    auto c = client_for(*s);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json{{"prompt", ids(int(kPrompt), 7)}, {"max_tokens", 1}, {"stream", true}}.dump();
+    req.set_header("Content-Type", "application/json");
+    // The first bytes of the stream are the keep-alive comment sent while nothing is produced; then leave.
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return false; };
+    c->send(req);
+    left = true;
+  });
+  // Progress while the prefill runs: pending falls from the prompt, computed rises by the same amount.
+  std::vector<std::pair<int64_t, int64_t>> seen;  // (pending, computed)
+  ASSERT_TRUE(eventually(
+      [&] {
+        const auto g = s->snapshot().gauges;
+        if (g.prefill_tokens_pending > 0) seen.emplace_back(g.prefill_tokens_pending, g.prefill_tokens);
+        return seen.size() >= 2 && seen.back().first < seen.front().first;
+      },
+      60))
+      << "no prefill progress seen";
+  for (const auto& [pending, computed] : seen) {
+    EXPECT_LE(pending, kPrompt);
+    EXPECT_EQ(pending + (computed - computed_before), kPrompt) << "pending and computed must add up";
+  }
+  const std::string m = s->metrics_text();
+  EXPECT_TRUE(std::regex_search(m, std::regex(R"(moxi:num_prefill_tokens_pending\{[^}]*\} [1-9][0-9]*\n)"))) << m;
+  EXPECT_TRUE(std::regex_search(m, std::regex(R"(moxi:prefill_tokens_total\{[^}]*\} [1-9][0-9]*\n)"))) << m;
+
+  client.join();
+  EXPECT_TRUE(left);
+  EXPECT_TRUE(eventually([&] { return at_baseline(*s); }, 30)) << "memory not freed after the disconnect";
+  const auto g = s->snapshot().gauges;
+  EXPECT_EQ(g.prefill_tokens_pending, 0);
+  EXPECT_LT(g.prefill_tokens - computed_before, kPrompt) << "the prefill ran to the end: nothing was cancelled";
+  EXPECT_TRUE(std::regex_search(s->metrics_text(),
+                                std::regex(R"(moxi:request_success_total\{[^}]*finished_reason="abort"\} 1\n)")));
+}
+
 TEST(http_server_alone, ShutdownDrainsThenCancelsInFlightStreams) {
   auto cfg = tiny_config();
   cfg.drain_timeout_s = 0.5;

@@ -125,6 +125,11 @@ std::string metrics::render() const {
   gauge("moxi:num_requests_waiting", "Requests waiting for admission.", double(engine_.waiting));
   gauge("moxi:kv_cache_usage_perc", "Fraction of KV-cache blocks held by requests (1 = full).",
         engine_.kv_cache_usage);
+  gauge("moxi:num_prefill_tokens_pending",
+        "Prompt tokens of unfinished requests not computed yet (a long prompt's prefill progress).",
+        double(engine_.prefill_tokens_pending));
+  counter("moxi:prefill_tokens_total", "Prompt tokens computed by the engine, counted as each step ends.",
+          double(engine_.prefill_tokens));
   counter("moxi:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
           double(engine_.prefix_query_tokens));
   counter("moxi:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",

@@ -32,6 +32,8 @@ struct engine_gauges {
   int64_t running = 0, waiting = 0;
   double kv_cache_usage = 0;  // fraction of blocks held by sequences
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0, preemptions = 0;
+  int64_t prefill_tokens_pending = 0;  // prompt tokens admitted and not yet computed
+  int64_t prefill_tokens = 0;          // prompt tokens computed so far (a counter)
 };
 
 class metrics {

@@ -111,6 +111,13 @@ void scheduler::drop_cancelled(scheduler_output& out) {
   std::sort(out.aborted.begin(), out.aborted.end());
 }
 
+int64_t scheduler::prefill_tokens_pending() const {
+  int64_t n = 0;
+  for (const auto& [id, r] : requests_)
+    if (!r.fork_of && !r.cancelled) n += std::max<int64_t>(0, r.num_prompt - r.num_computed);
+  return n;
+}
+
 scheduler_output scheduler::schedule() {
   scheduler_output out;
   drop_cancelled(out);
@@ -125,6 +132,7 @@ scheduler_output scheduler::schedule() {
     if (s.sample) s.forks = r.forks;  // only the first sample (the prompt's end) has forks
     out.scheduled.push_back(std::move(s));
     out.total_tokens += n;
+    stats_.prefill_tokens += std::max<int64_t>(0, std::min(r.num_computed + n, r.num_prompt) - r.num_computed);
     budget -= n;
   };
 

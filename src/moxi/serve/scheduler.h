@@ -73,6 +73,7 @@ struct request_output {
 struct scheduler_stats {
   int64_t steps = 0;
   int64_t scheduled_tokens = 0;     // tokens the model computed, all steps together
+  int64_t prefill_tokens = 0;       // of them, prompt positions (a preempted request's count again)
   int64_t prefix_query_tokens = 0;  // vLLM prefix_cache_queries: tokens looked up at admission
   int64_t prefix_hit_tokens = 0;    // vLLM prefix_cache_hits
   int64_t preemptions = 0;
@@ -108,6 +109,9 @@ class scheduler {
   bool has_unfinished() const { return !requests_.empty(); }
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
+  // Prompt tokens of the unfinished requests that no step has computed yet (a long prompt's prefill
+  // progress; prefix-cache hits count as computed once admitted).
+  int64_t prefill_tokens_pending() const;
   const scheduler_stats& stats() const { return stats_; }
   const scheduler_config& config() const { return config_; }
   memory::hybrid_memory& memory() { return memory_; }

@@ -156,6 +156,8 @@ struct server::impl {
     s.gauges.prefix_query_tokens = st.prefix_query_tokens;
     s.gauges.prefix_hit_tokens = st.prefix_hit_tokens;
     s.gauges.preemptions = st.preemptions;
+    s.gauges.prefill_tokens_pending = sched.prefill_tokens_pending();
+    s.gauges.prefill_tokens = st.prefill_tokens;
     s.live_requests = int64_t(live.size());
     s.computed_tokens = st.scheduled_tokens;
     s.aborted = st.aborted;
