@@ -18,6 +18,7 @@
 #include "moxi/base/error.h"
 #include "moxi/formats/shard-plan.h"
 #include "moxi/model/layers/attention.h"
+#include "moxi/model/layers/mla.h"
 
 namespace moxi::model {
 namespace {
@@ -432,15 +433,15 @@ plan_result make_plan(const formats::model_config& c, const plan_options& o) {
     const double bw_pp = cm.pp_inter_node ? bw_inter : bw_intra;
     if (o.tp > 1) cm.allreduce_bytes = 2.0 * double(cm.layers) * 2.0 * (o.tp - 1) / o.tp * hv;
     if (o.tp > 1 && c.dsa) {
-      // A query at position p (p + 1 keys visible) splits the scan once p + 1 > k * tp; each rank then sends
-      // its k candidates of 8 bytes to the tp - 1 others.
+      // A query that splits the scan (indexer_scan_splits) has each rank send its k candidates of 8 bytes to
+      // the tp - 1 others.
       int64_t dsa_layers = 0;
       for (int64_t l = st.first_layer; l <= st.last_layer; ++l)
         dsa_layers += c.layer_attn.at(size_t(l)) == formats::attn_kind::MLA ? 1 : 0;
       const double per_query = double(dsa_layers) * double(o.tp - 1) * double(c.dsa->index_topk) * 8.0;
-      const double from = double(c.dsa->index_topk) * o.tp;  // the first position that splits
+      const double from = double(c.dsa->index_topk) * o.tp;  // positions before it do not split
       const double ctx_d = double(r.context);
-      if (ctx_d > from) {
+      if (indexer_scan_splits(r.context, c.dsa->index_topk, o.tp)) {
         cm.indexer_decode_bytes = per_query;
         cm.indexer_prefill_bytes = per_query * (ctx_d - from) / ctx_d;
       }

@@ -249,7 +249,7 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
       const process_group* tp = iw.parallel && iw.parallel->sizes.tp > 1 ? iw.parallel->tp.get() : nullptr;
       for (int64_t t0 = 0; t0 < T; t0 += kIndexerQueryBlock) {
         const int64_t tb = std::min(kIndexerQueryBlock, T - t0), Sb = S0 + t0 + tb;
-        if (tp && S0 + t0 + 1 > k * tp->size()) {
+        if (tp && indexer_scan_splits(S0 + t0 + 1, k, tp->size())) {
           indexer_topk_split(*tp, qIs + t0 * HI * DI, view.index_keys, wts.data() + (r0 + t0) * HI,
                              idx.data() + t0 * k, tb, Sb, HI, DI, k);
           continue;

@@ -37,6 +37,11 @@ struct indexer_weights {
 void indexer_topk_split(const process_group& g, const float* q, const float* keys, const float* w, int32_t* indices,
                         int64_t T, int64_t S, int64_t HI, int64_t D, int64_t k);
 
+// Whether a query that sees `visible` keys splits the scan over `tp` ranks: once each rank's share holds more
+// than k keys (before that every rank would keep all it scored, and the replicated scan is as cheap). The
+// layer and moxi plan's communication figures both follow it.
+inline bool indexer_scan_splits(int64_t visible, int64_t k, int tp) { return tp > 1 && visible > k * tp; }
+
 // The projections of x in mla_weights::in_proj: q_a_proj [q_lora_rank, hidden] (q-LoRA) or q_proj
 // [H*(Dn+Dr), hidden]; kv_a_proj_with_mqa [L+Dr, hidden]; the output gate g_proj [H*Dv, hidden]; the
 // indexer's wk [DI, hidden] and weights_proj [HI, hidden].
