@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <vector>
@@ -33,7 +34,11 @@ class fake_model final : public model_runner {
  public:
   fake_model(memory::hybrid_memory& memory, int32_t vocab_size);
 
-  std::map<request_id, token_id> execute(const scheduler_output& step) override;
+  sampled_tokens execute(const scheduler_output& step) override;
+  // Speculative decoding, as a real runner's outcome: of a decode step's `lookahead` draft positions, the
+  // first keep(id, lookahead) are kept (drafts equal to the tokens the model goes on to produce: they are
+  // computed one after another, as the kept positions of a verify forward are). Unset: none.
+  std::function<int64_t(request_id, int64_t)> keep_drafts;
   // The token after `history`, computed token by token from zero state without any cache.
   token_id reference_next(std::span<const token_id> history) const;
   int64_t tokens_computed() const { return tokens_computed_; }
@@ -154,9 +159,9 @@ inline fake_model::fake_model(memory::hybrid_memory& memory, int32_t vocab_size)
   MOXI_ASSERT(vocab_size > 0 && (s.num_mla_layers() == 0 || s.latent_width > 0));
 }
 
-inline std::map<request_id, token_id> fake_model::execute(const scheduler_output& step) {
+inline sampled_tokens fake_model::execute(const scheduler_output& step) {
   const cache_spec& s = memory_.spec();
-  std::map<request_id, token_id> next;
+  sampled_tokens next;
   std::vector<float> row(size_t(s.latent_width)), index_row(size_t(s.index_width));
   for (const auto& r : step.scheduled) {
     MOXI_ASSERT(memory_.length(r.seq) == r.start, "scheduled start != computed tokens in memory");
@@ -177,9 +182,16 @@ inline std::map<request_id, token_id> fake_model::execute(const scheduler_output
       }
     }
     hidden h{};
-    for (int64_t i = 0; i < r.n_tokens(); ++i) {
+    std::vector<token_id> fed = r.tokens;
+    const int64_t kept = r.sample && keep_drafts && r.lookahead > 0 ? keep_drafts(r.id, r.lookahead) : 0;
+    MOXI_ASSERT(kept >= 0 && kept <= r.lookahead);
+    for (int64_t i = 0; i < r.n_tokens() + kept; ++i) {
       const int64_t pos = r.start + i;
-      h = embed(r.tokens[size_t(i)], pos);
+      if (i >= r.n_tokens()) {  // a kept draft: the token the last position produced
+        fed.push_back(readout(h, vocab_));
+        next[r.id].push_back(fed.back());
+      }
+      h = embed(fed[size_t(i)], pos);
       for (size_t l = 0; l < s.layers.size(); ++l) {
         switch (s.layers[l]) {
           case attn_kind::KDA:
@@ -197,11 +209,12 @@ inline std::map<request_id, token_id> fake_model::execute(const scheduler_output
         }
       }
     }
-    tokens_computed_ += r.n_tokens();
+    tokens_computed_ += int64_t(fed.size());
     if (!r.sample) continue;
-    next[r.id] = readout(h, vocab_);
+    const token_id t = readout(h, vocab_);
+    next[r.id].push_back(t);
     // Forks "sample" the k-th next candidate, so that their histories diverge from the parent's.
-    for (size_t k = 0; k < r.forks.size(); ++k) next[r.forks[k]] = token_id((next[r.id] + k + 1) % vocab_);
+    for (size_t k = 0; k < r.forks.size(); ++k) next[r.forks[k]] = {token_id((t + k + 1) % vocab_)};
   }
   return next;
 }

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -89,11 +90,14 @@ std::vector<token_id> random_tokens(std::mt19937& rng, int n) {
 }
 
 // Runs a workload to completion, checking the per-step contract and the tokens against the reference.
+// keep: speculative decoding's outcome per decode step with lookahead (fake_model::keep_drafts).
 run_summary run(const cache_spec& spec, const memory_options& mo, const scheduler_config& sc,
-                const std::vector<workload_request>& work) {
+                const std::vector<workload_request>& work,
+                std::function<int64_t(request_id, int64_t)> keep = {}) {
   hybrid_memory memory(spec, mo);
   scheduler sched(memory, sc);
   fake_model model(memory, kVocab);
+  model.keep_drafts = std::move(keep);
   run_summary sum;
   std::map<request_id, const workload_request*> by_id;
   std::map<request_id, size_t> fork_index;  // a fork's 1-based position among its parent's forks
@@ -125,7 +129,14 @@ run_summary run(const cache_spec& spec, const memory_options& mo, const schedule
         EXPECT_EQ(s.start + s.n_tokens(), int64_t(by_id.at(s.id)->params.prompt.size()))
             << "fork at prompt end";
       }
-      total += s.n_tokens();
+      total += s.n_tokens() + s.lookahead;
+      EXPECT_LE(s.lookahead, sc.num_speculative_tokens);
+      if (s.lookahead > 0) {
+        EXPECT_TRUE(s.sample && s.n_tokens() == 1) << "drafts only follow a decode token";
+        const auto& p = by_id.at(s.id)->params;
+        EXPECT_LE(int64_t(sum.results[s.id].tokens.size()) + 1 + s.lookahead, p.max_tokens)
+            << "a step may not emit past max_tokens";
+      }
       (s.sample && s.n_tokens() == 1 ? decode : prefill) = true;
     }
     EXPECT_EQ(total, out.total_tokens);
@@ -170,7 +181,10 @@ run_summary run(const cache_spec& spec, const memory_options& mo, const schedule
     }
   }
   sum.stats = sched.stats();
-  EXPECT_EQ(sum.stats.scheduled_tokens, model.tokens_computed());
+  if (sc.num_speculative_tokens == 0) {
+    EXPECT_EQ(sum.stats.scheduled_tokens, model.tokens_computed());
+  }
+  EXPECT_GE(sum.stats.scheduled_tokens, model.tokens_computed());
   return sum;
 }
 
@@ -224,6 +238,38 @@ TEST(Scheduler, ChunkedPrefillGivesTheSameTokensAsOneShot) {
     EXPECT_EQ(tokens_of(chunked), tokens_of(one_shot));
     EXPECT_EQ(tokens_of(tiny), tokens_of(one_shot));
     EXPECT_GT(chunked.stats.steps, one_shot.stats.steps);
+  }
+}
+
+// Speculative decoding as the scheduler sees it: decode steps reserve lookahead positions, the runner keeps
+// some drafts (computed like any position) and returns them before its sampled token; a stop token or
+// max_tokens inside them ends the request there. Whatever is kept, the tokens equal plain decoding's, under
+// chunked prefill, prefix reuse (snapshots only where a step really ended) and preemption.
+TEST(Scheduler, KeptDraftsGiveTheTokensOfPlainDecoding) {
+  for (const auto& spec : {hybrid_spec(), mla_only_spec(), swa_hybrid_spec()}) {
+    const auto work = random_workload(5, 20, 24, 14, 8);
+    for (const int32_t blocks : {512, 24}) {
+      SCOPED_TRACE(blocks);
+      const auto plain = run(spec, mem(blocks), cfg(32, 6, 5), work);
+      auto sc = cfg(32, 6, 5);
+      sc.num_speculative_tokens = 3;
+      std::mt19937 rng(9);
+      int64_t offered = 0, kept = 0;
+      const auto spec_run = run(spec, mem(blocks), sc, work, [&](request_id, int64_t lookahead) {
+        const int64_t k = int64_t(rng() % uint32_t(lookahead + 1));
+        offered += lookahead;
+        kept += k;
+        return k;
+      });
+      EXPECT_EQ(tokens_of(spec_run), tokens_of(plain));
+      EXPECT_GT(kept, 0);
+      EXPECT_LT(kept, offered);
+      EXPECT_LT(spec_run.stats.steps, plain.stats.steps) << "kept drafts save steps";
+      if (blocks == 24) {
+        EXPECT_GT(spec_run.stats.preemptions, 0);
+      }
+      EXPECT_GT(spec_run.stats.prefix_hit_tokens, 0);
+    }
   }
 }
 
@@ -350,7 +396,7 @@ TEST(Scheduler, EndedRequestsFinishWithStopAndFreeTheirMemory) {
   ASSERT_EQ(events.size(), 2u);
   for (const auto& e : events) {
     ASSERT_EQ(e.new_tokens.size(), 1u);
-    EXPECT_EQ(e.new_tokens[0], sampled.at(e.id));
+    EXPECT_EQ(e.new_tokens, sampled.at(e.id));
     EXPECT_EQ(e.finished, e.id == 2 ? finish_reason::STOP : finish_reason::NONE) << e.id;
   }
   EXPECT_EQ(sched.num_running(), 1u);
@@ -448,7 +494,7 @@ TEST(Scheduler, RejectsRequestsThatCanNeverRun) {
 class failing_model final : public model_runner {
  public:
   failing_model(hybrid_memory& memory, int fail_at) : model_(memory, kVocab), fail_at_(fail_at) {}
-  std::map<request_id, token_id> execute(const scheduler_output& step) override {
+  sampled_tokens execute(const scheduler_output& step) override {
     if (calls_++ == fail_at_) throw std::runtime_error("injected model failure");
     return model_.execute(step);
   }

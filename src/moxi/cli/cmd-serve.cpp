@@ -125,6 +125,11 @@ void setup_serve(CLI::App& root) {
       ->check(integer_in(-1, 1 << 20))
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "disable prefix caching");
+  cmd->add_option("--draft-tokens", c.draft_tokens,
+                  "speculative decoding: tokens the MTP head drafts per request and step, verified in the "
+                  "next batched forward (0: off)")
+      ->check(integer_in(0, 16))
+      ->capture_default_str();
   cmd->add_option(
          "--executor", c.executor,
          "how a step runs several requests: batched (one batched forward), parallel (one forward per "

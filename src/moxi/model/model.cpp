@@ -215,20 +215,112 @@ std::vector<std::vector<float>> model::forward_batch(std::span<const batch_item>
     par->world->send(h.data(), R * d * 4, par->world_rank_of(par->stage + 1, par->stage_rank));
   for (const auto& sg : segs) sg.cache->advance(sg.T);
 
-  // Final norm and lm_head over the rows whose logits are wanted, in one matmul.
+  // Final norm and lm_head over the rows whose logits are wanted, in one matmul. An item that wants its
+  // hidden states has all its rows normed (the norm is per row, so that changes nothing else).
   std::vector<float> hs;  // f32 [rows, hidden]
+  bool any_hidden = false;
   for (size_t s = 0; s < segs.size(); ++s) {
-    const int64_t first = items[seg_item[s]].last_only ? segs[s].begin + segs[s].T - 1 : segs[s].begin;
+    const auto& it = items[seg_item[s]];
+    const int64_t first = it.last_only && !it.hidden ? segs[s].begin + segs[s].T - 1 : segs[s].begin;
     hs.insert(hs.end(), h.begin() + first * d, h.begin() + (segs[s].begin + segs[s].T) * d);
+    any_hidden = any_hidden || it.hidden;
   }
-  const int64_t rows = int64_t(hs.size()) / d;
+  int64_t rows = int64_t(hs.size()) / d;
   std::vector<float> logits;
   if (holds_head()) {
     kernels::active().rms_norm(hs.data(), final_norm_.data(), hs.data(), rows, d,
                                float(config_.rms_norm_eps));
+    if (any_hidden) {
+      std::vector<float> wanted;
+      int64_t at = 0;
+      for (size_t s = 0; s < segs.size(); ++s) {
+        const auto& it = items[seg_item[s]];
+        const int64_t n = it.last_only && !it.hidden ? 1 : segs[s].T;
+        if (it.hidden) it.hidden->assign(hs.begin() + at * d, hs.begin() + (at + n) * d);
+        const int64_t keep = it.last_only ? 1 : n;
+        wanted.insert(wanted.end(), hs.begin() + (at + n - keep) * d, hs.begin() + (at + n) * d);
+        at += n;
+      }
+      hs = std::move(wanted);
+      rows = int64_t(hs.size()) / d;
+    }
     logits = head(hs.data(), rows, false);
+  } else if (any_hidden) {
+    rows = 0;
+    for (size_t s = 0; s < segs.size(); ++s) rows += items[seg_item[s]].last_only ? 1 : segs[s].T;
   }
   share_from_last_stage(logits, rows * V);
+  for (size_t s = 0; s < segs.size(); ++s)
+    if (auto* out_h = items[seg_item[s]].hidden) share_from_last_stage(*out_h, segs[s].T * d);
+  int64_t r = 0;
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const int64_t n = items[seg_item[s]].last_only ? 1 : segs[s].T;
+    out[seg_item[s]].assign(logits.begin() + r * V, logits.begin() + (r + n) * V);
+    r += n;
+  }
+  return out;
+}
+
+void model::mtp_input(const mtp_layer& m, const float* hidden, std::span<const token_id> next_tokens,
+                      float* h) const {
+  const int64_t T = int64_t(next_tokens.size()), d = config_.hidden_size;
+  const float eps = float(config_.rms_norm_eps);
+  std::vector<float> cat(size_t(T * 2 * d));  // f32 [T, 2*hidden] = [enorm(emb(t_{i+1})) ; hnorm(h_i)]
+  std::vector<float> emb(static_cast<size_t>(d));
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = cat.data() + t * 2 * d;
+    embedding_row(embed_, next_tokens[size_t(t)], emb.data());
+    kernels::active().rms_norm(emb.data(), m.enorm.data(), row, 1, d, eps);
+    kernels::active().rms_norm(hidden + t * d, m.hnorm.data(), row + d, 1, d, eps);
+  }
+  m.eh_proj.apply(cat.data(), h, T);
+}
+
+std::vector<std::vector<float>> model::mtp_forward_batch(std::span<const mtp_batch_item> items,
+                                                         int64_t depth) const {
+  if (opts_parallel_) throw error("mtp_forward_batch: runs in one process only");
+  if (depth < 0 || depth >= config_.num_mtp_layers)
+    throw error(config_.source + ": MTP depth " + std::to_string(depth) + " requested, the model has " +
+                std::to_string(config_.num_mtp_layers) + " MTP layer(s) (num_nextn_predict_layers)");
+  const int64_t d = config_.hidden_size, V = config_.vocab_size;
+  std::vector<seq_rows> segs;
+  std::vector<size_t> seg_item;
+  int64_t R = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& it = items[i];
+    if (!it.cache) throw error("mtp_forward_batch: item " + std::to_string(i) + " has no cache");
+    for (size_t j = 0; j < i; ++j)
+      if (items[j].cache == it.cache)
+        throw error("mtp_forward_batch: items " + std::to_string(j) + " and " + std::to_string(i) +
+                    " share one cache");
+    check_tokens(it.next_tokens);
+    const int64_t T = int64_t(it.next_tokens.size());
+    if (int64_t(it.hidden.size()) != T * d)
+      throw error("mtp_forward_batch: item " + std::to_string(i) + " has " + std::to_string(it.hidden.size()) +
+                  " hidden values, expected " + std::to_string(T) + " x " + std::to_string(d));
+    if (T == 0) continue;
+    segs.push_back({R, T, it.cache});
+    seg_item.push_back(i);
+    R += T;
+  }
+  std::vector<std::vector<float>> out(items.size());
+  if (R == 0) return out;
+  const auto& m = mtp_[size_t(depth)];
+  std::vector<float> h(size_t(R * d));  // f32 [R, hidden], every item's rows in order
+  for (size_t s = 0; s < segs.size(); ++s)
+    mtp_input(m, items[seg_item[s]].hidden.data(), items[seg_item[s]].next_tokens, h.data() + segs[s].begin * d);
+  decoder_layer_forward_batch(m.block, layer_config_, h.data(), R, segs, nullptr, "mtp." + std::to_string(depth));
+  for (const auto& sg : segs) sg.cache->advance_mtp(sg.T);
+  kernels::active().rms_norm(h.data(), m.head_norm.data(), h.data(), R, d, float(config_.rms_norm_eps));
+  std::vector<float> hs;  // the rows whose logits are wanted
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const auto& it = items[seg_item[s]];
+    const int64_t first = it.last_only ? segs[s].begin + segs[s].T - 1 : segs[s].begin, end = segs[s].begin + segs[s].T;
+    if (it.out_hidden) it.out_hidden->assign(h.begin() + segs[s].begin * d, h.begin() + end * d);
+    hs.insert(hs.end(), h.begin() + first * d, h.begin() + end * d);
+  }
+  const int64_t rows = int64_t(hs.size()) / d;
+  const std::vector<float> logits = head(hs.data(), rows, false);
   int64_t r = 0;
   for (size_t s = 0; s < segs.size(); ++s) {
     const int64_t n = items[seg_item[s]].last_only ? 1 : segs[s].T;
@@ -260,16 +352,8 @@ std::vector<float> model::mtp_forward(std::span<const float> hidden, std::span<c
   const auto& m = mtp_[size_t(depth)];
   const float eps = float(config_.rms_norm_eps);
   const std::string name = "mtp." + std::to_string(depth);
-  std::vector<float> cat(size_t(T * 2 * d));  // f32 [T, 2*hidden] = [enorm(emb(t_{i+1})) ; hnorm(h_i)]
-  std::vector<float> emb(static_cast<size_t>(d));
-  for (int64_t t = 0; t < T; ++t) {
-    float* row = cat.data() + t * 2 * d;
-    embedding_row(embed_, next_tokens[size_t(t)], emb.data());
-    kernels::active().rms_norm(emb.data(), m.enorm.data(), row, 1, d, eps);
-    kernels::active().rms_norm(hidden.data() + t * d, m.hnorm.data(), row + d, 1, d, eps);
-  }
   std::vector<float> h(size_t(T * d));  // f32 [T, hidden]
-  m.eh_proj.apply(cat.data(), h.data(), T);
+  mtp_input(m, hidden.data(), next_tokens, h.data());
   dump(opts.dump, name + ".eh_proj", {T, d}, h.data());
   decoder_layer_forward(m.block, layer_config_, h.data(), T, cache, opts.dump, name);
   cache.advance_mtp(T);

@@ -43,6 +43,17 @@ struct batch_item {
   sequence_cache* cache = nullptr;   // its own cache; each cache at most once per call
   bool last_only = true;             // logits of the last token only ([1, vocab]) or of every token
   std::span<const float> media;      // rows for its image placeholder tokens, as forward_options::media
+  // Receives the post-norm hidden states of all its tokens, f32 [T, hidden] (forward_options::hidden).
+  std::vector<float>* hidden = nullptr;
+};
+
+// One sequence of model::mtp_forward_batch: its positions from cache.mtp_length() on.
+struct mtp_batch_item {
+  std::span<const float> hidden;           // the main model's post-norm h_i, f32 [T, hidden]
+  std::span<const token_id> next_tokens;   // t_{i+1}, i32 [T]
+  sequence_cache* cache = nullptr;         // its own cache; each cache at most once per call
+  bool last_only = true;                   // logits of the last position only, or of every position
+  std::vector<float>* out_hidden = nullptr;  // receives the MTP layer's post-head-norm hidden, f32 [T, hidden]
 };
 
 class model {
@@ -93,6 +104,11 @@ class model {
   std::vector<float> mtp_forward(std::span<const float> hidden, std::span<const token_id> next_tokens,
                                  sequence_cache& cache, int64_t depth = 0,
                                  const forward_options& opts = {}) const;
+  // mtp_forward over several sequences in one pass (speculative decoding in serving): eh_proj, the MTP
+  // block's projections and experts and the lm_head run once over all items' rows, attention per sequence.
+  // Equal to mtp_forward on each item (bit for bit on the reference kernels). One process only.
+  std::vector<std::vector<float>> mtp_forward_batch(std::span<const mtp_batch_item> items,
+                                                    int64_t depth = 0) const;
 
   // The vision encoder when the config has a vision_config, else null.
   const vision_encoder* vision() const { return vision_.get(); }
@@ -108,6 +124,8 @@ class model {
   void check_tokens(std::span<const token_id> tokens) const;
   // Embeddings of tokens into h f32 [T, hidden], image placeholders taking the rows of media in order.
   void embed(std::span<const token_id> tokens, std::span<const float> media, float* h) const;
+  // The MTP layer's input rows: eh_proj([enorm(emb(t_{i+1})) ; hnorm(h_i)]) -> h f32 [T, hidden].
+  void mtp_input(const mtp_layer& m, const float* hidden, std::span<const token_id> next_tokens, float* h) const;
   // h f32 [T, hidden] after the final norm -> logits (all rows or the last only).
   std::vector<float> head(const float* h, int64_t T, bool last_only) const;
 

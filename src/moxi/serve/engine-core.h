@@ -32,7 +32,7 @@ class engine_core {
     r.scheduled = sched_.schedule();
     const scheduler_output& out = r.scheduled;
     if (r.idle()) return r;
-    std::map<request_id, token_id> sampled;
+    sampled_tokens sampled;
     try {
       if (!out.scheduled.empty()) sampled = runner_.execute(out);
     } catch (const std::exception& e) {

@@ -18,6 +18,7 @@
 #include "moxi/model/model.h"
 #include "moxi/runtime/sampler.h"
 #include "moxi/serve/model-runner.h"
+#include "moxi/serve/spec-stats.h"
 
 namespace moxi::serve {
 
@@ -45,6 +46,17 @@ class executor final : public model_runner {
  public:
   executor(const model::model& m, memory::hybrid_memory& memory, executor_mode mode = executor_mode::batched);
 
+  // Speculative decoding with the model's MTP head (docs/speculative.md, "Serving"): every step the MTP
+  // layer reads the positions it computed and drafts k tokens for each request that samples; the next
+  // decode step of that request verifies them in the same batched forward, at the lookahead positions the
+  // scheduler reserved (scheduler_config::num_speculative_tokens, set it to k). Greedy tokens equal those
+  // without drafts; sampled ones have the same distribution. Requests that ask for logprobs decode without
+  // drafts. Throws for a model without an MTP layer or one split across processes. Set before the first
+  // step; 0 turns it off.
+  void set_draft_tokens(int64_t k);
+  int64_t draft_tokens() const { return draft_tokens_; }
+  const draft_stats& drafts() const { return draft_stats_; }
+
   // A request's sampler; must be added before its first step and removed after it finishes. top_logprobs
   // < 0: no logprobs; >= 0: the sampled token's logprob plus that many alternatives. `constraint`: the
   // request's response_format (each choice its own state); a token that completes it ends the request.
@@ -55,7 +67,7 @@ class executor final : public model_runner {
            std::shared_ptr<const std::vector<float>> media = nullptr);
   void remove(request_id id);
 
-  std::map<request_id, token_id> execute(const scheduler_output& step) override;
+  sampled_tokens execute(const scheduler_output& step) override;
   // The step's forward alone: each scheduled request's logits at its last fed position (computed for
   // every request, sampled or not), the caches left holding the step's tokens. Ranks of a serving group
   // other than the leader run only this (serve/group.h).
@@ -71,12 +83,20 @@ class executor final : public model_runner {
     int top_logprobs = -1;
     std::shared_ptr<const std::vector<float>> media;  // null: a text prompt
     std::vector<int64_t> placeholder_at;               // prompt positions of the placeholders (with media)
+    // Speculative decoding: the drafts for the step whose token sits at position drafts_at, and the
+    // distributions they were drawn from.
+    int64_t drafts_at = -1;
+    std::vector<token_id> drafts;
+    std::vector<std::vector<double>> q;
   };
+  sampled_tokens execute_speculative(const scheduler_output& step);
   // The media rows of a scheduled chunk: those of the prompt placeholders at positions [start, start + n).
   std::span<const float> media_of(const scheduled_request& r) const;
   const model::model& model_;
   memory::hybrid_memory& memory_;
   executor_mode mode_;
+  int64_t draft_tokens_ = 0;
+  draft_stats draft_stats_;
   std::map<request_id, std::unique_ptr<request_state>> requests_;
   std::map<request_id, token_logprobs> logprobs_;
   std::set<request_id> ended_;

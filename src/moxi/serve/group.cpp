@@ -75,7 +75,7 @@ uint64_t mix(uint64_t h, uint64_t v) {
 class follower_runner final : public model_runner {
  public:
   follower_runner(executor& exec, const group_channel& channel) : exec_(exec), channel_(channel) {}
-  std::map<request_id, token_id> execute(const scheduler_output& step) override {
+  sampled_tokens execute(const scheduler_output& step) override {
     try {
       exec_.forward(step);
       group_samples s = channel_.receive_samples();
@@ -154,6 +154,9 @@ int64_t group_channel::receive(std::vector<uint8_t>& payload) const {
 }
 
 void group_channel::send_engine(const group_engine& e) const {
+  // Drafting runs in the leader's executor only: the other ranks could not follow its verify steps.
+  if (e.scheduler.num_speculative_tokens > 0)
+    throw error("serving group: speculative decoding (--draft-tokens) runs in one process only");
   writer w;
   w.put(e.memory);
   w.put(e.scheduler);
@@ -224,7 +227,7 @@ void group_channel::send_samples(const group_samples& s) const {
   writer w;
   w.put(s.schedule_hash);
   w.put(uint64_t(s.sampled.size()));
-  for (const auto& [id, t] : s.sampled) w.put(id), w.put(t);
+  for (const auto& [id, ts] : s.sampled) w.put(id), w.put_vector(ts);
   w.put_vector(std::vector<request_id>(s.ended.begin(), s.ended.end()));
   send(SAMPLES, w.bytes);
 }
@@ -237,7 +240,7 @@ group_samples group_channel::receive_samples() const {
   const auto n = r.get<uint64_t>();
   for (uint64_t i = 0; i < n; ++i) {
     const auto id = r.get<request_id>();
-    s.sampled[id] = r.get<token_id>();
+    s.sampled[id] = r.get_vector<token_id>();
   }
   for (request_id id : r.get_vector<request_id>()) s.ended.insert(id);
   if (!r.done()) fail("a malformed message from the leader");
@@ -246,7 +249,7 @@ group_samples group_channel::receive_samples() const {
 
 void group_channel::send_stop() const { send(STOP, {}); }
 
-std::map<request_id, token_id> group_leader_runner::execute(const scheduler_output& step) {
+sampled_tokens group_leader_runner::execute(const scheduler_output& step) {
   try {
     group_samples s;
     s.sampled = exec_.execute(step);

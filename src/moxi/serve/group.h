@@ -52,7 +52,7 @@ struct group_events {
 // What the leader sampled in one step.
 struct group_samples {
   uint64_t schedule_hash = 0;
-  std::map<request_id, token_id> sampled;
+  sampled_tokens sampled;
   std::set<request_id> ended;
 };
 
@@ -103,7 +103,7 @@ class group_channel {
 class group_leader_runner final : public model_runner {
  public:
   group_leader_runner(executor& exec, const group_channel& channel) : exec_(exec), channel_(channel) {}
-  std::map<request_id, token_id> execute(const scheduler_output& step) override;
+  sampled_tokens execute(const scheduler_output& step) override;
   const std::set<request_id>& ended() const override { return exec_.ended(); }
 
  private:

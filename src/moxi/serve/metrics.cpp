@@ -3,6 +3,7 @@
 #include "moxi/serve/metrics.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -12,6 +13,10 @@ namespace {
 // The shortest decimal that reads back as v (bucket bounds print as 0.1, not 0.10000000000000001).
 std::string num(double v) {
   char buf[64];
+  if (v == std::floor(v) && std::abs(v) < 0x1p53) {  // counts print as integers (60, not 6e+01)
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+    return buf;
+  }
   for (int precision = 1; precision <= 17; ++precision) {
     std::snprintf(buf, sizeof buf, "%.*g", precision, v);
     if (std::strtod(buf, nullptr) == v) break;
@@ -130,6 +135,20 @@ std::string metrics::render() const {
         double(engine_.prefill_tokens_pending));
   counter("moxi:prefill_tokens_total", "Prompt tokens computed by the engine, counted as each step ends.",
           double(engine_.prefill_tokens));
+  if (engine_.draft_tokens > 0) {
+    // vLLM: vllm:spec_decode_num_drafts, _num_draft_tokens, _num_accepted_tokens, _per_pos.
+    const auto& d = engine_.drafts;
+    counter("moxi:spec_decode_num_drafts_total", "Decode steps that verified drafts of the MTP head.",
+            double(d.steps));
+    counter("moxi:spec_decode_num_draft_tokens_total", "Draft tokens verified.", double(d.drafted));
+    counter("moxi:spec_decode_num_accepted_tokens_total", "Draft tokens kept by the acceptance rule.",
+            double(d.accepted));
+    header(o, "moxi:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+           "Draft tokens kept, by their position among a step's drafts (0: the first).");
+    for (int64_t j = 0; j < engine_.draft_tokens; ++j)
+      o += "moxi:spec_decode_num_accepted_tokens_per_pos_total{" + lab + ",position=\"" + std::to_string(j) +
+           "\"} " + std::to_string(size_t(j) < d.accepted_at.size() ? d.accepted_at[size_t(j)] : 0) + "\n";
+  }
   counter("moxi:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
           double(engine_.prefix_query_tokens));
   counter("moxi:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",

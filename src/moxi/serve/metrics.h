@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "moxi/serve/spec-stats.h"
+
 namespace moxi::serve {
 
 class histogram {
@@ -34,6 +36,8 @@ struct engine_gauges {
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0, preemptions = 0;
   int64_t prefill_tokens_pending = 0;  // prompt tokens admitted and not yet computed
   int64_t prefill_tokens = 0;          // prompt tokens computed so far (a counter)
+  int64_t draft_tokens = 0;            // speculative decoding: drafts per step (0: off, no series shown)
+  draft_stats drafts;
 };
 
 class metrics {

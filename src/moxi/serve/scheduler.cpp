@@ -122,7 +122,7 @@ scheduler_output scheduler::schedule() {
   scheduler_output out;
   drop_cancelled(out);
   int64_t budget = config_.max_num_batched_tokens;
-  auto add = [&](request& r, int64_t n) {
+  auto add = [&](request& r, int64_t n, int64_t la) {
     scheduled_request s;
     s.id = r.id;
     s.seq = *r.seq;
@@ -130,10 +130,12 @@ scheduler_output scheduler::schedule() {
     s.tokens.assign(r.tokens.begin() + r.num_computed, r.tokens.begin() + r.num_computed + n);
     s.sample = r.num_computed + n == int64_t(r.tokens.size());
     if (s.sample) s.forks = r.forks;  // only the first sample (the prompt's end) has forks
+    if (!s.sample) s.next = r.tokens[size_t(r.num_computed + n)];
+    s.lookahead = la;
     out.scheduled.push_back(std::move(s));
-    out.total_tokens += n;
+    out.total_tokens += n + la;
     stats_.prefill_tokens += std::max<int64_t>(0, std::min(r.num_computed + n, r.num_prompt) - r.num_computed);
-    budget -= n;
+    budget -= n + la;
   };
 
   // Running requests first, in admission order. When blocks run out, the most recently admitted request
@@ -141,8 +143,13 @@ scheduler_output scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     request& r = requests_.at(running_[i]);
     const int64_t n = chunk(r, r.num_computed, budget);
+    int64_t la = lookahead(r, n, budget);
     bool self_preempted = false;
-    while (!memory_.reserve(*r.seq, n)) {
+    while (!memory_.reserve(*r.seq, n + la)) {
+      if (la > 0) {  // drafts are the first thing to go when blocks are short
+        la = 0;
+        continue;
+      }
       request& victim = requests_.at(running_.back());
       running_.pop_back();
       preempt(victim, out);
@@ -152,7 +159,7 @@ scheduler_output scheduler::schedule() {
       }
     }
     if (self_preempted) break;
-    add(r, n);
+    add(r, n, la);
   }
 
   // Then new requests, FCFS: the head waits rather than being overtaken, and nothing is admitted in a step
@@ -174,7 +181,7 @@ scheduler_output scheduler::schedule() {
       }
       waiting_.pop_front();
       running_.push_back(r.id);
-      add(r, n);
+      add(r, n, 0);
     }
   }
   ++stats_.steps;
@@ -190,29 +197,44 @@ request_output scheduler::report(const request& r) const {
   return o;
 }
 
-request_output scheduler::accept(request& r, token_id t, bool end) {
-  r.tokens.push_back(t);
-  r.keys.push_back(t);
+int64_t scheduler::lookahead(const request& r, int64_t n, int64_t budget) const {
+  const int64_t outputs = int64_t(r.tokens.size()) - r.num_prompt;
+  if (config_.num_speculative_tokens <= 0 || n != 1 || outputs < 1 ||
+      r.num_computed + n != int64_t(r.tokens.size()))
+    return 0;
+  // A step emits at most 1 + lookahead tokens: never past max_tokens.
+  return std::max<int64_t>(0, std::min({config_.num_speculative_tokens, r.params.max_tokens - outputs - 1,
+                                        budget - n}));
+}
+
+request_output scheduler::append(request& r, std::span<const token_id> tokens, bool end) {
+  MOXI_ASSERT(!tokens.empty(), "the runner returned no token for a request that samples");
   auto o = report(r);
-  o.new_tokens.push_back(t);
   const auto& stops = r.params.stop_tokens;
-  if (end || std::find(stops.begin(), stops.end(), t) != stops.end())
-    o.finished = finish_reason::STOP;
-  else if (int64_t(r.tokens.size()) - r.num_prompt >= r.params.max_tokens)
-    o.finished = finish_reason::LENGTH;
-  if (o.finished != finish_reason::NONE) {
-    if (r.seq) {
-      memory_.free(*r.seq);
-      running_.erase(std::find(running_.begin(), running_.end(), r.id));
-    }
-    cancelled_.erase(r.id);  // finished before its cancellation took effect
-    requests_.erase(r.id);   // r is gone from here on
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const token_id t = tokens[i];
+    r.tokens.push_back(t);
+    r.keys.push_back(t);
+    o.new_tokens.push_back(t);
+    if ((end && i + 1 == tokens.size()) || std::find(stops.begin(), stops.end(), t) != stops.end())
+      o.finished = finish_reason::STOP;
+    else if (int64_t(r.tokens.size()) - r.num_prompt >= r.params.max_tokens)
+      o.finished = finish_reason::LENGTH;
+    if (o.finished != finish_reason::NONE) break;
   }
   return o;
 }
 
-void scheduler::fork_children(request& parent, const scheduled_request& s,
-                              const std::map<request_id, token_id>& sampled,
+void scheduler::finish(request& r) {
+  if (r.seq) {
+    memory_.free(*r.seq);
+    running_.erase(std::find(running_.begin(), running_.end(), r.id));
+  }
+  cancelled_.erase(r.id);  // finished before its cancellation took effect
+  requests_.erase(r.id);   // r is gone from here on
+}
+
+void scheduler::fork_children(request& parent, const scheduled_request& s, const sampled_tokens& sampled,
                               const std::set<request_id>& ended, std::vector<request_output>& events) {
   for (request_id id : s.forks) {
     request& c = requests_.at(id);  // a fork cancelled since schedule() is still here until the next one
@@ -220,10 +242,14 @@ void scheduler::fork_children(request& parent, const scheduled_request& s,
     MOXI_ASSERT(it != sampled.end(), "the runner returned no token for a fork");
     c.fork_of.reset();
     c.num_cached_tokens = parent.num_cached_tokens;  // counted once, in the parent's admission
-    auto o = accept(c, it->second, ended.count(id) > 0);
+    MOXI_ASSERT(it->second.size() == 1, "a fork's first step samples one token");
+    auto o = append(c, it->second, ended.count(id) > 0);
     const bool done = o.finished != finish_reason::NONE;
     events.push_back(std::move(o));
-    if (done) continue;
+    if (done) {
+      finish(c);
+      continue;
+    }
     std::optional<memory::seq_id> seq;
     if (int32_t(running_.size()) < config_.max_num_running) seq = memory_.fork(*parent.seq);
     if (seq) {
@@ -238,8 +264,7 @@ void scheduler::fork_children(request& parent, const scheduled_request& s,
   parent.forks.clear();
 }
 
-std::vector<request_output> scheduler::update(const scheduler_output& out,
-                                              const std::map<request_id, token_id>& sampled,
+std::vector<request_output> scheduler::update(const scheduler_output& out, const sampled_tokens& sampled,
                                               const std::set<request_id>& ended) {
   std::vector<request_output> events;
   for (request_id id : out.aborted) {
@@ -251,14 +276,29 @@ std::vector<request_output> scheduler::update(const scheduler_output& out,
   for (const auto& s : out.scheduled) {
     request& r = requests_.at(s.id);
     MOXI_ASSERT(r.seq && *r.seq == s.seq && r.num_computed == s.start, "update() of a step not scheduled");
-    memory_.commit(s.seq, r.keys, s.n_tokens());
-    r.num_computed += s.n_tokens();
-    if (!s.sample) continue;
+    if (!s.sample) {
+      memory_.commit(s.seq, r.keys, s.n_tokens());
+      r.num_computed += s.n_tokens();
+      continue;
+    }
     auto it = sampled.find(s.id);
     MOXI_ASSERT(it != sampled.end(), "the runner returned no token for a request that samples");
+    const auto& emitted = it->second;
+    MOXI_ASSERT(!emitted.empty() && int64_t(emitted.size()) <= 1 + s.lookahead,
+                "the runner returned more tokens than the step reserved");
+    auto o = append(r, emitted, ended.count(s.id) > 0);
+    // The step computed its tokens and the kept drafts (every emitted token but the last). When the
+    // request finished on an earlier token, the runner's caches hold positions the request never keeps:
+    // nothing is committed (the sequence is freed below).
+    if (o.new_tokens.size() == emitted.size()) {
+      const int64_t computed = s.n_tokens() + int64_t(emitted.size()) - 1;
+      memory_.commit(s.seq, r.keys, computed);
+      r.num_computed += computed;
+    }
     std::vector<request_output> fork_events;
     if (!s.forks.empty()) fork_children(r, s, sampled, ended, fork_events);
-    events.push_back(accept(r, it->second, ended.count(s.id) > 0));
+    if (o.finished != finish_reason::NONE) finish(r);
+    events.push_back(std::move(o));
     for (auto& e : fork_events) events.push_back(std::move(e));
   }
   return events;

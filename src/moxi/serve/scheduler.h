@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -29,6 +30,10 @@ struct scheduler_config {
   int64_t max_prefill_chunk = 0;          // > 0: cap per request per step (vLLM long_prefill_token_threshold)
   bool chunked_prefill = true;            // false: a prompt waits until it fits the budget whole
   int64_t max_model_len = 0;              // prompt + max_tokens limit; 0 = what the block pool can hold
+  // Speculative decoding (docs/speculative.md, "Serving"): positions beyond its token a decode step may
+  // fill with drafts that the runner verifies in the same forward (vLLM num_speculative_tokens). They are
+  // reserved in memory and counted against the token budget; 0: off.
+  int64_t num_speculative_tokens = 0;
 };
 
 struct request_params {
@@ -51,12 +56,22 @@ struct scheduled_request {
   // Parallel sampling (n > 1): requests forked from this one once the step ends (its last prompt chunk).
   // The runner samples one token for each of them too, from this step's logits with their own samplers.
   std::vector<request_id> forks;
+  // Speculative decoding: positions after `tokens` reserved for drafts (0 unless the step decodes one
+  // token of a request that already has output; never more than its max_tokens leaves room for).
+  int64_t lookahead = 0;
+  // The token after `tokens` when the request already holds it (a prompt chunk that is not the last);
+  // -1 when the step samples it. The MTP head reads it.
+  token_id next = -1;
   int64_t n_tokens() const { return int64_t(tokens.size()); }
 };
 
+// What the runner emits per request that samples: one token, or with speculative decoding the kept drafts
+// followed by one sampled token (1 + lookahead at most).
+using sampled_tokens = std::map<request_id, std::vector<token_id>>;
+
 struct scheduler_output {
   std::vector<scheduled_request> scheduled;  // this step's batch
-  int64_t total_tokens = 0;                  // sum of n_tokens, <= max_num_batched_tokens
+  int64_t total_tokens = 0;                  // sum of n_tokens + lookahead, <= max_num_batched_tokens
   std::vector<request_id> preempted;         // freed this step and back at the head of the waiting queue
   std::vector<request_id> aborted;           // cancelled; their blocks and slots were freed this step
 };
@@ -99,11 +114,12 @@ class scheduler {
   void cancel(request_id id);
 
   scheduler_output schedule();
-  // Commits the step to memory, appends `sampled` (one token per scheduled request with sample set),
-  // finishes requests on a stop token, max_tokens or when `ended` holds them (STOP: a complete constrained
-  // output), and reports every request that got a token, finished or was aborted.
-  std::vector<request_output> update(const scheduler_output& out,
-                                     const std::map<request_id, token_id>& sampled,
+  // Commits the step to memory, appends `sampled` (tokens per scheduled request with sample set: the kept
+  // drafts, whose positions the step computed, then one sampled token), finishes requests on a stop token,
+  // max_tokens or when `ended` holds them (STOP: a complete constrained output, after its last token), and
+  // reports every request that got tokens, finished or was aborted. Tokens after one that finishes the
+  // request are dropped.
+  std::vector<request_output> update(const scheduler_output& out, const sampled_tokens& sampled,
                                      const std::set<request_id>& ended = {});
 
   bool has_unfinished() const { return !requests_.empty(); }
@@ -130,12 +146,15 @@ class scheduler {
     std::vector<request_id> forks;      // not forked yet (cleared when the prefill ends)
     std::optional<request_id> fork_of;  // set while this request waits for its parent's prefill
   };
-  void fork_children(request& parent, const scheduled_request& s,
-                     const std::map<request_id, token_id>& sampled, const std::set<request_id>& ended,
-                     std::vector<request_output>& events);
-  // Appends a sampled token; on a stop token, `end` or max_tokens the request is finished: freed and
-  // forgotten.
-  request_output accept(request& r, token_id t, bool end = false);
+  void fork_children(request& parent, const scheduled_request& s, const sampled_tokens& sampled,
+                     const std::set<request_id>& ended, std::vector<request_output>& events);
+  // Appends tokens up to the first that is a stop token or reaches max_tokens (or the last, when `end`);
+  // o.finished then says why. Does not free anything (finish() does).
+  request_output append(request& r, std::span<const token_id> tokens, bool end);
+  // Frees a finished request's memory and forgets it.
+  void finish(request& r);
+  // Draft positions a decode step of n tokens may reserve (scheduled_request::lookahead).
+  int64_t lookahead(const request& r, int64_t n, int64_t budget) const;
   int64_t chunk(const request& r, int64_t start, int64_t budget) const;
   void preempt(request& r, scheduler_output& out);
   void drop_cancelled(scheduler_output& out);

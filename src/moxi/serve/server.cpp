@@ -158,6 +158,8 @@ struct server::impl {
     s.gauges.preemptions = st.preemptions;
     s.gauges.prefill_tokens_pending = sched.prefill_tokens_pending();
     s.gauges.prefill_tokens = st.prefill_tokens;
+    s.gauges.draft_tokens = exec.draft_tokens();
+    s.gauges.drafts = exec.drafts();
     s.live_requests = int64_t(live.size());
     s.computed_tokens = st.scheduled_tokens;
     s.aborted = st.aborted;
@@ -921,6 +923,8 @@ std::unique_ptr<server::impl> make_impl(server_config cfg) {
   if (cfg.max_header_bytes < 1024 || cfg.max_header_count < 8 || cfg.max_connections < 1 ||
       cfg.io_threads < 1)
     throw error("serve: header limits below 1 KiB / 8 fields, or no connection or event-loop thread allowed");
+  if (cfg.group && cfg.draft_tokens > 0)
+    throw error("serve: speculative decoding (--draft-tokens) runs in one process only, not in a serving group");
   if (cfg.group && cfg.executor == executor_mode::parallel)
     throw error("serve: --executor parallel runs requests on several threads; a serving group needs one "
                 "thread in the model (batched or sequential)");
@@ -939,9 +943,11 @@ std::unique_ptr<server::impl> make_impl(server_config cfg) {
   sc.max_num_batched_tokens = cfg.max_batch_tokens;
   sc.max_num_running = cfg.max_running;
   sc.max_model_len = plan.max_model_len;
+  sc.num_speculative_tokens = cfg.draft_tokens;
   auto tmpl = formats::load_chat_template(cfg.model_dir);
   auto p = std::make_unique<server::impl>(std::move(cfg), std::move(m), std::move(t), mo, sc);
   p->chat_tmpl = std::move(tmpl);
+  p->exec.set_draft_tokens(p->cfg.draft_tokens);
   p->max_model_len = p->sched.config().max_model_len;
   if (c.eos_token_id) p->stop_token_ids.push_back(token_id(*c.eos_token_id));
   for (token_id id : generation_stop_ids(p->cfg.model_dir, c.vocab_size))

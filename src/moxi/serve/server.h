@@ -36,6 +36,7 @@ struct server_config {
   int32_t num_snapshot_slots = -1;  // KDA prefix snapshots; -1: 2 * max_running
   bool prefix_caching = true;
   executor_mode executor = executor_mode::batched;  // how a step with several requests runs the model
+  int64_t draft_tokens = 0;  // speculative decoding: MTP drafts verified per decode step (0: off)
 
   // Limits.
   size_t max_body_bytes = 1 << 20;        // Content-Length or chunked; 413 beyond
