@@ -53,8 +53,8 @@ struct served {
 };
 
 // Serves prompts greedily: the first three at once (the first with a fork, n = 2), the others at step 5.
-served serve_workload(const model::model& m, const engine_setup& e, const std::vector<std::vector<token_id>>& prompts,
-                      int64_t max_tokens) {
+served serve_workload(const model::model& m, const engine_setup& e,
+                      const std::vector<std::vector<token_id>>& prompts, int64_t max_tokens) {
   memory::memory_options mo;
   mo.block_size = 4;
   mo.num_blocks = e.num_blocks;
@@ -78,7 +78,8 @@ served serve_workload(const model::model& m, const engine_setup& e, const std::v
     const auto& prompt = prompts[id - 1];
     std::vector<request_id> forks;
     if (id == 1) forks = {11};
-    for (request_id r : forks) exec.add(r, sp, prompt, -1), s.history[r] = prompt, s.prompt_len[r] = prompt.size();
+    for (request_id r : forks)
+      exec.add(r, sp, prompt, -1), s.history[r] = prompt, s.prompt_len[r] = prompt.size();
     exec.add(id, sp, prompt, -1);
     sched.add_request(id, {prompt, max_tokens, {}}, forks);
     s.history[id] = prompt;
@@ -186,8 +187,8 @@ TEST(SpeculativeServing, TheTrainedModelKeepsDraftsAndServesThePlainTokens) {
   const auto m = model::model::load(dir);
   const auto tok = formats::tokenizer::from_hf_json_file(dir + "/tokenizer.json");
   std::vector<std::vector<token_id>> prompts;
-  for (const char* q : {"What is 4821 * 37?", "What is 93 + 458?", "How many lines are in notes.txt?",
-                        "What is 702 - 39?"})
+  for (const char* q :
+       {"What is 4821 * 37?", "What is 93 + 458?", "How many lines are in notes.txt?", "What is 702 - 39?"})
     prompts.push_back(tok.encode(std::string("<|bos|><|user|>") + q + "<|end|>\n<|assistant|>"));
   engine_setup e;
   const served plain = serve_workload(m, e, prompts, 40);
@@ -195,7 +196,8 @@ TEST(SpeculativeServing, TheTrainedModelKeepsDraftsAndServesThePlainTokens) {
   const served spec = serve_workload(m, e, prompts, 40);
   EXPECT_EQ(spec.history, plain.history);
   // A trained MTP head's drafts are kept far more often than chance (1 in 2048 for random tokens).
-  EXPECT_GT(spec.drafts.accepted * 5, spec.drafts.drafted) << spec.drafts.accepted << " of " << spec.drafts.drafted;
+  EXPECT_GT(spec.drafts.accepted * 5, spec.drafts.drafted)
+      << spec.drafts.accepted << " of " << spec.drafts.drafted;
   EXPECT_LT(spec.stats.steps, plain.stats.steps);
 }
 

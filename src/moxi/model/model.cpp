@@ -296,8 +296,9 @@ std::vector<std::vector<float>> model::mtp_forward_batch(std::span<const mtp_bat
     check_tokens(it.next_tokens);
     const int64_t T = int64_t(it.next_tokens.size());
     if (int64_t(it.hidden.size()) != T * d)
-      throw error("mtp_forward_batch: item " + std::to_string(i) + " has " + std::to_string(it.hidden.size()) +
-                  " hidden values, expected " + std::to_string(T) + " x " + std::to_string(d));
+      throw error("mtp_forward_batch: item " + std::to_string(i) + " has " +
+                  std::to_string(it.hidden.size()) + " hidden values, expected " + std::to_string(T) + " x " +
+                  std::to_string(d));
     if (T == 0) continue;
     segs.push_back({R, T, it.cache});
     seg_item.push_back(i);
@@ -308,14 +309,17 @@ std::vector<std::vector<float>> model::mtp_forward_batch(std::span<const mtp_bat
   const auto& m = mtp_[size_t(depth)];
   std::vector<float> h(size_t(R * d));  // f32 [R, hidden], every item's rows in order
   for (size_t s = 0; s < segs.size(); ++s)
-    mtp_input(m, items[seg_item[s]].hidden.data(), items[seg_item[s]].next_tokens, h.data() + segs[s].begin * d);
-  decoder_layer_forward_batch(m.block, layer_config_, h.data(), R, segs, nullptr, "mtp." + std::to_string(depth));
+    mtp_input(m, items[seg_item[s]].hidden.data(), items[seg_item[s]].next_tokens,
+              h.data() + segs[s].begin * d);
+  decoder_layer_forward_batch(m.block, layer_config_, h.data(), R, segs, nullptr,
+                              "mtp." + std::to_string(depth));
   for (const auto& sg : segs) sg.cache->advance_mtp(sg.T);
   kernels::active().rms_norm(h.data(), m.head_norm.data(), h.data(), R, d, float(config_.rms_norm_eps));
   std::vector<float> hs;  // the rows whose logits are wanted
   for (size_t s = 0; s < segs.size(); ++s) {
     const auto& it = items[seg_item[s]];
-    const int64_t first = it.last_only ? segs[s].begin + segs[s].T - 1 : segs[s].begin, end = segs[s].begin + segs[s].T;
+    const int64_t first = it.last_only ? segs[s].begin + segs[s].T - 1 : segs[s].begin,
+                  end = segs[s].begin + segs[s].T;
     if (it.out_hidden) it.out_hidden->assign(h.begin() + segs[s].begin * d, h.begin() + end * d);
     hs.insert(hs.end(), h.begin() + first * d, h.begin() + end * d);
   }

@@ -49,11 +49,12 @@ struct batch_item {
 
 // One sequence of model::mtp_forward_batch: its positions from cache.mtp_length() on.
 struct mtp_batch_item {
-  std::span<const float> hidden;           // the main model's post-norm h_i, f32 [T, hidden]
-  std::span<const token_id> next_tokens;   // t_{i+1}, i32 [T]
-  sequence_cache* cache = nullptr;         // its own cache; each cache at most once per call
-  bool last_only = true;                   // logits of the last position only, or of every position
-  std::vector<float>* out_hidden = nullptr;  // receives the MTP layer's post-head-norm hidden, f32 [T, hidden]
+  std::span<const float> hidden;          // the main model's post-norm h_i, f32 [T, hidden]
+  std::span<const token_id> next_tokens;  // t_{i+1}, i32 [T]
+  sequence_cache* cache = nullptr;        // its own cache; each cache at most once per call
+  bool last_only = true;                  // logits of the last position only, or of every position
+  // Receives the MTP layer's hidden states after its head norm, f32 [T, hidden] (for chained drafts).
+  std::vector<float>* out_hidden = nullptr;
 };
 
 class model {
@@ -125,7 +126,8 @@ class model {
   // Embeddings of tokens into h f32 [T, hidden], image placeholders taking the rows of media in order.
   void embed(std::span<const token_id> tokens, std::span<const float> media, float* h) const;
   // The MTP layer's input rows: eh_proj([enorm(emb(t_{i+1})) ; hnorm(h_i)]) -> h f32 [T, hidden].
-  void mtp_input(const mtp_layer& m, const float* hidden, std::span<const token_id> next_tokens, float* h) const;
+  void mtp_input(const mtp_layer& m, const float* hidden, std::span<const token_id> next_tokens,
+                 float* h) const;
   // h f32 [T, hidden] after the final norm -> logits (all rows or the last only).
   std::vector<float> head(const float* h, int64_t T, bool last_only) const;
 

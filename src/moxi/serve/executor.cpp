@@ -68,7 +68,8 @@ class paged_cache final : public model::sequence_cache {
   }
   void restore_mtp_states() {
     for (size_t l = size_t(main_layers_); l < layers_.size(); ++l)
-      if (!layers_[l].saved.empty()) std::copy(layers_[l].saved.begin(), layers_[l].saved.end(), mem_.state(seq_, int64_t(l)));
+      if (!layers_[l].saved.empty())
+        std::copy(layers_[l].saved.begin(), layers_[l].saved.end(), mem_.state(seq_, int64_t(l)));
   }
   model::mla_append_ref mla_append(int64_t layer, int64_t T) override {
     auto& b = gathered(layer);
@@ -314,10 +315,10 @@ sampled_tokens executor::execute_speculative(const scheduler_output& step) {
     std::unique_ptr<paged_cache> cache;
     std::vector<token_id> fed;  // the scheduled tokens, then the drafts verified
     int64_t drafts = 0;
-    std::vector<float> hidden;       // post-norm hidden of the fed tokens, f32 [fed, hidden]
-    std::vector<token_id> emitted;   // kept drafts, then the sampled token
-    int64_t kept = 0;                // fed positions the step keeps
-    std::vector<float> mtp_hidden;   // the MTP layer's last hidden row, for chained drafts
+    std::vector<float> hidden;      // post-norm hidden of the fed tokens, f32 [fed, hidden]
+    std::vector<token_id> emitted;  // kept drafts, then the sampled token
+    int64_t kept = 0;               // fed positions the step keeps
+    std::vector<float> mtp_hidden;  // the MTP layer's last hidden row, for chained drafts
   };
   std::vector<job> jobs(reqs.size());
   std::vector<model::batch_item> items;
@@ -368,7 +369,8 @@ sampled_tokens executor::execute_speculative(const scheduler_output& step) {
     // Row m holds the logits after fed[m]: the target of draft fed[m + 1], then the bonus token.
     ++draft_stats_.steps;
     draft_stats_.drafted += j.drafts;
-    if (int64_t(draft_stats_.accepted_at.size()) < draft_tokens_) draft_stats_.accepted_at.resize(size_t(draft_tokens_));
+    if (int64_t(draft_stats_.accepted_at.size()) < draft_tokens_)
+      draft_stats_.accepted_at.resize(size_t(draft_tokens_));
     for (int64_t m = 0; m <= j.drafts; ++m) {
       const std::span<const float> row(logits[i].data() + m * V, size_t(V));
       const std::vector<double> p = smp.distribution(row);
@@ -397,16 +399,14 @@ sampled_tokens executor::execute_speculative(const scheduler_output& step) {
   // The MTP layer reads each kept position i with the token after it.
   std::vector<std::vector<token_id>> next(jobs.size());
   std::vector<model::mtp_batch_item> mtp_items;
-  std::vector<size_t> mtp_job;
   for (size_t i = 0; i < jobs.size(); ++i) {
     auto& j = jobs[i];
     const auto& r = *j.s;
     next[i].assign(j.fed.begin() + 1, j.fed.begin() + j.kept);
     next[i].push_back(r.sample ? j.emitted.back() : r.next);
     MOXI_ASSERT(next[i].back() >= 0, "executor: a prompt chunk without the token after it");
-    mtp_items.push_back({std::span(j.hidden).first(size_t(j.kept * d)), next[i], j.cache.get(), true,
-                         &j.mtp_hidden});
-    mtp_job.push_back(i);
+    mtp_items.push_back(
+        {std::span(j.hidden).first(size_t(j.kept * d)), next[i], j.cache.get(), true, &j.mtp_hidden});
   }
   auto draft_logits = model_.mtp_forward_batch(mtp_items);
   // Drafts for the requests that go on decoding: the first from the row just computed, then chained on the

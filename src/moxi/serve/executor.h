@@ -82,7 +82,7 @@ class executor final : public model_runner {
     runtime::sampler smp;
     int top_logprobs = -1;
     std::shared_ptr<const std::vector<float>> media;  // null: a text prompt
-    std::vector<int64_t> placeholder_at;               // prompt positions of the placeholders (with media)
+    std::vector<int64_t> placeholder_at;              // prompt positions of the placeholders (with media)
     // Speculative decoding: the drafts for the step whose token sits at position drafts_at, and the
     // distributions they were drawn from.
     int64_t drafts_at = -1;

@@ -134,7 +134,8 @@ scheduler_output scheduler::schedule() {
     s.lookahead = la;
     out.scheduled.push_back(std::move(s));
     out.total_tokens += n + la;
-    stats_.prefill_tokens += std::max<int64_t>(0, std::min(r.num_computed + n, r.num_prompt) - r.num_computed);
+    stats_.prefill_tokens +=
+        std::max<int64_t>(0, std::min(r.num_computed + n, r.num_prompt) - r.num_computed);
     budget -= n + la;
   };
 
@@ -203,8 +204,8 @@ int64_t scheduler::lookahead(const request& r, int64_t n, int64_t budget) const 
       r.num_computed + n != int64_t(r.tokens.size()))
     return 0;
   // A step emits at most 1 + lookahead tokens: never past max_tokens.
-  return std::max<int64_t>(0, std::min({config_.num_speculative_tokens, r.params.max_tokens - outputs - 1,
-                                        budget - n}));
+  return std::max<int64_t>(
+      0, std::min({config_.num_speculative_tokens, r.params.max_tokens - outputs - 1, budget - n}));
 }
 
 request_output scheduler::append(request& r, std::span<const token_id> tokens, bool end) {
