@@ -443,14 +443,16 @@ void mla_absorb(const k::backend& be) {
   }
 }
 
-// Key counts below, at and past the 16-lane block, several heads and queries, negative and zero dot
-// products (query 0, head 0 is all zeros), and the -inf of non-causal keys.
+// Key counts below, at and past the 16-lane block, several heads and queries (query-head pairs that do
+// not fill the kernel's groups of 8, a query's heads split across two groups, key blocks no query of a
+// prompt chunk sees), negative and zero dot products (query 0, head 0 is all zeros), and the -inf of
+// non-causal keys.
 void indexer_scores(const k::backend& be) {
   struct shape {
     int64_t T, S, HI, D;
   };
   for (const shape s : {shape{1, 1, 1, 16}, shape{3, 40, 4, 64}, shape{7, 7, 8, 32}, shape{5, 300, 4, 64},
-                        shape{2, 17, 3, 20}}) {
+                        shape{2, 17, 3, 20}, shape{40, 100, 3, 24}, shape{33, 33, 5, 16}, shape{1, 70, 4, 64}}) {
     SCOPED_TRACE(::testing::Message() << "T=" << s.T << " S=" << s.S << " HI=" << s.HI << " D=" << s.D);
     std::mt19937_64 gen(uint64_t(s.S * 7 + s.D));
     Vec q = normal(gen, size_t(s.T * s.HI * s.D));
@@ -460,6 +462,30 @@ void indexer_scores(const k::backend& be) {
     ref::indexer_scores(q.data(), kk.data(), w.data(), want.data(), s.T, s.S, s.HI, s.D);
     be.indexer_scores(q.data(), kk.data(), w.data(), got.data(), s.T, s.S, s.HI, s.D);
     EXPECT_TRUE(same_bits(want, got));
+  }
+}
+
+// Top-k of score rows as the reference selects them: prefill rows (T > 1, causal), one long decode row
+// (split over the pool), fewer keys than k, many tied scores (ties go to the lower position), NaN (below
+// everything) and -inf.
+void indexer_topk(const k::backend& be) {
+  struct shape {
+    int64_t T, S, k;
+  };
+  for (const shape s : {shape{1, 5000, 64}, shape{7, 300, 16}, shape{5, 5, 8}, shape{1, 40, 64},
+                        shape{3, 2000, 256}, shape{1, 70000, 256}}) {
+    SCOPED_TRACE(::testing::Message() << "T=" << s.T << " S=" << s.S << " k=" << s.k);
+    std::mt19937_64 gen(uint64_t(s.S * 3 + s.k));
+    Vec scores = normal(gen, size_t(s.T * s.S));
+    for (size_t i = 0; i < scores.size(); ++i) {
+      if (i % 3 != 2) scores[i] = std::round(scores[i] * 2) / 2;  // ties, at the k-th score too
+      if (i % 97 == 5) scores[i] = std::numeric_limits<float>::quiet_NaN();
+      if (i % 89 == 7) scores[i] = -std::numeric_limits<float>::infinity();
+    }
+    std::vector<int32_t> want(size_t(s.T * s.k)), got(want.size(), 7);
+    ref::indexer_topk(scores.data(), want.data(), s.T, s.S, s.k);
+    be.indexer_topk(scores.data(), got.data(), s.T, s.S, s.k);
+    EXPECT_EQ(want, got);
   }
 }
 
@@ -535,6 +561,7 @@ const op_case kCases[] = {
     {"mla_sparse", k::op::mla_sparse, k::wformat::F32, mla_sparse},
     {"mla_absorb", k::op::mla_absorb, k::wformat::F32, mla_absorb},
     {"indexer_scores", k::op::indexer_scores, k::wformat::F32, indexer_scores},
+    {"indexer_topk", k::op::indexer_topk, k::wformat::F32, indexer_topk},
     {"moe_experts", k::op::moe_experts, k::wformat::MXFP4, moe_experts},
 };
 

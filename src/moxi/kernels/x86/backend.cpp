@@ -7,11 +7,13 @@
 // for code that runs on other CPUs.
 #include "moxi/kernels/x86/backend.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "moxi/base/error.h"
 #include "moxi/base/thread-pool.h"
+#include "moxi/kernels/ref/dsa.h"
 #include "moxi/kernels/ref/kda.h"
 #include "moxi/kernels/scratch.h"
 #include "moxi/kernels/x86/cpu.h"
@@ -28,9 +30,10 @@ void matmul_f32_avx512(const float* x, const float* w, const float* bias, float*
                        int64_t K, int64_t n0, int64_t n1);
 void matmul_bf16w_avx512(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T, int64_t N,
                          int64_t K, int64_t n0, int64_t n1);
-// dsa-avx512.cpp; kt scratch f32 [D * 16].
+// dsa-avx512.cpp: the score columns of keys [s_begin, s_end); kt scratch f32 [D * 16].
 void indexer_scores_avx512(const float* q, const float* k, const float* w, float* scores, int64_t T,
-                           int64_t S, int64_t HI, int64_t D, float* kt);
+                           int64_t S, int64_t HI, int64_t D, float* kt, int64_t s_begin, int64_t s_end);
+int64_t indexer_next_above_avx512(const float* row, int64_t from, int64_t to, float thr);
 // mx-avx512.cpp: x f32 [n], scales u8 [n / 32] from mx::block_scale.
 void fake_quantize_fp8_avx512(bool e4m3, const float* x, const uint8_t* scales, int64_t n, float* out);
 
@@ -54,6 +57,28 @@ void run_matmul(const float* x, const Wt* w, const float* bias, float* y, int64_
     const range r = split_range(N, tid, nt, 4);
     if (r.begin < r.end) kernel(x, w, bias, y, T, N, K, r.begin, r.end);
   });
+}
+
+// The k best positions of row[begin, end) under ref::indexer_ranks_before, best first, appended to `out`
+// (min(k, end - begin) of them). A heap of the k best so far whose root is the worst of them, and a
+// vectorized scan for the next score that beats that root: the same set and order as the reference's
+// partial sort, which compares every position with the heap.
+void topk_of_range(const float* row, int64_t begin, int64_t end, int64_t k, std::vector<int32_t>& out) {
+  const auto before = [row](int32_t a, int32_t b) { return ref::indexer_ranks_before(row[a], a, row[b], b); };
+  std::vector<int32_t> heap;
+  const int64_t m = std::min(k, end - begin);
+  heap.reserve(size_t(m));
+  for (int64_t s = begin; s < begin + m; ++s) heap.push_back(int32_t(s));
+  std::make_heap(heap.begin(), heap.end(), before);  // root: the worst of the k
+  for (int64_t s = begin + m; m > 0 && s < end; ++s) {
+    s = indexer_next_above_avx512(row, s, end, row[heap.front()]);
+    if (s == end) break;
+    std::pop_heap(heap.begin(), heap.end(), before);
+    heap.back() = int32_t(s);
+    std::push_heap(heap.begin(), heap.end(), before);
+  }
+  std::sort_heap(heap.begin(), heap.end(), before);
+  out.insert(out.end(), heap.begin(), heap.end());
 }
 
 // Scratch of the MLA twins for `rows` attended rows of width Wl.
@@ -82,6 +107,7 @@ class avx512_backend final : public backend {
       case op::mla_attention:
       case op::mla_sparse:
       case op::indexer_scores:
+      case op::indexer_topk:
       case op::moe_experts:  // its own thread split; the matmuls inside are this backend's
         return true;
       default:
@@ -188,8 +214,56 @@ class avx512_backend final : public backend {
   void indexer_scores(const float* q, const float* k, const float* w, float* scores, int64_t T, int64_t S,
                       int64_t HI, int64_t D) const override {
     MOXI_ASSERT(S >= T);
-    thread_local std::vector<float> kt;
-    indexer_scores_avx512(q, k, w, scores, T, S, HI, D, scratch(kt, size_t(D * 16)));
+    // The keys in 16-key blocks split over the pool (a decode step's scan at long context is one query:
+    // splitting queries would leave all but one thread idle). Every score is computed whole by one thread,
+    // so the split changes no bit.
+    const int64_t blocks = (S + 15) / 16;
+    thread_pool::global().run_if(T * S * HI * D, kMinMacsPerThread, [&](int tid, int nt) {
+      const range r = split_range(blocks, tid, nt);
+      if (r.begin >= r.end) return;
+      thread_local std::vector<float> kt;
+      indexer_scores_avx512(q, k, w, scores, T, S, HI, D, scratch(kt, size_t(D * 16)), r.begin * 16,
+                            std::min(S, r.end * 16));
+    });
+  }
+
+  // Rows over the pool; a single row (decode) split by key range, each thread's k best merged: the order is
+  // total (ties by position), so the result is the reference's whatever the split.
+  void indexer_topk(const float* scores, int32_t* indices, int64_t T, int64_t S, int64_t k) const override {
+    MOXI_ASSERT(S >= T && k >= 0);
+    auto row_topk = [&](int64_t t) {
+      const float* row = scores + t * S;
+      const int64_t n = S - T + t + 1;
+      thread_local std::vector<int32_t> best;
+      best.clear();
+      topk_of_range(row, 0, n, k, best);
+      int32_t* o = indices + t * k;
+      for (int64_t j = 0; j < k; ++j) o[j] = j < int64_t(best.size()) ? best[size_t(j)] : -1;
+    };
+    if (T > 1) {
+      thread_pool::global().run_if(T * S, kMinMacsPerThread, [&](int tid, int nt) {
+        const range r = split_range(T, tid, nt);
+        for (int64_t t = r.begin; t < r.end; ++t) row_topk(t);
+      });
+      return;
+    }
+    const int nt = thread_pool::global().size();
+    if (T == 0 || S < 4 * k * nt || nt == 1) {
+      for (int64_t t = 0; t < T; ++t) row_topk(t);
+      return;
+    }
+    std::vector<std::vector<int32_t>> part(static_cast<size_t>(nt));
+    thread_pool::global().run([&](int tid, int n) {
+      const range r = split_range(S, tid, n, 16);
+      if (r.begin < r.end) topk_of_range(scores, r.begin, r.end, k, part[size_t(tid)]);
+    });
+    std::vector<int32_t> all;
+    for (const auto& p : part) all.insert(all.end(), p.begin(), p.end());
+    const int64_t m = std::min<int64_t>(k, int64_t(all.size()));
+    std::partial_sort(all.begin(), all.begin() + m, all.end(), [scores](int32_t a, int32_t b) {
+      return ref::indexer_ranks_before(scores[a], a, scores[b], b);
+    });
+    for (int64_t j = 0; j < k; ++j) indices[j] = j < m ? all[size_t(j)] : -1;
   }
 
   void moe_experts(const moe_batch& b) const override { run_moe_experts(b, true); }
