@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/run-moxi.h"
 #include "common/temp-dir.h"
 
 namespace fs = std::filesystem;
@@ -47,6 +48,35 @@ TEST_F(Cli, PlanOnTheSeedConfigReproducesModelMdWithinOnePercent) {
   EXPECT_NEAR(j.at("active_params").get<double>(), 104.2e9, 0.01 * 104.2e9);
   EXPECT_NEAR(j.at("disk_bytes").get<double>(), 1.560e12, 0.01 * 1.560e12);
   EXPECT_EQ(j.at("num_shards").get<int>(), 96);
+}
+
+// moxi bench context on tiny-seed: every context measured (sorted, each decode's tokens added to the
+// cache), the prefill curve chunk by chunk along the whole prompt, memory against the f32 plan; bad input
+// is an error.
+TEST_F(Cli, ContextBenchReportsEveryContextAndThePrefillCurve) {
+  const auto r = moxi::testing::run_moxi("bench context --config " + cfg("tiny-seed.json") +
+                                             " --contexts 256,64 --chunk 48 --tokens 2 --probe-mib 16 --json",
+                                         "", dir_);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("prefill"), std::string::npos) << "progress on stderr";
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& cs = j.at("contexts");
+  ASSERT_EQ(cs.size(), 2u);
+  EXPECT_EQ(cs[0].at("context").get<int64_t>(), 64);
+  EXPECT_EQ(cs[1].at("context").get<int64_t>(), 256 + 4);  // 2 untimed + 2 timed decode steps at 64
+  EXPECT_DOUBLE_EQ(cs[0].at("decode_vs_first").get<double>(), 1.0);
+  for (const auto& c : cs) {
+    EXPECT_GT(c.at("decode_tokens_per_s").get<double>(), 0);
+    EXPECT_GT(c.at("plan_mb").get<double>(), 0);
+    EXPECT_GE(c.at("peak_mb").get<double>(), c.at("resident_mb").get<double>());
+  }
+  const auto& curve = j.at("prefill_curve");
+  ASSERT_EQ(curve.size(), 6u);  // 48 + 16 to reach 64, then four chunks of 48 to 256
+  for (size_t i = 1; i < curve.size(); ++i) EXPECT_GT(curve[i][0].get<int64_t>(), curve[i - 1][0].get<int64_t>());
+  EXPECT_EQ(curve.back()[0].get<int64_t>(), 256 + 4);
+  const auto bad = moxi::testing::run_moxi("bench context --config " + cfg("tiny-seed.json") + " --contexts 0", "", dir_);
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("--contexts"), std::string::npos) << bad.err;
 }
 
 TEST_F(Cli, PlanRejectsImpossibleLayoutsWithAMessage) {

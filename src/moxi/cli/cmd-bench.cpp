@@ -1,5 +1,6 @@
 // `moxi bench <name>`: the benchmarks in bench/. Each benchmark adds its own subcommand through an
 // `add_*_bench(CLI::App&)` function; adding one is an include and one line in kBenches.
+#include "bench/context-bench.h"
 #include "bench/header-bench.h"
 #include "bench/json-mask-bench.h"
 #include "bench/kernels-bench.h"
@@ -32,6 +33,8 @@ constexpr bench_entry kBenches[] = {
      "docs/kernels-mxfp4.md"},
     {"prefill", bench::add_prefill_bench, "moxi bench prefill --config configs/bench-1.5b.json --prompt 256",
      "docs/kernels-mxfp4.md"},
+    {"context", bench::add_context_bench,
+     "moxi bench context --config configs/bench-1.5b.json --contexts 4096,32768,131072", "docs/kernels-mxfp4.md"},
     {"serve", bench::add_serve_bench,
      "moxi bench serve -m models/moxi-small --concurrency 1,4,16 --multi-turn", "docs/serving.md"},
     {"header", bench::add_header_bench, "moxi bench header --sizes 1000,100000 --json",

@@ -101,8 +101,9 @@ void setup_plan(CLI::App& root) {
   cmd->add_option("--shards", a->opt.num_shards, "checkpoint shards")
       ->check(integer_in(1, 100000))
       ->capture_default_str();
-  cmd->add_option("--cache-format", a->cache, "cache element format: bf16 or fp8")
-      ->check(CLI::IsMember({"bf16", "fp8"}))
+  cmd->add_option("--cache-format", a->cache,
+                  "cache element format: bf16, fp8 (GPU serving) or f32 (moxi's CPU engine)")
+      ->check(CLI::IsMember({"bf16", "fp8", "f32"}))
       ->capture_default_str();
   cmd->add_option("--link-gbps", a->opt.link_gbps,
                   "bandwidth between nodes per device and direction, Gb/s (RDMA NIC)")
@@ -153,7 +154,7 @@ void setup_plan(CLI::App& root) {
                 "--context 131072 --emit k8s --model-pvc seed-weights --image registry.example/moxi:1 --out k8s/"},
                "docs/plan.md");
   cmd->callback([a, layout] {
-    a->opt.cache = a->cache == "fp8" ? model::cache_format::FP8 : model::cache_format::BF16;
+    a->opt.cache = model::parse_cache_format(a->cache);
     const auto config = model::load_model_config(a->config);
     const auto plan = model::make_plan(config, a->opt);
     const auto& o = a->opt;

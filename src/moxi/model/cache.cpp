@@ -60,6 +60,14 @@ mla_append_ref contiguous_cache::mla_append(int64_t layer, int64_t T) {
           index_width_ ? s.index_keys.data() + old * index_width_ : nullptr};
 }
 
+void contiguous_cache::reserve(int64_t tokens) {
+  for (auto& s : slots_) {
+    if (s.kind != formats::attn_kind::MLA || !s.owned) continue;
+    s.latent.reserve(size_t(tokens * latent_width_));
+    if (index_width_) s.index_keys.reserve(size_t(tokens * index_width_));
+  }
+}
+
 void contiguous_cache::begin_trace() {
   tracing_ = true;
   mark_length_ = length_;

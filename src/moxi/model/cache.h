@@ -99,6 +99,9 @@ class contiguous_cache final : public sequence_cache {
   mla_view mla(int64_t layer) override;
   // state(layer) of a KDA slot split into its parts.
   kda_state_ref kda(int64_t layer);
+  // Room for `tokens` rows in every MLA slot without reallocation: a long prompt then takes exactly its
+  // rows, where growth by doubling would hold up to 3x of them at once while it copies.
+  void reserve(int64_t tokens);
 
   // Speculative decoding (docs/speculative.md). begin_trace() marks the cache as it is and records, from
   // then on, every state after every token; rewind(length, mtp_length) then leaves the cache exactly as if

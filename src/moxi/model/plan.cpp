@@ -21,6 +21,24 @@
 #include "moxi/model/layers/mla.h"
 
 namespace moxi::model {
+
+std::string cache_format_name(cache_format f) {
+  switch (f) {
+    case cache_format::BF16:
+      return "bf16";
+    case cache_format::FP8:
+      return "fp8";
+    case cache_format::F32:
+      return "f32";
+  }
+  return "?";
+}
+
+cache_format parse_cache_format(const std::string& name) {
+  for (cache_format f : {cache_format::BF16, cache_format::FP8, cache_format::F32})
+    if (cache_format_name(f) == name) return f;
+  throw error("unknown cache format '" + name + "' (bf16, fp8 or f32)");
+}
 namespace {
 
 using formats::attn_kind;
@@ -306,7 +324,7 @@ plan_result make_plan(const formats::model_config& c, const plan_options& o) {
   std::array<attention_plan_figures, std::size(kKinds)> fig{};
   for (attn_kind k : kKinds)
     if (c.num_layers_of(k) > 0)
-      fig[size_t(k)] = attention_kind(k).plan(c, o.cache == cache_format::FP8, r.context, o.tp);
+      fig[size_t(k)] = attention_kind(k).plan(c, o.cache, r.context, o.tp);
   r.kda_state_bytes_per_layer = fig[size_t(attn_kind::KDA)].state_bytes;
   r.latent_bytes_per_token_layer = fig[size_t(attn_kind::MLA)].token_bytes;
   r.swa_bytes_per_layer = fig[size_t(attn_kind::SWA)].state_bytes;
@@ -523,7 +541,7 @@ nlohmann::json plan_to_json(const plan_result& r, const plan_options& o) {
                                            {"disk_bytes", s.disk_bytes}};
   }
   j["cache"] = {{"context", r.context},
-                {"format", o.cache == cache_format::BF16 ? "bf16" : "fp8"},
+                {"format", cache_format_name(o.cache)},
                 {"kda_state_bytes_per_layer", r.kda_state_bytes_per_layer},
                 {"latent_bytes_per_token_layer", r.latent_bytes_per_token_layer},
                 {"bytes_per_sequence", r.cache_bytes_per_sequence}};
@@ -622,7 +640,7 @@ std::string plan_to_text(const formats::model_config& c, const plan_result& r, c
       << human_bytes(double(r.shard_bytes_max)) << " each (largest tensor "
       << human_bytes(double(r.largest_tensor_bytes)) << ")\n";
   out << "\ncache   per sequence at " << r.context << " tokens ("
-      << (o.cache == cache_format::BF16 ? "bf16" : "fp8") << "): " << gib(double(r.cache_bytes_per_sequence))
+      << cache_format_name(o.cache) << "): " << gib(double(r.cache_bytes_per_sequence))
       << "\n";
   if (c.kda)
     out << "        KDA state " << human_bytes(double(r.kda_state_bytes_per_layer)) << " per layer x "

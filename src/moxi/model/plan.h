@@ -11,14 +11,15 @@
 #include <vector>
 
 #include "moxi/formats/model-config.h"
+#include "moxi/model/layers/attention.h"
 #include "moxi/model/manifest.h"
 
 namespace moxi::model {
 
-enum class cache_format : uint8_t {
-  BF16,  // latent, rope part and indexer key all BF16
-  FP8,   // FlashMLA-style FP8 latent (512 B + 4 fp32 scales + 64 BF16 rope = 656 B) and 132 B indexer keys
-};
+// The cache element format (cache_format, model/layers/attention.h) by its name in `moxi plan
+// --cache-format`, and back.
+std::string cache_format_name(cache_format f);
+cache_format parse_cache_format(const std::string& name);
 
 struct plan_options {
   int tp = 1;

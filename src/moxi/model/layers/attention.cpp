@@ -46,12 +46,12 @@ class kda_layer final : public attention_layer {
   kda_weights w_;
 };
 
-attention_plan_figures kda_plan(const model_config& c, bool, int64_t, int tp) {
+attention_plan_figures kda_plan(const model_config& c, cache_format cache, int64_t, int tp) {
   const auto& k = *c.kda;
   attention_plan_figures f;
-  // fp32 recurrent state + BF16 conv state; a decode step reads and writes all of it.
+  // fp32 recurrent state + BF16 conv state (f32 on the CPU engine); a decode step reads and writes all of it.
   f.state_bytes = uint64_t(k.num_heads * k.head_dim * k.head_dim) * 4 +
-                  uint64_t(3 * (k.conv_kernel - 1) * k.proj_dim()) * 2;
+                  uint64_t(3 * (k.conv_kernel - 1) * k.proj_dim()) * (cache == cache_format::F32 ? 4 : 2);
   f.decode_read_bytes = 2.0 * double(f.state_bytes);
   f.tp_split = tp;  // split by heads
   return f;
@@ -89,13 +89,14 @@ class mla_layer final : public attention_layer {
   mla_weights w_;
 };
 
-attention_plan_figures mla_plan(const model_config& c, bool fp8, int64_t context, int) {
+attention_plan_figures mla_plan(const model_config& c, cache_format cache, int64_t context, int) {
   const auto& m = *c.mla;
   attention_plan_figures f;
   uint64_t key = 0;  // the DSA index key's bytes per token
-  if (!fp8) {
-    f.token_bytes = uint64_t(m.kv_lora_rank + m.qk_rope_head_dim) * 2;
-    if (c.dsa) key = uint64_t(c.dsa->index_head_dim) * 2;
+  if (cache != cache_format::FP8) {
+    const uint64_t e = cache == cache_format::F32 ? 4 : 2;
+    f.token_bytes = uint64_t(m.kv_lora_rank + m.qk_rope_head_dim) * e;
+    if (c.dsa) key = uint64_t(c.dsa->index_head_dim) * e;
   } else {
     // FlashMLA-style FP8 latent (512 B + 4 fp32 scales + 64 BF16 rope = 656 B) and 132 B indexer keys.
     f.token_bytes = uint64_t(m.kv_lora_rank) + 4 * uint64_t((m.kv_lora_rank + 127) / 128) +
@@ -144,12 +145,13 @@ class swa_layer final : public attention_layer {
   swa_weights w_;
 };
 
-attention_plan_figures swa_plan(const model_config& c, bool, int64_t context, int tp) {
+attention_plan_figures swa_plan(const model_config& c, cache_format cache, int64_t context, int tp) {
   const auto& s = *c.swa;
   attention_plan_figures f;
-  // BF16 keys and values of min(window, context) positions (the ring never grows past the window); the
-  // FP8 cache format is FlashMLA's latent layout and does not apply here. Decode reads the whole ring.
-  f.state_bytes = uint64_t(std::min(s.window, context)) * uint64_t(2 * s.kv_dim()) * 2;
+  // BF16 (CPU: f32) keys and values of min(window, context) positions (the ring never grows past the
+  // window); the FP8 cache format is FlashMLA's latent layout and does not apply here. Decode reads the
+  // whole ring.
+  f.state_bytes = uint64_t(std::min(s.window, context)) * uint64_t(2 * s.kv_dim()) * (cache == cache_format::F32 ? 4 : 2);
   f.decode_read_bytes = double(f.state_bytes);
   f.tp_split = s.num_kv_heads % tp == 0 ? tp : 1;  // KV heads split across ranks, else replicated
   return f;

@@ -35,6 +35,13 @@ class attention_layer {
                              const std::string& name) const = 0;
 };
 
+// Element formats of a cache, as the planner counts them (docs/plan.md).
+enum class cache_format : uint8_t {
+  BF16,  // latent, rope part, indexer key, SWA keys and values and the KDA conv state BF16 (GPU serving)
+  FP8,   // FlashMLA-style FP8 latent (512 B + 4 fp32 scales + 64 BF16 rope = 656 B) and 132 B indexer keys
+  F32,   // everything f32: what moxi's CPU engine stores (model/cache.h, memory/)
+};
+
 // The planner's figures of one layer of a kind (docs/plan.md).
 struct attention_plan_figures {
   uint64_t state_bytes = 0;      // per sequence, not growing past the context (KDA state, SWA ring)
@@ -54,7 +61,7 @@ struct attention_kind_info {
   std::unique_ptr<attention_layer> (*load)(weight_loader& ld, const std::string& prefix);
   // f32 floats of the per-sequence state (sequence_cache::state); 0 for a kind that caches rows.
   int64_t (*state_floats)(const formats::model_config& c);
-  attention_plan_figures (*plan)(const formats::model_config& c, bool fp8_cache, int64_t context, int tp);
+  attention_plan_figures (*plan)(const formats::model_config& c, cache_format cache, int64_t context, int tp);
 };
 
 const attention_kind_info& attention_kind(formats::attn_kind kind);

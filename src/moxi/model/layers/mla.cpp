@@ -21,13 +21,14 @@ namespace {
 
 // Queries scored per indexer call: bounds the [block, S] score buffer at long context.
 constexpr int64_t kIndexerQueryBlock = 256;
+constexpr int64_t kIndexerScoreFloats = int64_t(8) << 20;  // 32 MiB of f32 scores per block at most
 // DeepSeek-V3.2 Indexer: k_norm = LayerNorm(index_head_dim) with the torch default eps.
 constexpr float kIndexerKeyNormEps = 1e-6f;
 
 }  // namespace
 
-void indexer_topk_split(const process_group& g, const float* q, const float* keys, const float* w, int32_t* indices,
-                        int64_t T, int64_t S, int64_t HI, int64_t D, int64_t k) {
+void indexer_topk_split(const process_group& g, const float* q, const float* keys, const float* w,
+                        int32_t* indices, int64_t T, int64_t S, int64_t HI, int64_t D, int64_t k) {
   MOXI_ASSERT(S >= T && k > 0);
   const int n = g.size(), me = g.rank();
   const kernels::backend& be = kernels::active();
@@ -59,7 +60,8 @@ void indexer_topk_split(const process_group& g, const float* q, const float* key
     std::partial_sort(order.begin(), order.begin() + m, order.end(), [&](int32_t x, int32_t y) {
       return kernels::ref::indexer_ranks_before(scores[size_t(x)], x, scores[size_t(y)], y);
     });
-    for (int64_t j = 0; j < m; ++j) put(out + 2 * j, scores[size_t(order[size_t(j)])], int32_t(a + order[size_t(j)]));
+    for (int64_t j = 0; j < m; ++j)
+      put(out + 2 * j, scores[size_t(order[size_t(j)])], int32_t(a + order[size_t(j)]));
   }
   std::vector<float> all(size_t(n * per_rank));
   const std::vector<int64_t> counts(size_t(n), per_rank);
@@ -70,7 +72,8 @@ void indexer_topk_split(const process_group& g, const float* q, const float* key
     cand.clear();
     for (int r = 0; r < n; ++r) {
       const float* c = all.data() + r * per_rank + t * k * 2;
-      for (int64_t j = 0; j < k && pos_of(c + 2 * j) >= 0; ++j) cand.emplace_back(c[2 * j], pos_of(c + 2 * j));
+      for (int64_t j = 0; j < k && pos_of(c + 2 * j) >= 0; ++j)
+        cand.emplace_back(c[2 * j], pos_of(c + 2 * j));
     }
     const int64_t m = std::min(k, int64_t(cand.size()));
     std::partial_sort(cand.begin(), cand.begin() + m, cand.end(), [](const auto& x, const auto& y) {
@@ -247,8 +250,12 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
       // (more than k visible per rank): the all-gather of k candidates per rank then costs far fewer bytes
       // than the scan it saves (docs/distributed.md "DSA indexer").
       const process_group* tp = iw.parallel && iw.parallel->sizes.tp > 1 ? iw.parallel->tp.get() : nullptr;
-      for (int64_t t0 = 0; t0 < T; t0 += kIndexerQueryBlock) {
-        const int64_t tb = std::min(kIndexerQueryBlock, T - t0), Sb = S0 + t0 + tb;
+      // Queries in blocks whose score rows stay within kIndexerScoreFloats (256 queries up to 32K keys,
+      // 8 at 1M), so that a long prompt's scan never holds a [T, S] matrix.
+      const int64_t qb =
+          std::clamp<int64_t>(kIndexerScoreFloats / std::max<int64_t>(1, S), 1, kIndexerQueryBlock);
+      for (int64_t t0 = 0; t0 < T; t0 += qb) {
+        const int64_t tb = std::min(qb, T - t0), Sb = S0 + t0 + tb;
         if (tp && indexer_scan_splits(S0 + t0 + 1, k, tp->size())) {
           indexer_topk_split(*tp, qIs + t0 * HI * DI, view.index_keys, wts.data() + (r0 + t0) * HI,
                              idx.data() + t0 * k, tb, Sb, HI, DI, k);
