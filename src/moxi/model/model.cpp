@@ -22,6 +22,20 @@ std::string strip_weight(const std::string& name) {
 }
 
 // Row `t` of the embedding as f32 (a BF16 row widened: exact).
+// Hands each item its rows of logits computed for all items' wanted rows in order (the last one, or all of
+// its T with last_only off).
+template <class Item>
+void split_logits(const std::vector<float>& logits, std::span<const Item> items,
+                  const std::vector<seq_rows>& segs, const std::vector<size_t>& seg_item, int64_t V,
+                  std::vector<std::vector<float>>& out) {
+  int64_t r = 0;
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const int64_t n = items[seg_item[s]].last_only ? 1 : segs[s].T;
+    out[seg_item[s]].assign(logits.begin() + r * V, logits.begin() + (r + n) * V);
+    r += n;
+  }
+}
+
 void embedding_row(const linear& e, int64_t t, float* out) {
   const int64_t d = e.in;
   if (e.wb.empty()) {
@@ -252,12 +266,7 @@ std::vector<std::vector<float>> model::forward_batch(std::span<const batch_item>
   share_from_last_stage(logits, rows * V);
   for (size_t s = 0; s < segs.size(); ++s)
     if (auto* out_h = items[seg_item[s]].hidden) share_from_last_stage(*out_h, segs[s].T * d);
-  int64_t r = 0;
-  for (size_t s = 0; s < segs.size(); ++s) {
-    const int64_t n = items[seg_item[s]].last_only ? 1 : segs[s].T;
-    out[seg_item[s]].assign(logits.begin() + r * V, logits.begin() + (r + n) * V);
-    r += n;
-  }
+  split_logits(logits, items, segs, seg_item, V, out);
   return out;
 }
 
@@ -325,12 +334,7 @@ std::vector<std::vector<float>> model::mtp_forward_batch(std::span<const mtp_bat
   }
   const int64_t rows = int64_t(hs.size()) / d;
   const std::vector<float> logits = head(hs.data(), rows, false);
-  int64_t r = 0;
-  for (size_t s = 0; s < segs.size(); ++s) {
-    const int64_t n = items[seg_item[s]].last_only ? 1 : segs[s].T;
-    out[seg_item[s]].assign(logits.begin() + r * V, logits.begin() + (r + n) * V);
-    r += n;
-  }
+  split_logits(logits, items, segs, seg_item, V, out);
   return out;
 }
 
