@@ -37,6 +37,56 @@ void dots(const float* const* qp, const float* kt, int64_t D, __m512* out) {
 
 constexpr int kChains = 8;
 
+inline __m512 lo_pd(__m512 a, __m512 b) {
+  return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+inline __m512 hi_pd(__m512 a, __m512 b) {
+  return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+
+// kt f32 [D][16] = the nb keys k f32 [nb, D] transposed, lanes past nb zero. A full block with D a multiple
+// of 16 goes through 16 x 16 register transposes (unpack ps, unpack pd, two 128-bit shuffles: 64 shuffles
+// per tile instead of 256 scalar moves), which a single decode query would otherwise spend most of its
+// scan on.
+void transpose_keys(const float* k, int64_t nb, int64_t D, float* kt) {
+  if (nb < 16 || D % 16 != 0) {
+    for (int64_t i = 0; i < 16; ++i)
+      for (int64_t d = 0; d < D; ++d) kt[d * 16 + i] = i < nb ? k[i * D + d] : 0.0f;
+    return;
+  }
+  for (int64_t d0 = 0; d0 < D; d0 += 16) {
+    __m512 r[16], t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(k + i * D + d0);
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    // r[4q + c]: rows 4q..4q+3 of columns c, c + 4, c + 8, c + 12 (one per 128-bit group).
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      r[4 * q + 0] = lo_pd(t[4 * q], t[4 * q + 2]);
+      r[4 * q + 1] = hi_pd(t[4 * q], t[4 * q + 2]);
+      r[4 * q + 2] = lo_pd(t[4 * q + 1], t[4 * q + 3]);
+      r[4 * q + 3] = hi_pd(t[4 * q + 1], t[4 * q + 3]);
+    }
+    // t[c] (c < 4): rows 0-7 of columns c and c + 8; t[c + 4]: of c + 4 and c + 12; t[8 + ...]: rows 8-15.
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+      t[c + 4] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
+      t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+      t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      _mm512_storeu_ps(kt + (d0 + c) * 16, _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88));
+      _mm512_storeu_ps(kt + (d0 + c + 8) * 16, _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd));
+    }
+  }
+}
+
 void dots_n(int n, const float* const* qp, const float* kt, int64_t D, __m512* out) {
   switch (n) {
     case 1:
@@ -73,8 +123,7 @@ void indexer_scores_avx512(const float* q, const float* k, const float* w, float
     const int64_t first = s0 - (S - T) < 0 ? 0 : s0 - (S - T);
     for (int64_t t = 0; t < first && t < T; ++t) _mm512_mask_storeu_ps(scores + t * S + s0, store, ninf);
     if (first >= T) continue;
-    for (int64_t i = 0; i < 16; ++i)
-      for (int64_t d = 0; d < D; ++d) kt[d * 16 + i] = i < nb ? k[(s0 + i) * D + d] : 0.0f;
+    transpose_keys(k + s0 * D, nb, D, kt);
     // The (query, head) pairs of the visible queries in order, kChains dot products at a time; each
     // query's heads are then added in order (acc += w_j * relu(dot_j)), as the reference does.
     const int64_t pairs = (T - first) * HI;
