@@ -138,6 +138,7 @@ context_bench_result run_context_bench(const context_bench_options& o) {
     po.num_shards = 1;
     po.gpus_per_node = 1;
     po.cache = model::cache_format::F32;
+    po.prefill_chunk = o.chunk;  // the activations of this run's prefill chunks
     const auto plan = model::make_plan(config, po);
     p.plan_mb = double(plan.device_bytes_max) / 1e6;
     p.bytes_per_token = plan.bytes_per_token_batch1;

@@ -98,6 +98,11 @@ void setup_plan(CLI::App& root) {
   cmd->add_option("--batch", a->opt.batch, "concurrent sequences per model replica")
       ->check(integer_in(1, int64_t(1) << 30))
       ->capture_default_str();
+  cmd->add_option("--prefill-chunk", a->opt.prefill_chunk,
+                  "tokens of one forward whose activations a device holds (serve --max-batch-tokens; 0: "
+                  "not counted)")
+      ->check(integer_in(0, int64_t(1) << 30))
+      ->capture_default_str();
   cmd->add_option("--shards", a->opt.num_shards, "checkpoint shards")
       ->check(integer_in(1, 100000))
       ->capture_default_str();

@@ -18,6 +18,7 @@
 #include "moxi/base/error.h"
 #include "moxi/formats/shard-plan.h"
 #include "moxi/model/layers/attention.h"
+#include "moxi/model/layers/ffn.h"
 #include "moxi/model/layers/mla.h"
 
 namespace moxi::model {
@@ -216,6 +217,23 @@ std::string gib(double b) {
   return buf;
 }
 
+// One forward of o.prefill_chunk rows over layers [first, last] at `context` (docs/plan.md "Activations"):
+// the residual stream and the decoder's normed input and sublayer output (3 x hidden per row), plus the
+// larger of the heaviest attention and the heaviest FFN of the stage (each frees its buffers before the
+// next runs). The logits are of the last row only, as in a prefill.
+uint64_t stage_activation_bytes(const formats::model_config& c, const plan_options& o, int64_t context,
+                                int64_t first, int64_t last) {
+  if (o.prefill_chunk <= 0) return 0;
+  const int64_t rows = o.prefill_chunk;
+  double attn = 0, ffn = 0;
+  for (int64_t l = first; l <= last; ++l) {
+    attn = std::max(attn, attention_kind(c.layer_attn[size_t(l)]).work_elems(c, rows, context, o.tp));
+    ffn = std::max(ffn, c.is_moe(l) ? moe_work_elems(c, rows, o.tp, o.ep) : dense_ffn_work_elems(c, rows, o.tp));
+  }
+  const double elems = 3.0 * double(rows) * double(c.hidden_size) + std::max(attn, ffn);
+  return uint64_t(std::ceil(elems * (o.cache == cache_format::F32 ? 4.0 : 2.0)));
+}
+
 }  // namespace
 
 rank_coords rank_position(int tp, int ep, int pp, int world_size, int rank) {
@@ -389,7 +407,8 @@ plan_result make_plan(const formats::model_config& c, const plan_options& o) {
       cache += f.token_bytes ? double(ctx) * double(f.token_bytes) : double(f.state_bytes) / f.tp_split;
     }
     st.cache_bytes = uint64_t(std::ceil(cache * double(o.batch)));
-    r.device_bytes_max = std::max(r.device_bytes_max, st.weight_bytes + st.cache_bytes);
+    st.activation_bytes = stage_activation_bytes(c, o, r.context, st.first_layer, st.last_layer);
+    r.device_bytes_max = std::max(r.device_bytes_max, st.weight_bytes + st.cache_bytes + st.activation_bytes);
   }
   if (o.device_memory_gib > 0) r.fits = double(r.device_bytes_max) <= gib_bytes;
 
@@ -554,6 +573,7 @@ nlohmann::json plan_to_json(const plan_result& r, const plan_options& o) {
                       {"last_layer", s.last_layer},
                       {"weight_bytes_per_device", s.weight_bytes},
                       {"cache_bytes_per_device", s.cache_bytes},
+                      {"activation_bytes_per_device", s.activation_bytes},
                       {"load_bytes_per_rank_min", cm.load_bytes_min},
                       {"load_bytes_per_rank_max", cm.load_bytes_max},
                       {"comm",
@@ -653,13 +673,13 @@ std::string plan_to_text(const formats::model_config& c, const plan_result& r, c
         << c.num_swa_layers() << " layers, constant past the " << c.swa->window << "-token window\n";
   out << "\nlayout  tp " << o.tp << " x pp " << o.pp << " x dp " << r.dp << " = " << r.world_size
       << " devices (" << o.nodes << " nodes x " << o.gpus_per_node << "), ep " << o.ep << ", batch "
-      << o.batch << "\n";
+      << o.batch << ", activations of a " << o.prefill_chunk << "-token prefill chunk\n";
   for (size_t s = 0; s < r.stages.size(); ++s) {
     const auto& st = r.stages[s];
     std::snprintf(line, sizeof line,
-                  "        stage %zu: layers %lld-%lld, per device %s weights + %s cache\n", s,
-                  (long long)st.first_layer, (long long)st.last_layer, gib(double(st.weight_bytes)).c_str(),
-                  gib(double(st.cache_bytes)).c_str());
+                  "        stage %zu: layers %lld-%lld, per device %s weights + %s cache + %s activations\n",
+                  s, (long long)st.first_layer, (long long)st.last_layer, gib(double(st.weight_bytes)).c_str(),
+                  gib(double(st.cache_bytes)).c_str(), gib(double(st.activation_bytes)).c_str());
     out << line;
   }
   out << "        heaviest device " << gib(double(r.device_bytes_max));

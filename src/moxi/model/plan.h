@@ -32,6 +32,10 @@ struct plan_options {
   int64_t batch = 1;             // concurrent sequences per model replica
   int num_shards = 96;
   cache_format cache = cache_format::BF16;
+  // Tokens of one forward whose activations a device holds at once (a prefill chunk: `moxi serve
+  // --max-batch-tokens`, `moxi bench context --chunk`); 0: activations not counted (docs/plan.md
+  // "Activations"). Counted in the cache's element width: f32 for moxi's engine, BF16 otherwise.
+  int64_t prefill_chunk = 2048;
   // Communication costing (docs/plan.md "Communication"): bandwidth per device and direction.
   double link_gbps = 400;         // between nodes: one RDMA NIC per device (the seeds ask for >= 400 Gb/s)
   double intra_node_gbps = 3600;  // within a node: NVLink 4, 450 GB/s per direction ("900 GB/s" counts both)
@@ -48,6 +52,7 @@ struct stage_memory {
   int64_t first_layer = 0, last_layer = 0;  // inclusive, decoder layers
   uint64_t weight_bytes = 0;                // per device of this stage
   uint64_t cache_bytes = 0;                 // per device, for `batch` sequences at `context`
+  uint64_t activation_bytes = 0;            // per device: one forward of prefill_chunk tokens at `context`
 };
 
 // Communication of one pipeline stage, per rank and per token of a model replica (docs/plan.md

@@ -57,6 +57,17 @@ attention_plan_figures kda_plan(const model_config& c, cache_format cache, int64
   return f;
 }
 
+// kda_forward_batch's buffers per row: the stacked projections (q, k, v, f_a, beta, gate), the conv input,
+// q/k/v after the conv, f_a, the decay gate, beta, the core output and the output gate; and while the core
+// runs split over the pool, each thread's copies of its heads' q, k, v, g, beta and output (all heads once).
+double kda_work(const model_config& c, int64_t rows, int64_t, int tp) {
+  const auto& k = *c.kda;
+  const double P = double(k.proj_dim()) / tp, D = double(k.head_dim), H = double(k.num_heads) / tp;
+  const double gate = k.full_rank_output_gate ? P : P + D;  // low rank: g_b's output and g_a's rows
+  const double in = 3 * P + D + H + (k.full_rank_output_gate ? P : D);
+  return double(rows) * (in + P + 3 * P + D + P + H + P + gate + 5 * P + H);
+}
+
 const attention_kind_info kKda = {
     attn_kind::KDA,
     "kda",
@@ -72,6 +83,7 @@ const attention_kind_info kKda = {
       return 3 * kda_conv_floats(c) + c.kda->num_heads * c.kda->head_dim * c.kda->head_dim;
     },
     &kda_plan,
+    &kda_work,
 };
 
 // ---- MLA / Gated DSA: per-token latent rows (and indexer keys) ----
@@ -115,6 +127,30 @@ attention_plan_figures mla_plan(const model_config& c, cache_format cache, int64
   return f;
 }
 
+// mla_forward_batch's buffers per row: the stacked projections, c_Q, the queries, the new latent rows, the
+// absorbed queries and outputs, the indexer's queries, keys, weights and picks, the output and its gate,
+// and the RoPE tables; plus the indexer's score block (a query block's rows over the context, capped).
+double mla_work(const model_config& c, int64_t rows, int64_t context, int tp) {
+  const auto& m = *c.mla;
+  const double H = double(m.num_heads) / tp, L = double(m.kv_lora_rank), Dr = double(m.qk_rope_head_dim);
+  const double Dq = double(m.qk_nope_head_dim) + Dr, Wl = L + Dr, Dv = double(m.v_head_dim);
+  const double rq = m.q_lora_rank ? double(*m.q_lora_rank) : 0.0;
+  const double gate = m.output_gate ? H * Dv : 0.0;
+  double in = (rq > 0 ? rq : H * Dq) + Wl + gate, per_row = rq + H * Dq + Wl + H * Wl + H * L + H * Dv + gate;
+  if (!m.use_nope) per_row += Dr;
+  double scores = 0;
+  if (c.dsa) {
+    const auto& d = *c.dsa;
+    const double HI = double(d.index_n_heads), DI = double(d.index_head_dim);
+    in += DI + HI;
+    per_row += HI * DI + DI + HI + double(std::min<int64_t>(d.index_topk, context));
+    const int64_t S = std::max<int64_t>(1, context);
+    const int64_t qb = std::clamp<int64_t>(kIndexerScoreFloats / S, 1, kIndexerQueryBlock);
+    scores = double(std::min(rows, qb)) * double(S);
+  }
+  return double(rows) * (in + per_row) + scores;
+}
+
 const attention_kind_info kMla = {
     attn_kind::MLA,
     "mla",
@@ -128,6 +164,7 @@ const attention_kind_info kMla = {
     },
     [](const model_config&) { return int64_t(0); },
     &mla_plan,
+    &mla_work,
 };
 
 // ---- sliding-window attention: a ring of the last `window` keys and values ----
@@ -157,6 +194,16 @@ attention_plan_figures swa_plan(const model_config& c, cache_format cache, int64
   return f;
 }
 
+// swa_forward_batch's buffers per row: the stacked q/k/v, q, k, v, the output and the RoPE tables; plus the
+// gathered keys and values of the window before the rows.
+double swa_work(const model_config& c, int64_t rows, int64_t context, int tp) {
+  const auto& s = *c.swa;
+  const int kv_split = s.num_kv_heads % tp == 0 ? tp : 1;
+  const double Q = double(s.q_dim()) / tp, KV = double(s.kv_dim()) / kv_split, D = double(s.head_dim);
+  const double before = double(std::min<int64_t>(s.window - 1, std::max<int64_t>(0, context - rows)));
+  return double(rows) * (2 * (Q + 2 * KV) + Q + D) + 2 * KV * (before + double(rows));
+}
+
 const attention_kind_info kSwa = {
     attn_kind::SWA,
     "swa",
@@ -170,6 +217,7 @@ const attention_kind_info kSwa = {
     },
     [](const model_config& c) { return swa_state_floats(*c.swa); },
     &swa_plan,
+    &swa_work,
 };
 
 }  // namespace

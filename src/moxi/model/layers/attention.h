@@ -62,6 +62,10 @@ struct attention_kind_info {
   // f32 floats of the per-sequence state (sequence_cache::state); 0 for a kind that caches rows.
   int64_t (*state_floats)(const formats::model_config& c);
   attention_plan_figures (*plan)(const formats::model_config& c, cache_format cache, int64_t context, int tp);
+  // Activation elements one forward of the layer holds at once for `rows` rows at `context` positions, on a
+  // tensor-parallel rank of `tp`: its scratch buffers (not the cache, not the decoder's hidden rows), as
+  // the planner counts them (docs/plan.md "Activations"). Kept beside each kind's forward.
+  double (*work_elems)(const formats::model_config& c, int64_t rows, int64_t context, int tp);
 };
 
 const attention_kind_info& attention_kind(formats::attn_kind kind);

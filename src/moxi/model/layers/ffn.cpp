@@ -266,4 +266,23 @@ void moe_forward(const moe_weights& w, const formats::model_config& c, const flo
   }
 }
 
+double dense_ffn_work_elems(const formats::model_config& c, int64_t rows, int tp) {
+  return double(rows) * 4.0 * double(c.dense_intermediate_size) / tp;  // swiglu_mlp::apply: gu, g, u
+}
+
+double moe_work_elems(const formats::model_config& c, int64_t rows, int tp, int ep) {
+  const auto& m = c.moe;
+  const double h = double(c.hidden_size), W = double(m.expert_width(c.hidden_size));
+  const double E = double(m.num_experts), K = double(m.experts_per_token), F = double(m.intermediate_size);
+  const double r = double(rows) / ep;
+  // routed_local: logits, sel, wt, the (row, weight) lists (16 bytes a pick), the latent inputs, acc; the
+  // backend's unweighted outputs ys [r K, W] and one expert's gathered rows with gate/up (r K / E rows).
+  const double routed = r * (E + 2 * K + 4 * K + (m.latent_size ? W : 0.0) + W + K * W) +
+                        r * K / std::max(1.0, E) * (W + 2 * F);
+  // After the routed part returns: the shared experts' sum s [rows, hidden] and their SwiGLU rows.
+  const double shared =
+      m.num_shared_experts > 0 ? double(rows) * (h + 4.0 * F * double(m.num_shared_experts) / tp) : 0.0;
+  return std::max(routed, shared);
+}
+
 }  // namespace moxi::model

@@ -50,4 +50,11 @@ moe_weights load_moe(weight_loader& ld, const std::string& prefix, const arch::f
 void moe_forward(const moe_weights& w, const formats::model_config& c, const float* x, int64_t T, float* out,
                  const dump_sink* dump, const std::string& name);
 
+// Activation elements one FFN forward holds at once for `rows` rows on a rank of tp x ep (docs/plan.md
+// "Activations"): the dense SwiGLU's gate/up rows; or the MoE's router logits, picks, expert inputs, routed
+// outputs, weighted sums and one expert's gate/up rows, then its shared experts' rows. Under expert
+// parallelism a rank is counted as routing rows / ep rows locally (the all-to-all records are of that size).
+double dense_ffn_work_elems(const formats::model_config& c, int64_t rows, int tp);
+double moe_work_elems(const formats::model_config& c, int64_t rows, int tp, int ep);
+
 }  // namespace moxi::model

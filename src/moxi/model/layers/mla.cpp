@@ -19,9 +19,6 @@ namespace ref = kernels::ref;
 
 namespace {
 
-// Queries scored per indexer call: bounds the [block, S] score buffer at long context.
-constexpr int64_t kIndexerQueryBlock = 256;
-constexpr int64_t kIndexerScoreFloats = int64_t(8) << 20;  // 32 MiB of f32 scores per block at most
 // DeepSeek-V3.2 Indexer: k_norm = LayerNorm(index_head_dim) with the torch default eps.
 constexpr float kIndexerKeyNormEps = 1e-6f;
 
@@ -254,6 +251,7 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
       // 8 at 1M), so that a long prompt's scan never holds a [T, S] matrix.
       const int64_t qb =
           std::clamp<int64_t>(kIndexerScoreFloats / std::max<int64_t>(1, S), 1, kIndexerQueryBlock);
+      scores.reserve(size_t(std::min(qb, T) * S));  // the largest block: one buffer, never regrown
       for (int64_t t0 = 0; t0 < T; t0 += qb) {
         const int64_t tb = std::min(qb, T - t0), Sb = S0 + t0 + tb;
         if (tp && indexer_scan_splits(S0 + t0 + 1, k, tp->size())) {

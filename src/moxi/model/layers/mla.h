@@ -37,6 +37,11 @@ struct indexer_weights {
 void indexer_topk_split(const process_group& g, const float* q, const float* keys, const float* w, int32_t* indices,
                         int64_t T, int64_t S, int64_t HI, int64_t D, int64_t k);
 
+// Queries scored per indexer call, and the most scores one call holds (32 MiB of f32): a long prompt's scan
+// never holds a [T, S] matrix (256 queries up to 32K keys, 8 at 1M).
+constexpr int64_t kIndexerQueryBlock = 256;
+constexpr int64_t kIndexerScoreFloats = int64_t(8) << 20;
+
 // Whether a query that sees `visible` keys splits the scan over `tp` ranks: once each rank's share holds more
 // than k keys (before that every rank would keep all it scored, and the replicated scan is as cheap). The
 // layer and moxi plan's communication figures both follow it.
