@@ -214,7 +214,8 @@ std::vector<rank_figures> rank_traffic(const model::model& m, const std::vector<
 model_bench_result run_model_bench(const std::string& mode, const model_bench_options& o) {
   if (o.prompt < 1 || o.tokens < 1 || o.ref_tokens < 1 || o.batch < 1)
     throw error("bench: --prompt, --tokens, --ref-tokens, --batch >= 1");
-  const auto config = model::load_model_config(o.config);
+  auto config = model::load_model_config(o.config);
+  if (o.mtp_layers >= 0) config.num_mtp_layers = o.mtp_layers;
   model_bench_result r;
   r.mode = mode;
   r.config = o.config;
@@ -298,7 +299,7 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
     r.share_of_roofline = d.share_of_roofline;
     r.batch = o.batch;
     if (o.draft_tokens > 0) {
-      if (config.num_mtp_layers < 1) throw error("bench: --draft-tokens needs a config with an MTP layer");
+      if (config.num_mtp_layers < 1) throw error("bench: --draft-tokens needs a config with an MTP layer (or --mtp-layers 1)");
       if (o.tokens <= o.draft_tokens) throw error("bench: --tokens must exceed --draft-tokens");
       const int64_t K = o.draft_tokens;
       const double a = o.acceptance;
@@ -458,6 +459,11 @@ void add_model_bench(CLI::App& bench, const std::string& mode, const char* help)
                     "Draft acceptance rate the speculative speedup is computed at (measure it with moxi "
                     "generate --draft-tokens)")
         ->check(CLI::Range(0.0, 0.999))
+        ->capture_default_str();
+    cmd->add_option("--mtp-layers", o->b.mtp_layers,
+                    "MTP layers of the generated checkpoint instead of the config's (-1: the config's), to time "
+                    "--draft-tokens on a config without one; use its own --keep-dir")
+        ->check(CLI::Range(-1, 8))
         ->capture_default_str();
   }
   cmd->add_option("--ref-tokens", o->b.ref_tokens, "Tokens the scalar reference runs")->capture_default_str();

@@ -23,6 +23,9 @@ struct model_bench_options {
   // decode: also time a speculative step of K drafts (docs/speculative.md) and its speedup at `acceptance`
   int64_t draft_tokens = 0;
   double acceptance = 0.8;
+  // MTP layers the generated checkpoint gets instead of the config's (-1: the config's), so that a config
+  // without one can time --draft-tokens.
+  int64_t mtp_layers = -1;
   // Across processes under mpirun (docs/distributed.md): every rank loads its share; rank 0 reports.
   dist::parallel_flags parallel;
 };

@@ -282,6 +282,50 @@ TEST(Evaluate, RandomCheckpointRepliesEqualAnIndependentGreedyDecoderWithAnyWork
   EXPECT_EQ(one.overall.n, 5);
 }
 
+// Speculative evaluation of the bundled model (a trained MTP head): the same greedy replies and verdicts as
+// plain decoding, and draft counts that add up per task, per domain and through the JSON report.
+TEST(Evaluate, SpeculativeRepliesEqualPlainOnesAndCountTheirDrafts) {
+  const runtime::local_model lm = runtime::local_model::load(std::string(MOXI_SOURCE_DIR) + "/models/moxi-small");
+  std::vector<task> tasks;
+  for (domain d : {domain::math, domain::terminal, domain::code, domain::chat})
+    for (auto& t : generate_tasks(d, split::train, 2, 7)) tasks.push_back(t);
+  evaluate_options o;
+  o.max_tokens = 48;
+  o.progress = false;
+  const eval_report plain = evaluate(lm, tasks, o);
+  o.draft_tokens = 2;
+  const eval_report spec = evaluate(lm, tasks, o);
+  ASSERT_EQ(spec.records.size(), tasks.size());
+  int64_t drafted = 0, accepted = 0;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const auto &p = plain.records[i], &r = spec.records[i];
+    EXPECT_EQ(r.reply, p.reply) << tasks[i].id;
+    EXPECT_EQ(r.pass, p.pass) << tasks[i].id;
+    EXPECT_EQ(r.reply_tokens, p.reply_tokens) << tasks[i].id;
+    EXPECT_EQ(p.drafted + p.accepted + p.verify_steps, 0) << "no drafts without --draft-tokens";
+    EXPECT_LE(r.accepted, r.drafted);
+    EXPECT_LE(r.drafted, o.draft_tokens * r.verify_steps);
+    // The first token comes from the prompt's forward; each verify step gives one token plus its kept drafts
+    // (the last step may stop inside them).
+    EXPECT_LE(r.reply_tokens, 1 + r.verify_steps + r.accepted) << tasks[i].id;
+    if (r.reply_tokens > 1) {
+      EXPECT_GT(r.verify_steps, 0) << tasks[i].id;
+    }
+    drafted += r.drafted;
+    accepted += r.accepted;
+  }
+  EXPECT_EQ(spec.overall.drafted, drafted);
+  EXPECT_EQ(spec.overall.accepted, accepted);
+  int64_t by_domain = 0;
+  for (const auto& [d, st] : spec.by_domain) by_domain += st.accepted;
+  EXPECT_EQ(by_domain, accepted);
+  EXPECT_GT(spec.overall.acceptance(), 0.2) << "a trained MTP head's drafts are often kept";
+  const eval_report back = report_from_json(nlohmann::json::parse(to_json(spec, true).dump()), "report");
+  EXPECT_EQ(back.draft_tokens, 2);
+  EXPECT_EQ(back.overall.verify_steps, spec.overall.verify_steps);
+  EXPECT_EQ(back.by_domain.at(domain::math).accepted, spec.by_domain.at(domain::math).accepted);
+}
+
 task_record rec(const std::string& id, domain d, bool pass, bool error = false) {
   task_record r;
   r.id = id;

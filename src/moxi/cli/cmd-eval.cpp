@@ -1,5 +1,5 @@
 // `moxi eval -m DIR --tasks FILE.jsonl [--json] [--max-tasks N] [--max-tokens N] [--out records.jsonl]
-// [--baseline report.json] [--by-template] [--workers N]`: the pass rate per domain of a chat model on
+// [--baseline report.json] [--by-template] [--workers N] [--draft-tokens K]`: the pass rate per domain of a chat model on
 // verifiable tasks (moxi::eval::evaluate; docs/eval.md). --baseline compares with an earlier `--json` report
 // on the same tasks: the paired net improvement rate with its interval first, then the raw pass rates.
 #include <cstdio>
@@ -46,6 +46,15 @@ void print_table(const eval::eval_report& r, bool by_template) {
   }
   row("overall", r.overall);
   if (by_template) std::printf("* a template only the test split has (docs/tasks.md)\n");
+  if (r.draft_tokens > 0) {
+    std::printf("speculative decoding, %lld drafts per step: drafts kept per domain\n", (long long)r.draft_tokens);
+    auto spec = [](const std::string& name, const eval::pass_stats& s) {
+      std::printf("  %-10s %7lld drafted %7lld kept (%5.1f%%), %.2f tokens per verify step\n", name.c_str(),
+                  (long long)s.drafted, (long long)s.accepted, 100.0 * s.acceptance(), s.tokens_per_step());
+    };
+    for (const auto& [d, s] : r.by_domain) spec(eval::to_string(d), s);
+    spec("overall", r.overall);
+  }
   std::printf(
       "model %s: %zu tasks, max %lld tokens, %.1f s (%.2f tasks/s), %lld prompt + %lld reply tokens\n",
       r.model.c_str(), r.records.size(), (long long)r.max_tokens, r.seconds,
@@ -123,6 +132,11 @@ void setup_eval(CLI::App& root) {
   cmd->add_option("--baseline", a->baseline,
                   "an earlier `moxi eval --json` report on the same tasks to compare with")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--draft-tokens", a->opt.draft_tokens,
+                  "speculative decoding: MTP drafts per step (same greedy replies; prints the drafts kept per "
+                  "domain, docs/speculative.md)")
+      ->check(integer_in(0, 16))
+      ->capture_default_str();
   cmd->add_option("--workers", a->opt.workers,
                   "sequences decoded at once, each on one thread (0: one per kernel thread; 1: one sequence "
                   "on all kernel threads)")

@@ -27,7 +27,8 @@ namespace {
 
 // One task: its history's turns, then its prompt as the final user turn, rendered with the generation
 // prompt, decoded greedily.
-void generate_reply(const eval_model& m, const task& t, int64_t max_tokens, task_record& rec) {
+void generate_reply(const eval_model& m, const task& t, int64_t max_tokens, int64_t draft_tokens,
+                    task_record& rec) {
   const std::string prompt = render_task_prompt(t, *m.chat);
   auto ids = m.tok->encode(prompt, /*allow_special=*/true);
   if (ids.empty()) throw error("eval: task " + t.id + " renders to an empty prompt");
@@ -37,6 +38,7 @@ void generate_reply(const eval_model& m, const task& t, int64_t max_tokens, task
   go.sampling.seed = 0;         // unused by greedy decoding; avoids seeding from std::random_device
   go.max_tokens = max_tokens;
   go.stop_tokens = m.stop_tokens;
+  go.draft_tokens = draft_tokens;
   auto lm = m.new_sequence();
   if (!t.images.empty()) {
     if (!m.attach_images) throw error("eval: task " + t.id + " has pictures, but " + m.name + " takes text only");
@@ -51,6 +53,9 @@ void generate_reply(const eval_model& m, const task& t, int64_t max_tokens, task
   rec.finish_reason = g.finish_reason;
   rec.prompt_tokens = int64_t(ids.size());
   rec.reply_tokens = int64_t(g.tokens.size());
+  rec.drafted = g.drafted;
+  rec.accepted = g.accepted;
+  rec.verify_steps = g.verify_steps;
 }
 
 }  // namespace
@@ -75,6 +80,9 @@ void summarize(eval_report& r) {
       ++s->n;
       s->passed += rec.pass && !rec.error;
       s->errors += rec.error;
+      s->drafted += rec.drafted;
+      s->accepted += rec.accepted;
+      s->verify_steps += rec.verify_steps;
     }
     r.prompt_tokens += rec.prompt_tokens;
     r.reply_tokens += rec.reply_tokens;
@@ -94,6 +102,7 @@ eval_report evaluate(const eval_model& m, const std::vector<task>& tasks, const 
   if (!m.new_sequence || !m.tok || !m.chat)
     throw error("eval: the model needs new_sequence, a tokenizer and a chat template");
   if (o.max_tokens < 1) throw error("eval: max_tokens must be >= 1");
+  if (o.draft_tokens < 0) throw error("eval: draft_tokens must be >= 0");
   const int workers = resolve_workers(o.workers);
   const auto t0 = std::chrono::steady_clock::now();
 
@@ -107,6 +116,7 @@ eval_report evaluate(const eval_model& m, const std::vector<task>& tasks, const 
   eval_report r;
   r.model = m.name;
   r.max_tokens = o.max_tokens;
+  r.draft_tokens = o.draft_tokens;
   r.records.resize(tasks.size());
   std::unordered_map<std::string, size_t> ids;
   for (size_t i = 0; i < tasks.size(); ++i) {
@@ -179,7 +189,7 @@ eval_report evaluate(const eval_model& m, const std::vector<task>& tasks, const 
       if (i >= tasks.size()) return;
       try {
         check_interrupt();
-        generate_reply(m, tasks[i], o.max_tokens, r.records[i]);
+        generate_reply(m, tasks[i], o.max_tokens, o.draft_tokens, r.records[i]);
       } catch (...) {
         fail(std::current_exception());
         return;
@@ -256,7 +266,15 @@ eval_report evaluate(const std::string& model_dir, const std::vector<task>& task
 namespace {
 
 nlohmann::ordered_json stats_json(const pass_stats& s) {
-  return {{"n", s.n}, {"passed", s.passed}, {"errors", s.errors}, {"pass_rate", s.pass_rate()}};
+  nlohmann::ordered_json j = {{"n", s.n}, {"passed", s.passed}, {"errors", s.errors}, {"pass_rate", s.pass_rate()}};
+  if (s.verify_steps > 0) {
+    j["drafted"] = s.drafted;
+    j["accepted"] = s.accepted;
+    j["verify_steps"] = s.verify_steps;
+    j["acceptance"] = s.acceptance();
+    j["tokens_per_step"] = s.tokens_per_step();
+  }
+  return j;
 }
 
 template <class T>
@@ -281,6 +299,9 @@ nlohmann::ordered_json to_json(const task_record& rec) {
           {"finish_reason", rec.finish_reason},
           {"prompt_tokens", rec.prompt_tokens},
           {"reply_tokens", rec.reply_tokens},
+          {"drafted", rec.drafted},
+          {"accepted", rec.accepted},
+          {"verify_steps", rec.verify_steps},
           {"reply", rec.reply}};
 }
 
@@ -288,6 +309,7 @@ nlohmann::ordered_json to_json(const eval_report& r, bool with_records) {
   nlohmann::ordered_json j;
   j["model"] = r.model;
   j["max_tokens"] = r.max_tokens;
+  j["draft_tokens"] = r.draft_tokens;
   j["seconds"] = r.seconds;
   j["prompt_tokens"] = r.prompt_tokens;
   j["reply_tokens"] = r.reply_tokens;
@@ -309,6 +331,7 @@ eval_report report_from_json(const nlohmann::json& j, const std::string& where) 
   r.model = field<std::string>(j, "model", where);
   r.max_tokens = field<int64_t>(j, "max_tokens", where);
   r.seconds = field<double>(j, "seconds", where);
+  if (j.contains("draft_tokens")) r.draft_tokens = field<int64_t>(j, "draft_tokens", where);
   if (!j.contains("records") || !j["records"].is_array())
     throw error(where + ": missing field \"records\" (write the report with records to compare it)");
   size_t i = 0;
@@ -325,6 +348,12 @@ eval_report report_from_json(const nlohmann::json& j, const std::string& where) 
     rec.prompt_tokens = field<int64_t>(jr, "prompt_tokens", at);
     rec.reply_tokens = field<int64_t>(jr, "reply_tokens", at);
     rec.reply = field<std::string>(jr, "reply", at);
+    // Reports written before speculative evaluation have no draft counts.
+    if (jr.contains("drafted")) {
+      rec.drafted = field<int64_t>(jr, "drafted", at);
+      rec.accepted = field<int64_t>(jr, "accepted", at);
+      rec.verify_steps = field<int64_t>(jr, "verify_steps", at);
+    }
     r.records.push_back(std::move(rec));
   }
   summarize(r);

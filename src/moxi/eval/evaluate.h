@@ -60,6 +60,9 @@ struct evaluate_options {
   checker* check = nullptr;  // a shared checker (e.g. the trainer's); nullptr: one made from check_options
   check_options check_opts;
   bool progress = true;  // a progress line on stderr (tasks checked, pass so far, ETA)
+  // Speculative decoding with the model's MTP head (docs/speculative.md): drafts per step, 0 = off. Greedy
+  // replies are the same either way; the report then counts drafts and kept drafts per task and domain.
+  int64_t draft_tokens = 0;
 };
 
 struct task_record {
@@ -72,6 +75,7 @@ struct task_record {
   std::string detail;         // the checker's reason
   std::string finish_reason;  // "stop" (end of turn) or "length" (max_tokens)
   int64_t prompt_tokens = 0, reply_tokens = 0;
+  int64_t drafted = 0, accepted = 0, verify_steps = 0;  // speculative decoding (evaluate_options::draft_tokens)
 };
 
 struct pass_stats {
@@ -81,11 +85,19 @@ struct pass_stats {
   int64_t judged() const { return n - errors; }
   // passed / judged; 0 when nothing was judged.
   double pass_rate() const { return judged() > 0 ? double(passed) / double(judged()) : 0.0; }
+  // Speculative decoding over these tasks: drafts, drafts kept, verifying forwards.
+  int64_t drafted = 0, accepted = 0, verify_steps = 0;
+  double acceptance() const { return drafted > 0 ? double(accepted) / double(drafted) : 0.0; }
+  // Tokens each verifying forward yields: its own plus the drafts it kept.
+  double tokens_per_step() const {
+    return verify_steps > 0 ? double(verify_steps + accepted) / double(verify_steps) : 0.0;
+  }
 };
 
 struct eval_report {
   std::string model;
   int64_t max_tokens = 0;
+  int64_t draft_tokens = 0;  // evaluate_options::draft_tokens of the run
   std::map<domain, pass_stats> by_domain;  // only the domains present
   // Per generator template, keyed "domain/template": the test split's held-out rules are per template
   // (docs/tasks.md), so this separates unseen parameter ranges from unseen templates.
