@@ -673,7 +673,10 @@ std::string plan_to_text(const formats::model_config& c, const plan_result& r, c
         << c.num_swa_layers() << " layers, constant past the " << c.swa->window << "-token window\n";
   out << "\nlayout  tp " << o.tp << " x pp " << o.pp << " x dp " << r.dp << " = " << r.world_size
       << " devices (" << o.nodes << " nodes x " << o.gpus_per_node << "), ep " << o.ep << ", batch "
-      << o.batch << ", activations of a " << o.prefill_chunk << "-token prefill chunk\n";
+      << o.batch << ", "
+      << (o.prefill_chunk > 0 ? "activations of a " + std::to_string(o.prefill_chunk) + "-token prefill chunk"
+                              : std::string("activations not counted"))
+      << "\n";
   for (size_t s = 0; s < r.stages.size(); ++s) {
     const auto& st = r.stages[s];
     std::snprintf(line, sizeof line,
