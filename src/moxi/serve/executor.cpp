@@ -15,21 +15,52 @@
 #include "moxi/runtime/speculative.h"
 
 namespace moxi::serve {
+
+// An f32 buffer that only grows, keeps its first `keep` elements when it does, and never zero-fills: a long
+// sequence's history is gathered into memory that stays mapped from step to step, instead of freshly
+// faulted and zeroed pages every step (at a 32K-token context those cost 0.8 s a decode step of the bench
+// model; docs/serving.md "Long prompts").
+class row_buffer {
+ public:
+  float* data() { return p_.get(); }
+  void ensure(size_t n, size_t keep) {
+    if (n <= cap_) return;
+    const size_t cap = std::max(n, cap_ + cap_ / 2);
+    std::unique_ptr<float[]> q(new float[cap]);  // default-initialized: not zeroed
+    if (keep > 0) std::copy_n(p_.get(), std::min(keep, cap_), q.get());
+    p_ = std::move(q);
+    cap_ = cap;
+  }
+
+ private:
+  std::unique_ptr<float[]> p_;
+  size_t cap_ = 0;
+};
+
+// One paged cache's gather buffers: latent and index rows per layer slot.
+struct executor::gather_set {
+  std::vector<row_buffer> latent, index;
+};
+
 namespace {
 
 class paged_cache final : public model::sequence_cache {
  public:
   // num_main_layers: slots at and after it are MTP layers. Their rows follow the main model's: with
   // speculative decoding the MTP layer has read every computed position when a step starts (docs/
-  // speculative.md, "Serving"), so both start at length(s).
-  paged_cache(memory::hybrid_memory& mem, memory::seq_id s, int64_t num_main_layers)
+  // speculative.md, "Serving"), so both start at length(s). The gather buffers are borrowed for the step.
+  paged_cache(memory::hybrid_memory& mem, memory::seq_id s, int64_t num_main_layers, executor::gather_set& g)
       : mem_(mem),
         seq_(s),
         start_(mem.length(s)),
         length_(start_),
         mtp_length_(start_),
         main_layers_(num_main_layers),
-        layers_(mem.spec().layers.size()) {}
+        layers_(mem.spec().layers.size()),
+        g_(g) {
+    g_.latent.resize(layers_.size());
+    g_.index.resize(layers_.size());
+  }
 
   int64_t length() const override { return length_; }
   int64_t mtp_length() const override { return mtp_length_; }
@@ -74,16 +105,18 @@ class paged_cache final : public model::sequence_cache {
   model::mla_append_ref mla_append(int64_t layer, int64_t T) override {
     auto& b = gathered(layer);
     const auto& sp = mem_.spec();
+    auto& lat = g_.latent[size_t(layer)];
+    auto& idx = g_.index[size_t(layer)];
+    const int64_t row = start_ + b.appended;
+    lat.ensure(size_t((row + T) * sp.latent_width), size_t(row * sp.latent_width));
+    idx.ensure(size_t((row + T) * sp.index_width), size_t(row * sp.index_width));
     b.appended += T;
-    b.latent.resize(size_t((start_ + b.appended) * sp.latent_width));
-    b.index.resize(size_t((start_ + b.appended) * sp.index_width));
-    const int64_t row = start_ + b.appended - T;
-    return {b.latent.data() + row * sp.latent_width,
-            sp.index_width ? b.index.data() + row * sp.index_width : nullptr};
+    return {lat.data() + row * sp.latent_width, sp.index_width ? idx.data() + row * sp.index_width : nullptr};
   }
   model::mla_view mla(int64_t layer) override {
     auto& b = gathered(layer);
-    return {b.latent.data(), mem_.spec().index_width ? b.index.data() : nullptr, start_ + b.appended};
+    return {g_.latent[size_t(layer)].data(), mem_.spec().index_width ? g_.index[size_t(layer)].data() : nullptr,
+            start_ + b.appended};
   }
   // Writes this step's new rows into the sequence's blocks: all of them, or the first `main_rows` of the
   // main model's layers and `mtp_rows` of the MTP layers (speculative decoding keeps only those).
@@ -94,17 +127,16 @@ class paged_cache final : public model::sequence_cache {
       const int64_t want = int64_t(l) < main_layers_ ? main_rows : mtp_rows;
       const int64_t n = want < 0 ? b.appended : std::min(want, b.appended);
       if (!b.loaded || n == 0) continue;
-      mem_.write_latents(seq_, int64_t(l), start_, n, b.latent.data() + start_ * sp.latent_width,
-                         sp.index_width ? b.index.data() + start_ * sp.index_width : nullptr);
+      mem_.write_latents(seq_, int64_t(l), start_, n, g_.latent[l].data() + start_ * sp.latent_width,
+                         sp.index_width ? g_.index[l].data() + start_ * sp.index_width : nullptr);
     }
   }
 
  private:
   struct layer_rows {
     bool loaded = false;
-    int64_t appended = 0;
-    std::vector<float> latent, index;  // [start + appended, width]
-    int64_t traced = 0;                // tokens recorded in trace
+    int64_t appended = 0;             // rows [start, start + appended) of g_'s buffers are this step's
+    int64_t traced = 0;               // tokens recorded in trace
     std::vector<float> trace, saved;   // state after each traced token; an MTP state saved
   };
   layer_rows& gathered(int64_t layer) {
@@ -112,10 +144,12 @@ class paged_cache final : public model::sequence_cache {
     auto& b = layers_[size_t(layer)];
     if (!b.loaded) {
       const auto& sp = mem_.spec();
-      b.latent.resize(size_t(start_ * sp.latent_width));
-      b.index.resize(size_t(start_ * sp.index_width));
+      auto& lat = g_.latent[size_t(layer)];
+      auto& idx = g_.index[size_t(layer)];
+      lat.ensure(size_t(start_ * sp.latent_width), 0);
+      idx.ensure(size_t(start_ * sp.index_width), 0);
       if (start_ > 0)
-        mem_.read_latents(seq_, layer, 0, start_, b.latent.data(), sp.index_width ? b.index.data() : nullptr);
+        mem_.read_latents(seq_, layer, 0, start_, lat.data(), sp.index_width ? idx.data() : nullptr);
       b.loaded = true;
     }
     return b;
@@ -126,6 +160,7 @@ class paged_cache final : public model::sequence_cache {
   int64_t start_, length_, mtp_length_, main_layers_;
   bool tracing_ = false;
   std::vector<layer_rows> layers_;
+  executor::gather_set& g_;
 };
 
 token_logprobs logprobs_of(std::span<const float> logits, token_id chosen, int top) {
@@ -208,15 +243,30 @@ void executor::remove(request_id id) {
   requests_.erase(id);
 }
 
+executor::~executor() = default;
+
+executor::gather_set& executor::gathers(size_t i) {
+  MOXI_ASSERT(i < gather_pool_.size(), "executor: gather set out of range");
+  return *gather_pool_[i];
+}
+
+void executor::trim_gathers(size_t n) {
+  gather_pool_.resize(n);
+  for (auto& g : gather_pool_)
+    if (!g) g = std::make_unique<gather_set>();
+}
+
 std::vector<std::vector<float>> executor::forward(const scheduler_output& step) {
   const auto& reqs = step.scheduled;
+  trim_gathers(reqs.size());  // before any thread borrows a set
   std::vector<std::vector<float>> logits(reqs.size());
   if (mode_ == executor_mode::batched && reqs.size() > 1) {
     // One forward over every request's rows: each weight streams once per step (model::forward_batch).
     std::vector<std::unique_ptr<paged_cache>> caches;
     std::vector<model::batch_item> items;
     for (const auto& r : reqs) {
-      caches.push_back(std::make_unique<paged_cache>(memory_, r.seq, model_.config().num_layers));
+      caches.push_back(std::make_unique<paged_cache>(memory_, r.seq, model_.config().num_layers,
+                                                     gathers(caches.size())));
       MOXI_ASSERT(caches.back()->length() == r.start, "scheduled start != computed tokens in memory");
       items.push_back({r.tokens, caches.back().get(), /*last_only=*/true, media_of(r)});
     }
@@ -226,7 +276,7 @@ std::vector<std::vector<float>> executor::forward(const scheduler_output& step) 
   }
   auto run_one = [&](size_t i) {
     const auto& r = reqs[i];
-    paged_cache cache(memory_, r.seq, model_.config().num_layers);
+    paged_cache cache(memory_, r.seq, model_.config().num_layers, gathers(i));
     MOXI_ASSERT(cache.length() == r.start, "scheduled start != computed tokens in memory");
     model::forward_options o;
     o.last_only = true;
@@ -308,6 +358,7 @@ sampled_tokens executor::execute_speculative(const scheduler_output& step) {
   // them, so that the MTP layer has read every computed position; its last row drafts the next step's first
   // token, and k - 1 more batched MTP passes chain the rest (their rows and states are not kept).
   const auto& reqs = step.scheduled;
+  trim_gathers(reqs.size());
   const int64_t V = model_.config().vocab_size, d = model_.config().hidden_size;
   struct job {
     const scheduled_request* s = nullptr;
@@ -330,7 +381,7 @@ sampled_tokens executor::execute_speculative(const scheduler_output& step) {
     MOXI_ASSERT(it != requests_.end(), "executor: a scheduled request has no sampler");
     j.st = it->second.get();
     j.fed = r.tokens;
-    j.cache = std::make_unique<paged_cache>(memory_, r.seq, model_.config().num_layers);
+    j.cache = std::make_unique<paged_cache>(memory_, r.seq, model_.config().num_layers, gathers(i));
     MOXI_ASSERT(j.cache->length() == r.start, "scheduled start != computed tokens in memory");
     if (r.sample && r.n_tokens() == 1 && r.forks.empty() && r.lookahead > 0 && j.st->drafts_at == r.start &&
         j.st->top_logprobs < 0) {

@@ -45,6 +45,9 @@ memory::cache_spec cache_spec_of(const model::model& m);
 class executor final : public model_runner {
  public:
   executor(const model::model& m, memory::hybrid_memory& memory, executor_mode mode = executor_mode::batched);
+  ~executor() override;
+  // One paged cache's gather buffers for the MLA rows (defined in executor.cpp).
+  struct gather_set;
 
   // Speculative decoding with the model's MTP head (docs/speculative.md, "Serving"): every step the MTP
   // layer reads the positions it computed and drafts k tokens for each request that samples; the next
@@ -90,6 +93,11 @@ class executor final : public model_runner {
     std::vector<std::vector<double>> q;
   };
   sampled_tokens execute_speculative(const scheduler_output& step);
+  // The gather buffers the i-th paged cache of a step borrows, kept from step to step; the pool shrinks to
+  // the step's request count, so idle buffers are released.
+  gather_set& gathers(size_t i);
+  void trim_gathers(size_t n);
+  std::vector<std::unique_ptr<gather_set>> gather_pool_;
   // The media rows of a scheduled chunk: those of the prompt placeholders at positions [start, start + n).
   std::span<const float> media_of(const scheduled_request& r) const;
   const model::model& model_;
