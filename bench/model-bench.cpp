@@ -299,7 +299,8 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
     r.share_of_roofline = d.share_of_roofline;
     r.batch = o.batch;
     if (o.draft_tokens > 0) {
-      if (config.num_mtp_layers < 1) throw error("bench: --draft-tokens needs a config with an MTP layer (or --mtp-layers 1)");
+      if (config.num_mtp_layers < 1)
+        throw error("bench: --draft-tokens needs a config with an MTP layer (or --mtp-layers 1)");
       if (o.tokens <= o.draft_tokens) throw error("bench: --tokens must exceed --draft-tokens");
       const int64_t K = o.draft_tokens;
       const double a = o.acceptance;

@@ -1,7 +1,8 @@
 // `moxi eval -m DIR --tasks FILE.jsonl [--json] [--max-tasks N] [--max-tokens N] [--out records.jsonl]
-// [--baseline report.json] [--by-template] [--workers N] [--draft-tokens K]`: the pass rate per domain of a chat model on
-// verifiable tasks (moxi::eval::evaluate; docs/eval.md). --baseline compares with an earlier `--json` report
-// on the same tasks: the paired net improvement rate with its interval first, then the raw pass rates.
+// [--baseline report.json] [--by-template] [--workers N] [--draft-tokens K]`: the pass rate per domain of a
+// chat model on verifiable tasks (moxi::eval::evaluate; docs/eval.md). --baseline compares with an earlier
+// `--json` report on the same tasks: the paired net improvement rate with its interval first, then the raw
+// pass rates.
 #include <cstdio>
 #include <iostream>
 #include <map>

@@ -19,7 +19,7 @@ namespace moxi::serve {
 // An f32 buffer that only grows, keeps its first `keep` elements when it does, and never zero-fills: a long
 // sequence's history is gathered into memory that stays mapped from step to step, instead of freshly
 // faulted and zeroed pages every step (at a 32K-token context those cost 0.8 s a decode step of the bench
-// model; docs/serving.md "Long prompts").
+// model; docs/serving.md "Memory").
 class row_buffer {
  public:
   float* data() { return p_.get(); }
