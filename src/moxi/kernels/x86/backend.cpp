@@ -63,8 +63,13 @@ void run_matmul(const float* x, const Wt* w, const float* bias, float* y, int64_
 // (min(k, end - begin) of them). A heap of the k best so far whose root is the worst of them, and a
 // vectorized scan for the next score that beats that root: the same set and order as the reference's
 // partial sort, which compares every position with the heap.
+// Positions of one score row ordered best first, as ref::indexer_ranks_before orders them.
+auto ranks_before(const float* row) {
+  return [row](int32_t a, int32_t b) { return ref::indexer_ranks_before(row[a], a, row[b], b); };
+}
+
 void topk_of_range(const float* row, int64_t begin, int64_t end, int64_t k, std::vector<int32_t>& out) {
-  const auto before = [row](int32_t a, int32_t b) { return ref::indexer_ranks_before(row[a], a, row[b], b); };
+  const auto before = ranks_before(row);
   std::vector<int32_t> heap;
   const int64_t m = std::min(k, end - begin);
   heap.reserve(size_t(m));
@@ -260,9 +265,7 @@ class avx512_backend final : public backend {
     std::vector<int32_t> all;
     for (const auto& p : part) all.insert(all.end(), p.begin(), p.end());
     const int64_t m = std::min<int64_t>(k, int64_t(all.size()));
-    std::partial_sort(all.begin(), all.begin() + m, all.end(), [scores](int32_t a, int32_t b) {
-      return ref::indexer_ranks_before(scores[a], a, scores[b], b);
-    });
+    std::partial_sort(all.begin(), all.begin() + m, all.end(), ranks_before(scores));
     for (int64_t j = 0; j < k; ++j) indices[j] = j < m ? all[size_t(j)] : -1;
   }
 
