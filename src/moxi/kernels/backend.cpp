@@ -55,20 +55,22 @@ void core_heads(const backend& be, const kda_batch& a, const kda_seq& s, int64_t
                D, D);
     return;
   }
-  const size_t row = size_t(h * D) * sizeof(float);
-  std::vector<float> qs(size_t(T * h * D)), ks(qs.size()), vs(qs.size()), gs(qs.size()), os(qs.size());
-  std::vector<float> bs(size_t(T * h));
+  const size_t row = size_t(h * D) * sizeof(float), n = size_t(T * h * D);
+  // This thread's grow-only copies (every element written below before the core reads it).
+  thread_local std::vector<float> buf;
+  float* const qs = scratch(buf, 5 * n + size_t(T * h));
+  float *const ks = qs + n, *const vs = ks + n, *const gs = vs + n, *const os = gs + n, *const bs = os + n;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t src = x0 + (t * H + h0) * D, dst = t * h * D;
-    std::memcpy(qs.data() + dst, a.q + src, row);
-    std::memcpy(ks.data() + dst, a.k + src, row);
-    std::memcpy(vs.data() + dst, a.v + src, row);
-    std::memcpy(gs.data() + dst, a.g + src, row);
-    std::memcpy(bs.data() + t * h, a.beta + (s.begin + t) * H + h0, size_t(h) * sizeof(float));
+    std::memcpy(qs + dst, a.q + src, row);
+    std::memcpy(ks + dst, a.k + src, row);
+    std::memcpy(vs + dst, a.v + src, row);
+    std::memcpy(gs + dst, a.g + src, row);
+    std::memcpy(bs + t * h, a.beta + (s.begin + t) * H + h0, size_t(h) * sizeof(float));
   }
-  (be.*core)(qs.data(), ks.data(), vs.data(), gs.data(), bs.data(), a.scale, s.state + h0 * D * D, os.data(),
-             T, h, D, D);
-  for (int64_t t = 0; t < T; ++t) std::memcpy(a.o + x0 + (t * H + h0) * D, os.data() + t * h * D, row);
+  (be.*core)(qs, ks, vs, gs, bs, a.scale, s.state + h0 * D * D, os, T, h, D, D);
+  for (int64_t t = 0; t < T; ++t) std::memcpy(a.o + x0 + (t * H + h0) * D, os + t * h * D, row);
+  if (buf.size() > (size_t(1) << 28)) buf = {};  // past 1 GiB (a one-off very long prompt): give it back
 }
 
 // Per-thread buffers of one expert's SwiGLU.

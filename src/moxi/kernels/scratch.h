@@ -7,10 +7,15 @@
 
 namespace moxi::kernels {
 
-// v's storage with room for at least n elements.
+// v's storage with room for at least n elements. The contents are not kept: a buffer that must grow is
+// released before the larger one is made, so the old and new never coexist (every caller fills what it
+// reads).
 template <class T>
 T* scratch(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
+  if (v.size() < n) {
+    v = std::vector<T>();
+    v.resize(n);
+  }
   return v.data();
 }
 

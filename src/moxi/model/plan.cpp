@@ -220,17 +220,25 @@ std::string gib(double b) {
 // One forward of o.prefill_chunk rows over layers [first, last] at `context` (docs/plan.md "Activations"):
 // the residual stream and the decoder's normed input and sublayer output (3 x hidden per row), plus the
 // larger of the heaviest attention and the heaviest FFN of the stage (each frees its buffers before the
-// next runs). The logits are of the last row only, as in a prefill.
+// next runs), plus the buffers of the attention kinds that keep theirs between calls (work_held: KDA). The
+// logits are of the last row only, as in a prefill.
 uint64_t stage_activation_bytes(const formats::model_config& c, const plan_options& o, int64_t context,
                                 int64_t first, int64_t last) {
   if (o.prefill_chunk <= 0) return 0;
   const int64_t rows = o.prefill_chunk;
   double attn = 0, ffn = 0;
+  std::map<formats::attn_kind, double> held;
   for (int64_t l = first; l <= last; ++l) {
-    attn = std::max(attn, attention_kind(c.layer_attn[size_t(l)]).work_elems(c, rows, context, o.tp));
+    const attention_kind_info& k = attention_kind(c.layer_attn[size_t(l)]);
+    const double work = k.work_elems(c, rows, context, o.tp);
+    if (k.work_held)
+      held[k.kind] = work;  // one set per thread, shared by the kind's layers
+    else
+      attn = std::max(attn, work);
     ffn = std::max(ffn, c.is_moe(l) ? moe_work_elems(c, rows, o.tp, o.ep) : dense_ffn_work_elems(c, rows, o.tp));
   }
-  const double elems = 3.0 * double(rows) * double(c.hidden_size) + std::max(attn, ffn);
+  double elems = 3.0 * double(rows) * double(c.hidden_size) + std::max(attn, ffn);
+  for (const auto& [kind, work] : held) elems += work;
   return uint64_t(std::ceil(elems * (o.cache == cache_format::F32 ? 4.0 : 2.0)));
 }
 

@@ -60,6 +60,7 @@ attention_plan_figures kda_plan(const model_config& c, cache_format cache, int64
 // kda_forward_batch's buffers per row: the stacked projections (q, k, v, f_a, beta, gate), the conv input,
 // q/k/v after the conv, f_a, the decay gate, beta, the core output and the output gate; and while the core
 // runs split over the pool, each thread's copies of its heads' q, k, v, g, beta and output (all heads once).
+// All are per-thread scratch kept between calls (kda.cpp, kernels/backend.cpp).
 double kda_work(const model_config& c, int64_t rows, int64_t, int tp) {
   const auto& k = *c.kda;
   const double P = double(k.proj_dim()) / tp, D = double(k.head_dim), H = double(k.num_heads) / tp;
@@ -84,6 +85,7 @@ const attention_kind_info kKda = {
     },
     &kda_plan,
     &kda_work,
+    /*work_held=*/true,
 };
 
 // ---- MLA / Gated DSA: per-token latent rows (and indexer keys) ----

@@ -66,6 +66,9 @@ struct attention_kind_info {
   // tensor-parallel rank of `tp`: its scratch buffers (not the cache, not the decoder's hidden rows), as
   // the planner counts them (docs/plan.md "Activations"). Kept beside each kind's forward.
   double (*work_elems)(const formats::model_config& c, int64_t rows, int64_t context, int tp);
+  // Whether those buffers stay with the thread between calls (grow-only scratch the next chunk reuses),
+  // so they add to whatever runs after the layer instead of being freed before it.
+  bool work_held = false;
 };
 
 const attention_kind_info& attention_kind(formats::attn_kind kind);

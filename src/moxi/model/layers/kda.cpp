@@ -9,8 +9,24 @@
 
 #include "moxi/base/error.h"
 #include "moxi/kernels/backend.h"
+#include "moxi/kernels/scratch.h"
 
 namespace moxi::model {
+namespace {
+
+// kda_forward_batch's per-thread buffers (kda_work in attention.cpp counts the same ones for the planner).
+struct kda_buffers {
+  std::vector<float> xin, proj, q, k, v, fa, g, beta, o, gate, ga;
+  size_t bytes() const {
+    size_t n = 0;
+    for (const auto* b : {&xin, &proj, &q, &k, &v, &fa, &g, &beta, &o, &gate, &ga}) n += b->capacity();
+    return n * sizeof(float);
+  }
+};
+// Buffers larger than this (a one-off forward over a very long prompt) are released after the call.
+constexpr size_t kKeepBytes = size_t(1) << 30;
+
+}  // namespace
 
 kda_weights load_kda(weight_loader& ld, const std::string& p) {
   const auto& c = ld.config();
@@ -50,31 +66,43 @@ void kda_forward_batch(const kda_weights& w, const formats::model_config& c, con
                        const dump_sink* dump_to, const std::string& name, std::span<float* const> traces) {
   MOXI_ASSERT(segs.size() == states.size());
   MOXI_ASSERT(traces.empty() || traces.size() == segs.size());
+  int64_t covered = 0;  // the segments tile [0, R): every buffer row below is written before it is read
+  for (const auto& s : segs) {
+    MOXI_ASSERT(s.begin == covered && s.T >= 0);
+    covered += s.T;
+  }
+  MOXI_ASSERT(covered == R);
   const auto& k = *c.kda;
   const int64_t P = k.proj_dim(), D = k.head_dim, H = k.num_heads, W = k.conv_kernel;
   const kernels::backend& be = kernels::active();
   // A traced sequence's state after token t goes to trace(i) + t * state_n: [conv_q | conv_k | conv_v | S].
   const int64_t conv_n = (W - 1) * P, state_n = 3 * conv_n + H * D * D;
   auto trace = [&](size_t i) { return traces.empty() ? nullptr : traces[i]; };
+  // This thread's buffers, grown to the largest call so far and never zero-filled (every element is
+  // written before it is read): a prefill chunk then neither clears nor faults in ~12 fresh rows of
+  // floats per token. A call past kKeepBytes gives them back when it ends.
+  thread_local kda_buffers buf;
+  const size_t r = size_t(R);
   // Every projection of x in one GEMV: f32 [R, in_proj.all.out].
-  std::vector<float> xin(size_t(R * w.in_proj.all.out));
-  w.in_proj.apply(x, xin.data(), R);
-  std::vector<float> proj(size_t(R * P));                                    // f32 [R, P] before the conv
-  std::vector<float> q(size_t(R * P)), kk(size_t(R * P)), v(size_t(R * P));  // f32 [R, H, D]
-  auto conv = [&](kda_in part, const std::vector<float>& cw, float* kda_state_ref::*st,
-                  std::vector<float>& y) {
-    w.in_proj.extract(xin.data(), R, part, proj.data());
+  float* xin = kernels::scratch(buf.xin, r * size_t(w.in_proj.all.out));
+  w.in_proj.apply(x, xin, R);
+  float* proj = kernels::scratch(buf.proj, r * size_t(P));  // f32 [R, P] before the conv
+  float* q = kernels::scratch(buf.q, r * size_t(P));        // f32 [R, H, D]
+  float* kk = kernels::scratch(buf.k, r * size_t(P));
+  float* v = kernels::scratch(buf.v, r * size_t(P));
+  auto conv = [&](kda_in part, const std::vector<float>& cw, float* kda_state_ref::*st, float* y) {
+    w.in_proj.extract(xin, R, part, proj);
     for (size_t i = 0; i < segs.size(); ++i) {
       float* tr = trace(i);
       if (!tr) {
-        be.causal_conv1d_silu(proj.data() + segs[i].begin * P, cw.data(), states[i].*st,
-                              y.data() + segs[i].begin * P, segs[i].T, P, W);
+        be.causal_conv1d_silu(proj + segs[i].begin * P, cw.data(), states[i].*st, y + segs[i].begin * P,
+                              segs[i].T, P, W);
         continue;
       }
       const int64_t at = (states[i].*st - states[i].conv_q);  // this conv's offset in the state
       for (int64_t t = 0; t < segs[i].T; ++t) {
         const int64_t row = segs[i].begin + t;
-        be.causal_conv1d_silu(proj.data() + row * P, cw.data(), states[i].*st, y.data() + row * P, 1, P, W);
+        be.causal_conv1d_silu(proj + row * P, cw.data(), states[i].*st, y + row * P, 1, P, W);
         std::memcpy(tr + t * state_n + at, states[i].*st, size_t(conv_n) * sizeof(float));
       }
     }
@@ -82,29 +110,29 @@ void kda_forward_batch(const kda_weights& w, const formats::model_config& c, con
   conv(KDA_Q, w.q_conv, &kda_state_ref::conv_q, q);
   conv(KDA_K, w.k_conv, &kda_state_ref::conv_k, kk);
   conv(KDA_V, w.v_conv, &kda_state_ref::conv_v, v);
-  be.l2norm(q.data(), q.data(), R * H, D);
-  be.l2norm(kk.data(), kk.data(), R * H, D);
+  be.l2norm(q, q, R * H, D);
+  be.l2norm(kk, kk, R * H, D);
 
   // Decay gate g f32 [R, H, D] in log space from the low-rank f_b(f_a(x)).
-  std::vector<float> fa(size_t(R * D)), g(size_t(R * P));
-  w.in_proj.extract(xin.data(), R, KDA_F_A, fa.data());
-  w.f_b.apply(fa.data(), g.data(), R);
+  float* fa = kernels::scratch(buf.fa, r * size_t(D));
+  float* g = kernels::scratch(buf.g, r * size_t(P));
+  w.in_proj.extract(xin, R, KDA_F_A, fa);
+  w.f_b.apply(fa, g, R);
   if (k.gate == formats::kda_gate_kind::LOWER_BOUND)
-    be.kda_gate_lower_bound(g.data(), w.A_log.data(), w.dt_bias.data(), float(k.gate_lower_bound), g.data(),
-                            R, H, D);
+    be.kda_gate_lower_bound(g, w.A_log.data(), w.dt_bias.data(), float(k.gate_lower_bound), g, R, H, D);
   else
-    be.kda_gate_softplus(g.data(), w.A_log.data(), w.dt_bias.data(), g.data(), R, H, D);
-  std::vector<float> beta(size_t(R * H));  // f32 [R, H]
-  w.in_proj.extract(xin.data(), R, KDA_BETA, beta.data());
-  be.sigmoid(beta.data(), beta.data(), R * H);
+    be.kda_gate_softplus(g, w.A_log.data(), w.dt_bias.data(), g, R, H, D);
+  float* beta = kernels::scratch(buf.beta, r * size_t(H));  // f32 [R, H]
+  w.in_proj.extract(xin, R, KDA_BETA, beta);
+  be.sigmoid(beta, beta, R * H);
 
-  dump(dump_to, name + ".q", {R, H, D}, q.data());
-  dump(dump_to, name + ".k", {R, H, D}, kk.data());
-  dump(dump_to, name + ".v", {R, H, D}, v.data());
-  dump(dump_to, name + ".g", {R, H, D}, g.data());
-  dump(dump_to, name + ".beta", {R, H}, beta.data());
+  dump(dump_to, name + ".q", {R, H, D}, q);
+  dump(dump_to, name + ".k", {R, H, D}, kk);
+  dump(dump_to, name + ".v", {R, H, D}, v);
+  dump(dump_to, name + ".g", {R, H, D}, g);
+  dump(dump_to, name + ".beta", {R, H}, beta);
 
-  std::vector<float> o(size_t(R * P));  // f32 [R, H, D]
+  float* o = kernels::scratch(buf.o, r * size_t(P));  // f32 [R, H, D]
   std::vector<kernels::kda_seq> seqs;
   const float scale = 1.0f / std::sqrt(float(D));
   for (size_t i = 0; i < segs.size(); ++i) {
@@ -115,25 +143,26 @@ void kda_forward_batch(const kda_weights& w, const formats::model_config& c, con
     }
     for (int64_t t = 0; t < segs[i].T; ++t) {  // the decode recurrence, one token at a time
       const kernels::kda_seq one[] = {{segs[i].begin + t, 1, states[i].recurrent}};
-      be.kda_cores({q.data(), kk.data(), v.data(), g.data(), beta.data(), scale, o.data(), H, D, one});
+      be.kda_cores({q, kk, v, g, beta, scale, o, H, D, one});
       std::memcpy(tr + t * state_n + 3 * conv_n, states[i].recurrent, size_t(H * D * D) * sizeof(float));
     }
   }
   if (!seqs.empty())
-    be.kda_cores({q.data(), kk.data(), v.data(), g.data(), beta.data(), scale, o.data(), H, D, seqs});
-  dump(dump_to, name + ".core", {R, H, D}, o.data());
+    be.kda_cores({q, kk, v, g, beta, scale, o, H, D, seqs});
+  dump(dump_to, name + ".core", {R, H, D}, o);
 
-  std::vector<float> gate(size_t(R * P));  // f32 [R, P] output gate logits
+  float* gate = kernels::scratch(buf.gate, r * size_t(P));  // f32 [R, P] output gate logits
   if (k.full_rank_output_gate) {
-    w.in_proj.extract(xin.data(), R, KDA_GATE, gate.data());
+    w.in_proj.extract(xin, R, KDA_GATE, gate);
   } else {
-    std::vector<float> ga(size_t(R * D));
-    w.in_proj.extract(xin.data(), R, KDA_GATE, ga.data());
-    w.g_b.apply(ga.data(), gate.data(), R);
+    float* ga = kernels::scratch(buf.ga, r * size_t(D));
+    w.in_proj.extract(xin, R, KDA_GATE, ga);
+    w.g_b.apply(ga, gate, R);
   }
-  be.gated_rms_norm(o.data(), gate.data(), w.o_norm.data(), o.data(), R * H, D, float(c.rms_norm_eps));
-  dump(dump_to, name + ".gated", {R, H, D}, o.data());
-  w.o_proj.apply(o.data(), out, R);
+  be.gated_rms_norm(o, gate, w.o_norm.data(), o, R * H, D, float(c.rms_norm_eps));
+  dump(dump_to, name + ".gated", {R, H, D}, o);
+  w.o_proj.apply(o, out, R);
+  if (buf.bytes() > kKeepBytes) buf = {};
 }
 
 }  // namespace moxi::model
