@@ -332,6 +332,9 @@ model_bench_result run_model_bench(const std::string& mode, const model_bench_op
     r.ms_per_token = s * 1e3;
     r.ref_tokens_per_s = 1.0 / ref_s;
     r.speedup_vs_ref = ref_s / s;
+    r.gflops = 2.0 * r.active_params * r.tokens_per_s / 1e9;
+    std::tie(r.peak_gflops, r.peak_kind) = compute_peak();
+    r.share_of_peak = r.peak_gflops > 0 ? r.gflops / r.peak_gflops : 0.0;
     if (par) r.ranks = rank_traffic(m, prompt, {}, resident, resident - resident_before, plan_weights);
   }
   // Rank 0 removes a generated checkpoint only once every rank is done with it.
@@ -359,6 +362,12 @@ void print(const model_bench_result& r, bool json) {
                         {"ref_tokens", r.ref_tokens},
                         {"ref_tokens_per_s", r.ref_tokens_per_s},
                         {"speedup_vs_ref", r.speedup_vs_ref}};
+    if (r.mode == "prefill") {
+      j["gflops"] = r.gflops;
+      j["peak_gflops"] = r.peak_gflops;
+      j["peak_kind"] = r.peak_kind;
+      j["share_of_peak"] = r.share_of_peak;
+    }
     if (r.mode == "decode") {
       j["bytes_per_token"] = r.bytes_per_token;
       j["membw_gbs"] = r.membw_gbs;
@@ -418,6 +427,9 @@ void print(const model_bench_result& r, bool json) {
   } else {
     std::printf("  prefill of %lld tokens: %.1f tok/s (%.2f ms/token)\n", (long long)r.prompt, r.tokens_per_s,
                 r.ms_per_token);
+    if (r.peak_gflops > 0)
+      std::printf("  = %.1f GFLOP/s (2 x active params per token) = %.1f %% of %.1f GFLOP/s peak (%s, same run)\n",
+                  r.gflops, 100 * r.share_of_peak, r.peak_gflops, r.peak_kind.c_str());
   }
   std::printf("  ref (%lld tokens): %.3f tok/s -> fast is %.1fx ref\n", (long long)r.ref_tokens,
               r.ref_tokens_per_s, r.speedup_vs_ref);

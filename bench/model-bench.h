@@ -49,6 +49,10 @@ struct model_bench_result {
   int64_t prompt = 0, tokens = 0, ref_tokens = 0;
   double tokens_per_s = 0, ms_per_token = 0;
   double ref_tokens_per_s = 0, speedup_vs_ref = 0;
+  // prefill only: 2 x active params per token as FLOP/s, against the BF16 compute peak measured in the same
+  // run (kernels-bench.h compute_peak)
+  double gflops = 0, peak_gflops = 0, share_of_peak = 0;
+  std::string peak_kind;
   // decode only
   double bytes_per_token = 0;  // planner, batch 1 at the decode context
   double membw_gbs = 0, roofline_tokens_per_s = 0, share_of_roofline = 0;
