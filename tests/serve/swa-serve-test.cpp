@@ -1,13 +1,16 @@
 // Serving a model with sliding-window layers (configs/tiny-hybrid-swa.json with a 6-token window, so rings
-// wrap within a request): the scheduler, the hybrid memory and the real executor, with chunked prefill,
-// prefix reuse of a shared prompt prefix (the ring restored from its block-boundary snapshot) and
-// preemption by recompute under a small block pool. Every greedy token the server produces must be an
-// argmax of the logits of a fresh, cache-free forward over the request's whole history (within fp32
-// rounding: the served logits come from chunks and batches, the reference from one pass).
+// wrap within a request) and one with Gated DSA layers (configs/tiny-seed.json): the scheduler, the hybrid
+// memory and the real executor, with chunked prefill, prefix reuse of a shared prompt prefix (the ring
+// restored from its block-boundary snapshot) and preemption by recompute under a small block pool, which
+// frees and readmits sequences (their ids reused) while the executor keeps each sequence's gathered MLA rows
+// from step to step. Every greedy token the server produces must be an argmax of the logits of a fresh,
+// cache-free forward over the request's whole history (within fp32 rounding: the served logits come from
+// chunks and batches, the reference from one pass).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -24,15 +27,15 @@
 namespace moxi::serve {
 namespace {
 
-TEST(SwaServing, GreedyTokensMatchFullRecomputeWithPrefixReuseAndPreemption) {
+void serve_and_recompute(const std::string& config_name, const std::function<void(nlohmann::json&)>& edit) {
   testing::temp_dir dir("moxi-swa-serve");
-  std::ifstream in(std::string(MOXI_SOURCE_DIR) + "/configs/tiny-hybrid-swa.json");
+  std::ifstream in(std::string(MOXI_SOURCE_DIR) + "/configs/" + config_name);
   auto doc = nlohmann::json::parse(in);
-  doc["sliding_window"] = 6;
+  edit(doc);
   model::init_options io;
   io.seed = 12;
   io.show_progress = false;
-  model::init_checkpoint(model::parse_model_config(doc, "tiny-hybrid-swa.json"), dir / "ckpt", io);
+  model::init_checkpoint(model::parse_model_config(doc, config_name), dir / "ckpt", io);
   kernels::backend_scope ref(kernels::reference());
   const auto m = model::model::load(dir / "ckpt");
 
@@ -102,6 +105,14 @@ TEST(SwaServing, GreedyTokensMatchFullRecomputeWithPrefixReuseAndPreemption) {
   const auto st = mem.stats();
   EXPECT_EQ(st.free_blocks, st.num_blocks);
   EXPECT_EQ(st.free_state_slots, st.num_state_slots);
+}
+
+TEST(SwaServing, GreedyTokensMatchFullRecomputeWithPrefixReuseAndPreemption) {
+  serve_and_recompute("tiny-hybrid-swa.json", [](nlohmann::json& doc) { doc["sliding_window"] = 6; });
+}
+
+TEST(MlaServing, GreedyTokensMatchFullRecomputeWithPrefixReuseAndPreemption) {
+  serve_and_recompute("tiny-seed.json", [](nlohmann::json&) {});
 }
 
 }  // namespace

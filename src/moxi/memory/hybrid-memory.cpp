@@ -100,6 +100,7 @@ seq_id hybrid_memory::new_sequence(slot_id slot) {
   sequence& s = seqs_[size_t(id)];
   s = sequence{};
   s.live = true;
+  s.incarnation = ++incarnations_;
   s.slot = slot;
   return id;
 }

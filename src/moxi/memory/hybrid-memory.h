@@ -98,6 +98,9 @@ class hybrid_memory {
 
   // ---- executor side ----
   int64_t length(seq_id s) const { return seq(s).length; }  // computed tokens = next position
+  // A number no other sequence has had or will have (ids are reused, incarnations are not): a sequence's
+  // rows below length() never change while its incarnation stays, so a copy of them stays valid.
+  uint64_t incarnation(seq_id s) const { return seq(s).incarnation; }
   int64_t capacity(seq_id s) const { return int64_t(seq(s).blocks.size()) * opts_.block_size; }
   std::span<const block_id> block_table(seq_id s) const { return seq(s).blocks; }
   // `layer` is a cache slot index (decoder layer, or num_layers + k for MTP layer k).
@@ -126,6 +129,7 @@ class hybrid_memory {
  private:
   struct sequence {
     bool live = false;
+    uint64_t incarnation = 0;
     slot_id slot = -1;
     int64_t length = 0;
     std::vector<block_id> blocks;
@@ -157,6 +161,7 @@ class hybrid_memory {
   uint64_t tick_ = 0;
   std::vector<sequence> seqs_;
   std::vector<seq_id> free_seq_ids_;
+  uint64_t incarnations_ = 0;
 };
 
 }  // namespace moxi::memory

@@ -1,7 +1,8 @@
 // executor: model::model over the hybrid memory. The adapter below is the one docs/serving.md describes:
 // the state of a KDA or sliding-window layer is the sequence's slot, used in place; an MLA layer sees its old
 // rows gathered from the paged cache followed by a scratch area for the rows of this step, which is scattered
-// back into the sequence's blocks after the forward (rows below length() are shared and never written).
+// back into the sequence's blocks after the forward (rows below length() are shared and never written). The
+// gathered rows stay with the sequence from step to step, so a step copies only the rows it added.
 #include "moxi/serve/executor.h"
 
 #include <algorithm>
@@ -37,9 +38,13 @@ class row_buffer {
   size_t cap_ = 0;
 };
 
-// One paged cache's gather buffers: latent and index rows per layer slot.
+// One sequence's gather buffers: latent and index rows per layer slot. Rows [0, valid[l]) of slot l equal the
+// sequence's cached rows (they were gathered from its blocks or written to them from here); `owner` is the
+// sequence's incarnation (0: none).
 struct executor::gather_set {
+  uint64_t owner = 0;
   std::vector<row_buffer> latent, index;
+  std::vector<int64_t> valid;
 };
 
 namespace {
@@ -60,6 +65,8 @@ class paged_cache final : public model::sequence_cache {
         g_(g) {
     g_.latent.resize(layers_.size());
     g_.index.resize(layers_.size());
+    g_.valid.resize(layers_.size(), 0);
+    for (auto& v : g_.valid) v = std::min(v, start_);
   }
 
   int64_t length() const override { return length_; }
@@ -126,7 +133,9 @@ class paged_cache final : public model::sequence_cache {
       const auto& b = layers_[l];
       const int64_t want = int64_t(l) < main_layers_ ? main_rows : mtp_rows;
       const int64_t n = want < 0 ? b.appended : std::min(want, b.appended);
-      if (!b.loaded || n == 0) continue;
+      if (!b.loaded) continue;
+      g_.valid[l] = start_ + n;  // the rows kept are those written below; any after them are dropped
+      if (n == 0) continue;
       mem_.write_latents(seq_, int64_t(l), start_, n, g_.latent[l].data() + start_ * sp.latent_width,
                          sp.index_width ? g_.index[l].data() + start_ * sp.index_width : nullptr);
     }
@@ -142,14 +151,17 @@ class paged_cache final : public model::sequence_cache {
   layer_rows& gathered(int64_t layer) {
     MOXI_ASSERT(layer >= 0 && size_t(layer) < layers_.size(), "cache slot out of range");
     auto& b = layers_[size_t(layer)];
-    if (!b.loaded) {
+    if (!b.loaded) {  // the rows below start_ this set does not hold yet
       const auto& sp = mem_.spec();
       auto& lat = g_.latent[size_t(layer)];
       auto& idx = g_.index[size_t(layer)];
-      lat.ensure(size_t(start_ * sp.latent_width), 0);
-      idx.ensure(size_t(start_ * sp.index_width), 0);
-      if (start_ > 0)
-        mem_.read_latents(seq_, layer, 0, start_, lat.data(), sp.index_width ? idx.data() : nullptr);
+      const int64_t have = g_.valid[size_t(layer)];
+      lat.ensure(size_t(start_ * sp.latent_width), size_t(have * sp.latent_width));
+      idx.ensure(size_t(start_ * sp.index_width), size_t(have * sp.index_width));
+      if (start_ > have)
+        mem_.read_latents(seq_, layer, have, start_, lat.data() + have * sp.latent_width,
+                          sp.index_width ? idx.data() + have * sp.index_width : nullptr);
+      g_.valid[size_t(layer)] = start_;
       b.loaded = true;
     }
     return b;
@@ -245,20 +257,41 @@ void executor::remove(request_id id) {
 
 executor::~executor() = default;
 
-executor::gather_set& executor::gathers(size_t i) {
-  MOXI_ASSERT(i < gather_pool_.size(), "executor: gather set out of range");
-  return *gather_pool_[i];
-}
-
-void executor::trim_gathers(size_t n) {
-  gather_pool_.resize(n);
-  for (auto& g : gather_pool_)
-    if (!g) g = std::make_unique<gather_set>();
+std::vector<executor::gather_set*> executor::prepare_gathers(const std::vector<scheduled_request>& reqs) {
+  std::vector<gather_set*> out(reqs.size(), nullptr);
+  std::map<uint64_t, size_t> by_owner;  // incarnation -> request index
+  for (size_t i = 0; i < reqs.size(); ++i) by_owner[memory_.incarnation(reqs[i].seq)] = i;
+  std::vector<std::unique_ptr<gather_set>> kept, spare;
+  for (auto& g : gather_pool_) {
+    auto it = by_owner.find(g->owner);
+    if (g->owner != 0 && it != by_owner.end() && !out[it->second]) {
+      out[it->second] = g.get();
+      kept.push_back(std::move(g));
+    } else {
+      spare.push_back(std::move(g));
+    }
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (out[i]) continue;
+    std::unique_ptr<gather_set> g;
+    if (!spare.empty()) {  // its buffers stay allocated; none of its rows are this sequence's
+      g = std::move(spare.back());
+      spare.pop_back();
+    } else {
+      g = std::make_unique<gather_set>();
+    }
+    g->owner = memory_.incarnation(reqs[i].seq);
+    std::fill(g->valid.begin(), g->valid.end(), 0);
+    out[i] = g.get();
+    kept.push_back(std::move(g));
+  }
+  gather_pool_ = std::move(kept);  // the spares left over are released
+  return out;
 }
 
 std::vector<std::vector<float>> executor::forward(const scheduler_output& step) {
   const auto& reqs = step.scheduled;
-  trim_gathers(reqs.size());  // before any thread borrows a set
+  const auto gathers = prepare_gathers(reqs);  // before any thread borrows a set
   std::vector<std::vector<float>> logits(reqs.size());
   if (mode_ == executor_mode::batched && reqs.size() > 1) {
     // One forward over every request's rows: each weight streams once per step (model::forward_batch).
@@ -266,7 +299,7 @@ std::vector<std::vector<float>> executor::forward(const scheduler_output& step) 
     std::vector<model::batch_item> items;
     for (const auto& r : reqs) {
       caches.push_back(std::make_unique<paged_cache>(memory_, r.seq, model_.config().num_layers,
-                                                     gathers(caches.size())));
+                                                     *gathers[caches.size()]));
       MOXI_ASSERT(caches.back()->length() == r.start, "scheduled start != computed tokens in memory");
       items.push_back({r.tokens, caches.back().get(), /*last_only=*/true, media_of(r)});
     }
@@ -276,7 +309,7 @@ std::vector<std::vector<float>> executor::forward(const scheduler_output& step) 
   }
   auto run_one = [&](size_t i) {
     const auto& r = reqs[i];
-    paged_cache cache(memory_, r.seq, model_.config().num_layers, gathers(i));
+    paged_cache cache(memory_, r.seq, model_.config().num_layers, *gathers[i]);
     MOXI_ASSERT(cache.length() == r.start, "scheduled start != computed tokens in memory");
     model::forward_options o;
     o.last_only = true;
@@ -358,7 +391,7 @@ sampled_tokens executor::execute_speculative(const scheduler_output& step) {
   // them, so that the MTP layer has read every computed position; its last row drafts the next step's first
   // token, and k - 1 more batched MTP passes chain the rest (their rows and states are not kept).
   const auto& reqs = step.scheduled;
-  trim_gathers(reqs.size());
+  const auto gathers = prepare_gathers(reqs);
   const int64_t V = model_.config().vocab_size, d = model_.config().hidden_size;
   struct job {
     const scheduled_request* s = nullptr;
@@ -381,7 +414,7 @@ sampled_tokens executor::execute_speculative(const scheduler_output& step) {
     MOXI_ASSERT(it != requests_.end(), "executor: a scheduled request has no sampler");
     j.st = it->second.get();
     j.fed = r.tokens;
-    j.cache = std::make_unique<paged_cache>(memory_, r.seq, model_.config().num_layers, gathers(i));
+    j.cache = std::make_unique<paged_cache>(memory_, r.seq, model_.config().num_layers, *gathers[i]);
     MOXI_ASSERT(j.cache->length() == r.start, "scheduled start != computed tokens in memory");
     if (r.sample && r.n_tokens() == 1 && r.forks.empty() && r.lookahead > 0 && j.st->drafts_at == r.start &&
         j.st->top_logprobs < 0) {

@@ -93,10 +93,11 @@ class executor final : public model_runner {
     std::vector<std::vector<double>> q;
   };
   sampled_tokens execute_speculative(const scheduler_output& step);
-  // The gather buffers the i-th paged cache of a step borrows, kept from step to step; the pool shrinks to
-  // the step's request count, so idle buffers are released.
-  gather_set& gathers(size_t i);
-  void trim_gathers(size_t n);
+  // The gather buffers each scheduled request's paged cache borrows, in step order: the set its sequence
+  // used last step (same incarnation), whose rows are still valid and only need this step's new ones, else
+  // a set left over from a sequence no longer scheduled (or a new one). Sets of sequences not in the step
+  // are released, so the pool holds at most the step's sequences' histories.
+  std::vector<gather_set*> prepare_gathers(const std::vector<scheduled_request>& reqs);
   std::vector<std::unique_ptr<gather_set>> gather_pool_;
   // The media rows of a scheduled chunk: those of the prompt placeholders at positions [start, start + n).
   std::span<const float> media_of(const scheduled_request& r) const;
