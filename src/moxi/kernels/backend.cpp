@@ -70,7 +70,7 @@ void core_heads(const backend& be, const kda_batch& a, const kda_seq& s, int64_t
   }
   (be.*core)(qs, ks, vs, gs, bs, a.scale, s.state + h0 * D * D, os, T, h, D, D);
   for (int64_t t = 0; t < T; ++t) std::memcpy(a.o + x0 + (t * H + h0) * D, os + t * h * D, row);
-  if (buf.size() > (size_t(1) << 28)) buf = {};  // past 1 GiB (a one-off very long prompt): give it back
+  if (buf.size() * sizeof(float) > kKeepScratchBytes) buf = {};
 }
 
 // Per-thread buffers of one expert's SwiGLU.

@@ -46,7 +46,7 @@ class executor final : public model_runner {
  public:
   executor(const model::model& m, memory::hybrid_memory& memory, executor_mode mode = executor_mode::batched);
   ~executor() override;
-  // One paged cache's gather buffers for the MLA rows (defined in executor.cpp).
+  // One sequence's gather buffers for the MLA rows, kept across steps (defined in executor.cpp).
   struct gather_set;
 
   // Speculative decoding with the model's MTP head (docs/speculative.md, "Serving"): every step the MTP

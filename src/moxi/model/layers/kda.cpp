@@ -23,9 +23,6 @@ struct kda_buffers {
     return n * sizeof(float);
   }
 };
-// Buffers larger than this (a one-off forward over a very long prompt) are released after the call.
-constexpr size_t kKeepBytes = size_t(1) << 30;
-
 }  // namespace
 
 kda_weights load_kda(weight_loader& ld, const std::string& p) {
@@ -80,7 +77,7 @@ void kda_forward_batch(const kda_weights& w, const formats::model_config& c, con
   auto trace = [&](size_t i) { return traces.empty() ? nullptr : traces[i]; };
   // This thread's buffers, grown to the largest call so far and never zero-filled (every element is
   // written before it is read): a prefill chunk then neither clears nor faults in ~12 fresh rows of
-  // floats per token. A call past kKeepBytes gives them back when it ends.
+  // floats per token. A call past kernels::kKeepScratchBytes gives them back when it ends.
   thread_local kda_buffers buf;
   const size_t r = size_t(R);
   // Every projection of x in one GEMV: f32 [R, in_proj.all.out].
@@ -162,7 +159,7 @@ void kda_forward_batch(const kda_weights& w, const formats::model_config& c, con
   be.gated_rms_norm(o, gate, w.o_norm.data(), o, R * H, D, float(c.rms_norm_eps));
   dump(dump_to, name + ".gated", {R, H, D}, o);
   w.o_proj.apply(o, out, R);
-  if (buf.bytes() > kKeepBytes) buf = {};
+  if (buf.bytes() > kernels::kKeepScratchBytes) buf = {};
 }
 
 }  // namespace moxi::model
