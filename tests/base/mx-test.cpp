@@ -549,6 +549,67 @@ TEST(MxFakeQuant, BitIdenticalToDequantizeOfQuantize) {
   }
 }
 
+// ---- E4M3 rows with one power-of-two scale (the DSA index keys) ----
+
+// The documented rule in fp64: the smallest power of two 2^e with max(amax, 1e-4) <= 448 * 2^e.
+double ref_row_scale(const float* x, size_t n) {
+  double amax = 1e-4;
+  for (size_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(double(x[i])));
+  int e = -200;
+  while (amax > 448.0 * std::ldexp(1.0, e)) ++e;
+  return std::ldexp(1.0, e);
+}
+
+TEST(Fp8Row, ScaleIsSmallestPowerOfTwoAndCodesAreNearest) {
+  const ref_format r = ref_of(elem_format::FP8_E4M3);
+  int rows = 0;
+  for (uint32_t seed = 0; seed < 400; ++seed) {
+    std::mt19937 rng(7000 + seed);
+    const std::vector<float> x = random_row(rng, 4, false);
+    for (size_t n : {size_t(1), size_t(20), size_t(64), size_t(128)}) {
+      std::vector<uint8_t> codes(n, 0xAA);
+      const float scale = moxi::mx::quantize_fp8_row(x.data(), n, codes.data());
+      const double want = ref_row_scale(x.data(), n);
+      ASSERT_EQ(double(scale), want) << "seed " << seed << " n " << n;
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(codes[i], ref_encode(r, double(x[i]) / want)) << "seed " << seed << " x " << x[i];
+        ASSERT_LE(std::fabs(double(x[i]) / want), 448.0);  // the scale leaves nothing to saturate
+      }
+      std::vector<float> fq(n);
+      moxi::mx::fake_quantize_fp8_row(x.data(), n, fq.data());
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_TRUE(same_bits(fq[i], float(e4m3_formula(codes[i]) * want))) << "seed " << seed << " i " << i;
+      ++rows;
+    }
+  }
+  EXPECT_EQ(rows, 1600);
+}
+
+TEST(Fp8Row, WorkedScalesZerosAndNonFinite) {
+  auto scale_of = [](std::vector<float> x) {
+    std::vector<uint8_t> codes(x.size());
+    return moxi::mx::quantize_fp8_row(x.data(), x.size(), codes.data());
+  };
+  EXPECT_EQ(scale_of({448.0f}), 1.0f);                       // exactly at the top of the grid
+  EXPECT_EQ(scale_of({449.0f}), 2.0f);                       // just past it
+  EXPECT_EQ(scale_of({-1.0f, 0.5f}), 0.00390625f);           // 448 * 2^-8 = 1.75 >= 1 > 448 * 2^-9
+  EXPECT_EQ(scale_of({0.0f, 0.0f}), std::ldexp(1.0f, -22));  // the 1e-4 floor: 448 * 2^-22 >= 1e-4
+  std::vector<float> z = {-0.0f, 0.0f};
+  std::vector<uint8_t> zc(2);
+  moxi::mx::quantize_fp8_row(z.data(), 2, zc.data());
+  EXPECT_EQ(zc[0], 0x80);
+  EXPECT_EQ(zc[1], 0x00);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> x = {1.0f, bad, -2.0f};
+    std::vector<uint8_t> c(3, 0xAA);
+    EXPECT_TRUE(std::isnan(moxi::mx::quantize_fp8_row(x.data(), 3, c.data())));
+    EXPECT_EQ(c, std::vector<uint8_t>(3, 0));
+    std::vector<float> fq(3);
+    moxi::mx::fake_quantize_fp8_row(x.data(), 3, fq.data());
+    for (float v : fq) EXPECT_TRUE(std::isnan(v));
+  }
+}
+
 TEST(MxDeathTest, RowNotMultipleOfBlockAsserts) {
   std::vector<float> x(33, 1.0f), out(33);
   std::vector<uint8_t> b(17), s(2);

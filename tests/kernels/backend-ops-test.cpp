@@ -446,18 +446,33 @@ void mla_absorb(const k::backend& be) {
 // Key counts below, at and past the 16-lane block, several heads and queries (query-head pairs that do
 // not fill the kernel's groups of 8, a query's heads split across two groups, key blocks no query of a
 // prompt chunk sees), negative and zero dot products (query 0, head 0 is all zeros), and the -inf of
-// non-causal keys.
+// non-causal keys. The FP8 key rows: widths the fast decoder takes (16, 32, 64, 128: one and two 64-byte
+// chunks) and widths it leaves to the scalar one (20, 24, 18), keys of very different magnitudes (scales
+// 2^-22 to 2^8), signed zeros, and one key with a NaN (its scale NaN: NaN scores). Calls of at most 4
+// (query, head) pairs take the kernel's two-blocks-at-a-time path: a full, partial or missing second block,
+// and queries that see none of a block's keys.
 void indexer_scores(const k::backend& be) {
   struct shape {
     int64_t T, S, HI, D;
   };
-  for (const shape s : {shape{1, 1, 1, 16}, shape{3, 40, 4, 64}, shape{7, 7, 8, 32}, shape{5, 300, 4, 64},
-                        shape{2, 17, 3, 20}, shape{40, 100, 3, 24}, shape{33, 33, 5, 16}, shape{1, 70, 4, 64}}) {
+  for (const shape s :
+       {shape{1, 1, 1, 16}, shape{3, 40, 4, 64}, shape{7, 7, 8, 32}, shape{5, 300, 4, 64},
+        shape{2, 17, 3, 20}, shape{40, 100, 3, 24}, shape{33, 33, 5, 16}, shape{1, 70, 4, 64},
+        shape{2, 48, 2, 128}, shape{3, 37, 2, 18}, shape{1, 57, 4, 32}, shape{3, 45, 1, 16}}) {
     SCOPED_TRACE(::testing::Message() << "T=" << s.T << " S=" << s.S << " HI=" << s.HI << " D=" << s.D);
     std::mt19937_64 gen(uint64_t(s.S * 7 + s.D));
     Vec q = normal(gen, size_t(s.T * s.HI * s.D));
-    const Vec kk = normal(gen, size_t(s.S * s.D)), w = normal(gen, size_t(s.T * s.HI));
+    Vec kf = normal(gen, size_t(s.S * s.D));
+    const Vec w = normal(gen, size_t(s.T * s.HI));
     for (int64_t d = 0; d < s.D; ++d) q[size_t(d)] = 0.0f;
+    for (int64_t j = 0; j < s.S; ++j)
+      for (int64_t d = 0; d < s.D; ++d) {
+        float& x = kf[size_t(j * s.D + d)];
+        x = j % 11 == 5 ? (d % 2 ? -0.0f : 0.0f) : std::ldexp(x, int(j % 9) * 2 - 8);
+      }
+    if (s.S > 20) kf[size_t(19 * s.D + 1)] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<uint8_t> kk(size_t(s.S * ref::index_key_bytes(s.D)));
+    ref::quantize_index_keys(kf.data(), kk.data(), s.S, s.D);
     Vec want(size_t(s.T * s.S)), got(want.size(), 1.0f);
     ref::indexer_scores(q.data(), kk.data(), w.data(), want.data(), s.T, s.S, s.HI, s.D);
     be.indexer_scores(q.data(), kk.data(), w.data(), got.data(), s.T, s.S, s.HI, s.D);

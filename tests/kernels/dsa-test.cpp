@@ -1,5 +1,6 @@
-// DSA lightning indexer reference kernels: scores against a plain fp64 loop (causal -inf outside), top-k
-// against a full stable sort of the candidates (ties by lower index, -1 padding, NaN last).
+// DSA lightning indexer reference kernels: the FP8 key rows' layout, scores against a plain fp64 loop over
+// the decoded keys (causal -inf outside), top-k against a full stable sort of the candidates (ties by lower
+// index, -1 padding, NaN last).
 #include "moxi/kernels/ref/dsa.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,8 @@
 #include <numeric>
 #include <random>
 #include <vector>
+
+#include "moxi/base/mx.h"
 
 namespace {
 
@@ -23,14 +26,54 @@ Vec normal(size_t n, std::mt19937_64& gen) {
   return v;
 }
 
+// The cached key rows: E4M3 codes (decoded by mx's table, whose every byte mx-test checks against the bit
+// fields), zero padding to whole words, the fp32 scale after them.
+TEST(Indexer, KeyRowsHoldCodesPaddingAndScale) {
+  std::mt19937_64 gen(3);
+  for (int64_t D : {int64_t{16}, int64_t{18}, int64_t{64}}) {
+    const int64_t T = 3, stride = ref::index_key_bytes(D);
+    EXPECT_EQ(stride, (D + 3) / 4 * 4 + 4);
+    Vec k = normal(size_t(T * D), gen);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < D; ++d) k[size_t(t * D + d)] *= std::ldexp(1.0f, int(t * 9) - 9);
+    std::vector<uint8_t> rows(size_t(T * stride), 0xAA);
+    ref::quantize_index_keys(k.data(), rows.data(), T, D);
+    for (int64_t t = 0; t < T; ++t) {
+      const uint8_t* row = rows.data() + t * stride;
+      std::vector<uint8_t> codes(static_cast<size_t>(D));
+      const float scale = moxi::mx::quantize_fp8_row(k.data() + t * D, size_t(D), codes.data());
+      EXPECT_TRUE(std::equal(codes.begin(), codes.end(), row));
+      for (int64_t p = D; p < ref::index_key_scale_offset(D); ++p) EXPECT_EQ(row[p], 0);
+      EXPECT_EQ(ref::index_key_scale(row, D), scale);
+      Vec dec(static_cast<size_t>(D));
+      ref::dequantize_index_key(row, D, dec.data());
+      for (int64_t d = 0; d < D; ++d) {
+        EXPECT_EQ(dec[size_t(d)], moxi::mx::kFp8E4m3[codes[size_t(d)]] * scale);
+        // Within half an E4M3 step (3 mantissa bits) of the key, or of the subnormal grid at the bottom.
+        const float x = k[size_t(t * D + d)];
+        EXPECT_LE(std::fabs(dec[size_t(d)] - x),
+                  std::max(std::fabs(x) / 16, std::ldexp(scale, -10)) * 1.0001f);
+      }
+    }
+  }
+}
+
 TEST(Indexer, ScoresMatchPlainLoop) {
   const int64_t HI = 4, D = 16;
   std::mt19937_64 gen(1);
   for (auto [T, S] : {std::pair<int64_t, int64_t>{5, 5}, {3, 9}, {1, 12}}) {
-    const Vec q = normal(size_t(T * HI * D), gen), k = normal(size_t(S * D), gen),
+    const Vec q = normal(size_t(T * HI * D), gen), kf = normal(size_t(S * D), gen),
               w = normal(size_t(T * HI), gen);
+    std::vector<uint8_t> kr(size_t(S * ref::index_key_bytes(D)));
+    ref::quantize_index_keys(kf.data(), kr.data(), S, D);
+    Vec k(size_t(S * D));  // the keys the scores see, decoded in fp64 from the codes and the scale
+    for (int64_t s = 0; s < S; ++s) {
+      const uint8_t* row = kr.data() + s * ref::index_key_bytes(D);
+      for (int64_t d = 0; d < D; ++d)
+        k[size_t(s * D + d)] = float(double(moxi::mx::kFp8E4m3[row[d]]) * ref::index_key_scale(row, D));
+    }
     Vec scores(size_t(T * S));
-    ref::indexer_scores(q.data(), k.data(), w.data(), scores.data(), T, S, HI, D);
+    ref::indexer_scores(q.data(), kr.data(), w.data(), scores.data(), T, S, HI, D);
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t s = 0; s < S; ++s) {
         const float got = scores[size_t(t * S + s)];

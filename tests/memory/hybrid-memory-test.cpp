@@ -12,6 +12,7 @@
 #include <random>
 
 #include "moxi/formats/model-config.h"
+#include "moxi/kernels/ref/dsa.h"
 #include "moxi/model/config.h"
 
 namespace moxi::memory {
@@ -135,7 +136,7 @@ TEST(CacheSpec, FromTheTinyKimiLinearConfig) {
   EXPECT_EQ(s.num_kda_layers(), c.num_kda_layers());
   EXPECT_EQ(s.num_mla_layers(), c.num_mla_layers());
   EXPECT_EQ(s.latent_width, c.mla->kv_lora_rank + c.mla->qk_rope_head_dim);
-  EXPECT_EQ(s.index_width, c.dsa ? c.dsa->index_head_dim : 0);
+  EXPECT_EQ(s.index_width, 0);  // no DSA
   EXPECT_EQ(s.conv_floats(), (c.kda->conv_kernel - 1) * c.kda->num_heads * c.kda->head_dim);
   EXPECT_EQ(s.bytes_per_state_slot(),
             size_t(s.num_kda_layers() * (3 * s.conv_floats() + s.recurrent_floats())) * sizeof(float));
@@ -151,6 +152,10 @@ TEST(CacheSpec, FromTheTinyHybridSwaConfig) {
   EXPECT_EQ(s.num_mla_layers(), 3);  // 2 + the MTP layer
   EXPECT_EQ(s.num_state_layers(), 4);
   EXPECT_EQ(s.num_paged_layers(), 3);
+  // The FP8 index key row as 4-byte words: 16 E4M3 codes, then the fp32 scale (kernels/ref/dsa.h).
+  ASSERT_EQ(c.dsa->index_head_dim, 16);
+  EXPECT_EQ(s.index_width, 5);
+  EXPECT_EQ(s.index_width * 4, moxi::kernels::ref::index_key_bytes(c.dsa->index_head_dim));
   // The ring: window rows of keys and of values, KV heads x head_dim floats each.
   EXPECT_EQ(s.state_floats(attn_kind::SWA), 2 * c.swa->window * c.swa->num_kv_heads * c.swa->head_dim);
   EXPECT_EQ(s.bytes_per_state_slot(), size_t(2 * (3 * s.conv_floats() + s.recurrent_floats()) +

@@ -56,7 +56,8 @@ class thread_group final : public process_group {
 
 struct indexer_case {
   int64_t T, S, HI, D, k;
-  std::vector<float> q, keys, w;
+  std::vector<float> q, w;
+  std::vector<uint8_t> keys;  // FP8 key rows (kernels/ref/dsa.h)
 };
 
 // Random queries and keys; `period` > 0 repeats the keys with that period, so equal scores lie far apart
@@ -66,14 +67,16 @@ indexer_case make_case(int64_t T, int64_t S, int64_t k, int64_t period, int64_t 
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   c.q.resize(size_t(T * c.HI * c.D));
-  c.keys.resize(size_t(S * c.D));
+  std::vector<float> keys(size_t(S * c.D));
   c.w.resize(size_t(T * c.HI));
   for (float& v : c.q) v = nd(rng);
   for (float& v : c.w) v = nd(rng);
   for (int64_t s = 0; s < S; ++s)
     for (int64_t d = 0; d < c.D; ++d)
-      c.keys[size_t(s * c.D + d)] = period > 0 && s >= period ? c.keys[size_t((s % period) * c.D + d)] : nd(rng);
-  if (nan_at >= 0) c.keys[size_t(nan_at * c.D)] = std::numeric_limits<float>::quiet_NaN();
+      keys[size_t(s * c.D + d)] = period > 0 && s >= period ? keys[size_t((s % period) * c.D + d)] : nd(rng);
+  if (nan_at >= 0) keys[size_t(nan_at * c.D)] = std::numeric_limits<float>::quiet_NaN();
+  c.keys.resize(size_t(S * moxi::kernels::ref::index_key_bytes(c.D)));
+  moxi::kernels::ref::quantize_index_keys(keys.data(), c.keys.data(), S, c.D);
   return c;
 }
 

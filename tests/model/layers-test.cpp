@@ -252,6 +252,10 @@ std::vector<vec> expanded_reference(const formats::checkpoint& ck, const formats
         rotate(ki[size_t(t)], 0, Dr, double(t), inv_freq, af, false);
         for (size_t j = 0; j < HI; ++j) rotate(qi[size_t(t)], j * DI, Dr, double(t), inv_freq, af, false);
       }
+      // Keys are cached in FP8 with a power-of-two scale (the codec mx-test checks against fp64).
+      std::vector<float> kf(ki[size_t(t)].begin(), ki[size_t(t)].end());
+      moxi::mx::fake_quantize_fp8_row(kf.data(), DI, kf.data());
+      ki[size_t(t)].assign(kf.begin(), kf.end());
       wi[size_t(t)] = matvec(wp, x, HI);
       for (double& e : wi[size_t(t)]) e /= std::sqrt(double(HI)) * std::sqrt(double(DI));
     }

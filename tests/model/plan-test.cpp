@@ -234,8 +234,9 @@ TEST(PlanTest, KdaStateIsConstantAndDsaCacheLinearInContext) {
   const uint64_t kda_state = 96ull * 128 * 128 * 4 + 3ull * 3 * 96 * 128 * 2;
   EXPECT_EQ(a.kda_state_bytes_per_layer, kda_state);
   EXPECT_EQ(b.kda_state_bytes_per_layer, kda_state);
-  // DSA: 512 latent + 64 rope + 128 indexer key, BF16 (docs/model-spec.md §3.2).
-  const uint64_t latent = (512 + 64) * 2 + 128 * 2;
+  // DSA: 512 latent + 64 rope in BF16, and the 128-dim indexer key in FP8 with an fp32 scale (132 B, as
+  // DeepSeek-V3.2 caches it; docs/model-spec.md §3.2).
+  const uint64_t latent = (512 + 64) * 2 + 128 + 4;
   EXPECT_EQ(a.latent_bytes_per_token_layer, latent);
   EXPECT_EQ(b.cache_bytes_per_sequence - a.cache_bytes_per_sequence, 65536ull * latent * 24);
   EXPECT_EQ(a.cache_bytes_per_sequence, 69 * kda_state + 65536ull * latent * 24);
@@ -251,15 +252,15 @@ TEST(PlanTest, Fp8CacheUsesFlashMlaFormat) {
   const auto kimi = load_model_config(config_path("kimi-linear-48b-a3b.json"));
   EXPECT_EQ(make_plan(kimi, o).latent_bytes_per_token_layer, 656u);
   EXPECT_EQ(make_plan(kimi, plan_options{}).latent_bytes_per_token_layer, 576u * 2);
-  // DSA adds the 132 B FP8 indexer key (128 e4m3 + one fp32 scale).
+  // DSA adds the 132 B FP8 indexer key (128 e4m3 + one fp32 scale), in every cache format.
   const auto ds = load_model_config(config_path("deepseek-v3.2.json"));
   const auto fp8 = make_plan(ds, o);
   const auto bf16 = make_plan(ds, plan_options{});
   EXPECT_EQ(fp8.latent_bytes_per_token_layer, 656u + 132u);
-  EXPECT_EQ(bf16.latent_bytes_per_token_layer, 576u * 2 + 128u * 2);
+  EXPECT_EQ(bf16.latent_bytes_per_token_layer, 576u * 2 + 132u);
   EXPECT_LT(fp8.cache_bytes_per_sequence, bf16.cache_bytes_per_sequence);
   // FlashMLA's example: 576 x 2 B x 62 layers x 128K tokens ~ 8.72 GiB (BF16 latent only); with 61 layers:
-  const double latent_only = double(bf16.cache_bytes_per_sequence) * 1152.0 / 1408.0;
+  const double latent_only = double(bf16.cache_bytes_per_sequence) * 1152.0 / 1284.0;
   const double per_128k = latent_only * 131072.0 / double(bf16.context);
   EXPECT_NEAR(per_128k / double(1ull << 30) * 62.0 / 61.0, 8.72, 0.05);
 }
@@ -413,7 +414,7 @@ TEST(PlanTest, TinySeedDecodeTraffic) {
   const double emb = double(r.groups[size_t(param_group::EMBEDDING)].disk_bytes);
   const double weights = double(r.disk_bytes) - routed - emb + routed * 4.0 / 16.0 + 128.0 * 2;
   const double kda_state = 4.0 * 16 * 16 * 4 + 3.0 * 3 * 64 * 2;
-  const double key = 16 * 2, latent = (32 + 8) * 2;
+  const double key = 16 + 4, latent = (32 + 8) * 2;  // the FP8 index key: 16 codes and an fp32 scale
   const double cache = 2.0 * 4 * kda_state + 2.0 * (1000 * key + 8 * latent);  // top-k 8 of 1000 positions
   EXPECT_NEAR(r.bytes_per_token_batch1, weights + cache, 1e-6 * (weights + cache));
   EXPECT_NEAR(r.weight_bytes_per_token_batch, weights, 1e-6 * weights);

@@ -338,7 +338,9 @@ TEST(SwaPlan, RingFiguresFromTheConfigFields) {
   EXPECT_EQ(r.swa_bytes_per_layer, ring);
   const uint64_t kda = uint64_t(c.kda->num_heads * c.kda->head_dim * c.kda->head_dim) * 4 +
                        uint64_t(3 * (c.kda->conv_kernel - 1) * c.kda->proj_dim()) * 2;
-  const uint64_t latent = uint64_t(c.mla->kv_lora_rank + c.mla->qk_rope_head_dim + c.dsa->index_head_dim) * 2;
+  // BF16 latent and the FP8 index key (its D codes and an fp32 scale).
+  const uint64_t latent =
+      uint64_t(c.mla->kv_lora_rank + c.mla->qk_rope_head_dim) * 2 + uint64_t(c.dsa->index_head_dim) + 4;
   EXPECT_EQ(r.cache_bytes_per_sequence, 2 * kda + 2 * ring + 2 * 1000 * latent);
   // A context shorter than the window holds only that many positions.
   o.context = 10;

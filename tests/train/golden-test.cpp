@@ -371,13 +371,32 @@ TEST(FakeQuant, ForwardIsTheEngineCodecAndBackwardIsStraightThrough) {
   EXPECT_TRUE(torch::equal(dec, y.detach()));
 }
 
+// The FP8 row op (QAT's rounding of the DSA index keys) is mx::fake_quantize_fp8_row per last-dimension row,
+// with an identity gradient.
+TEST(FakeQuant, Fp8RowOpIsTheCodecPerRowWithStraightThroughGradient) {
+  torch::manual_seed(3);
+  auto x = (torch::randn({3, 5, 24}) * torch::pow(2.0, torch::arange(3).view({3, 1, 1}) * 6 - 6))
+               .requires_grad_(true);
+  const auto y = train::fp8_row_fake_quant(x);
+  const auto xc = x.detach().contiguous();
+  std::vector<float> want(size_t(x.numel()));
+  for (int64_t r = 0; r < 15; ++r)
+    mx::fake_quantize_fp8_row(xc.data_ptr<float>() + r * 24, 24, want.data() + r * 24);
+  EXPECT_EQ(std::memcmp(want.data(), y.contiguous().data_ptr<float>(), want.size() * sizeof(float)), 0);
+  EXPECT_FALSE(torch::equal(y.detach(), xc));  // it does round
+  (y * torch::arange(360).view({3, 5, 24})).sum().backward();
+  EXPECT_TRUE(torch::equal(x.grad(), torch::arange(360).view({3, 5, 24}).to(torch::kFloat32)));
+}
+
 // QAT on weights already on the MXFP4 grid changes nothing (decode(encode(decode)) is the identity), and the
-// gradient still reaches the expert weights.
+// gradient still reaches the expert weights. Attention is dense in both models, so that the comparison is of
+// the experts alone.
 TEST(FakeQuant, QatForwardOnMxfp4CheckpointEqualsPlainForwardAndTrainsExperts) {
   const std::string dir = scratch::get().checkpoint(variants()[0]);
-  train::train_options qo;
+  train::train_options po, qo;
+  po.dsa_dense = qo.dsa_dense = true;
   qo.qat = true;
-  const auto plain = train::train_model::load(dir);
+  const auto plain = train::train_model::load(dir, po);
   const auto qat = train::train_model::load(dir, qo);
   const auto tokens = as_tensor(random_tokens(12, plain.config().vocab_size, 4));
   const auto lp = plain.forward(tokens).logits.detach();

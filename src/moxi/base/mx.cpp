@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include "moxi/base/error.h"
 
@@ -166,6 +168,31 @@ void fake_quantize(elem_format f, const float* x, size_t n, float* out) {
     // The same product the dequantizers compute, so the result is bit-identical to them.
     encode_block(f, xb, s, [f, ob, scale](int i, uint8_t code) { ob[i] = elem_to_f32(f, code) * scale; });
   }
+}
+
+float quantize_fp8_row(const float* x, size_t n, uint8_t* codes) {
+  MOXI_ASSERT(n >= 1);
+  uint32_t amax_bits = 0;
+  for (size_t i = 0; i < n; ++i) amax_bits = std::max(amax_bits, std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu);
+  if (amax_bits >= 0x7f800000u) {  // NaN or Inf
+    std::fill(codes, codes + n, uint8_t(0));
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  const float amax = std::max(std::bit_cast<float>(amax_bits), 1e-4f);
+  // amax / 2^e0 is in [256, 512): e0 + 1 is needed exactly when it exceeds 448 (and e0 - 1 never suffices).
+  int e = floor_log2(amax) - elem_emax(elem_format::FP8_E4M3);
+  if (amax > 448.0f * detail::pow2(e)) ++e;
+  // x / 2^e as x * 2^-e: exact unless the product is below 2^-126, and those round to zero in E4M3 anyway.
+  const float inv = detail::pow2(-e);
+  for (size_t i = 0; i < n; ++i) codes[i] = f32_to_fp8_e4m3(x[i] * inv);
+  return detail::pow2(e);
+}
+
+void fake_quantize_fp8_row(const float* x, size_t n, float* out) {
+  thread_local std::vector<uint8_t> codes;
+  codes.resize(n);
+  const float scale = quantize_fp8_row(x, n, codes.data());
+  for (size_t i = 0; i < n; ++i) out[i] = kFp8E4m3[codes[i]] * scale;
 }
 
 }  // namespace moxi::mx

@@ -139,4 +139,17 @@ void dequantize_mxfp8(elem_format f, const uint8_t* elems, const uint8_t* scales
 // dequantize(quantize(x)) for every input, NaN blocks included. out may alias x.
 void fake_quantize(elem_format f, const float* x, size_t n, float* out);
 
+// ---- E4M3 rows with one power-of-two scale (DeepSeek-V3.2's FP8 indexer keys, docs/mx-formats.md) ----
+// Encoding of a row x[0, n), any n >= 1:
+//   - A NaN or Inf anywhere: scale NaN and every element 0, so the row decodes to NaN.
+//   - amax = max(max |x[i]|, 1e-4); scale = 2^e with the smallest integer e such that amax <= 448 * 2^e,
+//     i.e. 2^ceil(log2(amax / 448)): the UE8M0 rounding of amax / 448 that DeepSeek-V3.2's act_quant and
+//     vLLM's indexer-key cache kernel apply, here decided exactly instead of through a rounded division.
+//   - Element i = f32_to_fp8_e4m3(x[i] / scale): RNE, and |x[i] / scale| <= 448, so nothing saturates.
+// Decoding: value = kFp8E4m3[code] * scale (exact: scale is a power of two in [2^-22, 2^120]).
+// Returns the scale.
+float quantize_fp8_row(const float* x, size_t n, uint8_t* codes);
+// quantize_fp8_row then decode, in one pass; out may alias x.
+void fake_quantize_fp8_row(const float* x, size_t n, float* out);
+
 }  // namespace moxi::mx

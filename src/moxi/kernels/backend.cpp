@@ -260,7 +260,7 @@ void backend::mla_attention_absorbed_sparse(const float* q_lat, const float* lat
   ref::mla_attention_absorbed_sparse(q_lat, latent, indices, o_lat, T, S, H, L, Dr, topk, scale);
 }
 
-void backend::indexer_scores(const float* q, const float* k, const float* w, float* scores, int64_t T,
+void backend::indexer_scores(const float* q, const uint8_t* k, const float* w, float* scores, int64_t T,
                              int64_t S, int64_t HI, int64_t D) const {
   ref::indexer_scores(q, k, w, scores, T, S, HI, D);
 }

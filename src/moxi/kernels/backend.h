@@ -182,7 +182,7 @@ class backend {
   virtual void mla_attention_absorbed_sparse(const float* q_lat, const float* latent, const int32_t* indices,
                                              float* o_lat, int64_t T, int64_t S, int64_t H, int64_t L,
                                              int64_t Dr, int64_t topk, float scale) const;
-  virtual void indexer_scores(const float* q, const float* k, const float* w, float* scores, int64_t T,
+  virtual void indexer_scores(const float* q, const uint8_t* k, const float* w, float* scores, int64_t T,
                               int64_t S, int64_t HI, int64_t D) const;
   virtual void indexer_topk(const float* scores, int32_t* indices, int64_t T, int64_t S, int64_t k) const;
 

@@ -24,7 +24,8 @@ cache_spec cache_spec::from_config(const formats::model_config& c) {
   for (int64_t k = 0; k < c.num_mtp_layers; ++k)
     s.layers.push_back(c.mla ? formats::attn_kind::MLA : formats::attn_kind::KDA);
   if (c.mla) s.latent_width = c.mla->kv_lora_rank + c.mla->qk_rope_head_dim;
-  if (c.dsa) s.index_width = c.dsa->index_head_dim;
+  // kernels/ref/dsa.h index_key_bytes(D) / 4, repeated here because memory/ sits below kernels/.
+  if (c.dsa) s.index_width = (c.dsa->index_head_dim + 3) / 4 + 1;
   if (c.kda) {
     s.kda_heads = c.kda->num_heads;
     s.kda_head_dim = c.kda->head_dim;

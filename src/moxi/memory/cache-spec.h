@@ -22,12 +22,14 @@ cache_kind cache_kind_of(formats::attn_kind kind);
 struct cache_spec {
   std::vector<formats::attn_kind> layers;  // one per cache slot
   int64_t latent_width = 0;                // MLA: kv_lora_rank + qk_rope_head_dim floats per token
-  int64_t index_width = 0;                 // DSA indexer key floats per token; 0 without DSA
-  int64_t kda_heads = 0;                   // H
-  int64_t kda_head_dim = 0;                // K = V
-  int64_t kda_conv_kernel = 0;             // W
-  int64_t swa_window = 0;                  // sliding-window layers: ring rows
-  int64_t swa_kv_dim = 0;                  // floats of one key (= of one value): KV heads * head_dim
+  // DSA: one cached index key per token as 4-byte words: its FP8 row (kernels/ref/dsa.h index_key_bytes:
+  // the codes padded to whole words, then the fp32 scale), stored and copied here as opaque words; 0 without.
+  int64_t index_width = 0;
+  int64_t kda_heads = 0;        // H
+  int64_t kda_head_dim = 0;     // K = V
+  int64_t kda_conv_kernel = 0;  // W
+  int64_t swa_window = 0;       // sliding-window layers: ring rows
+  int64_t swa_kv_dim = 0;       // floats of one key (= of one value): KV heads * head_dim
   // Per slot: whether this process stores it (a pipeline stage holds its own layers' caches only); empty:
   // every slot. Decisions that depend on the model's layers (snapshots, block-aligned steps) still see all
   // of them, so every stage of a serving group schedules alike.
@@ -53,7 +55,7 @@ struct cache_spec {
   int64_t swa_layer_floats() const { return 2 * swa_window * swa_kv_dim; }  // keys then values
   // The state floats of one layer of a STATE kind (model/layers/attention.h state_floats, the same sizes).
   int64_t state_floats(formats::attn_kind kind) const;
-  int64_t token_floats() const { return latent_width + index_width; }  // per MLA layer per token
+  int64_t token_floats() const { return latent_width + index_width; }  // 4-byte words per MLA layer per token
 
   // Bytes one block of `block_size` tokens holds over the held paged layers, and one state slot over the
   // held state layers.

@@ -1,7 +1,8 @@
 // paged_latent_cache: the per-token cache of the MLA / Gated DSA layers in pages of block_size tokens. One
 // block id addresses the same positions in every MLA layer (one block table per sequence for all of them,
 // like a vLLM KV-cache group), so a block holds, per MLA layer, block_size rows of the compressed latent
-// [c_kv | k_pe] and of the DSA indexer key. f32 storage for now (the layout of model/cache.h).
+// [c_kv | k_pe] (f32) and of the DSA indexer key (its FP8 row as index_width opaque 4-byte words, held in
+// the same f32 storage and only ever copied: model/cache.h, kernels/ref/dsa.h).
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "moxi/base/error.h"
+#include "moxi/kernels/ref/dsa.h"
 #include "moxi/model/arch/registry.h"
 #include "moxi/model/layers/attention.h"
 
@@ -15,7 +16,7 @@ namespace moxi::model {
 contiguous_cache::contiguous_cache(const formats::model_config& c, const std::vector<bool>& owned) {
   const auto layout = arch::find_architecture(c).layout(c);
   if (c.mla) latent_width_ = c.mla->kv_lora_rank + c.mla->qk_rope_head_dim;
-  if (c.dsa) index_width_ = c.dsa->index_head_dim;
+  if (c.dsa) index_width_ = kernels::ref::index_key_bytes(c.dsa->index_head_dim);
   if (c.kda) kda_conv_floats_ = (c.kda->conv_kernel - 1) * c.kda->proj_dim();
   MOXI_ASSERT(owned.empty() || owned.size() == layout.layers.size() + layout.mtp_layers.size());
   auto add = [&](const arch::layer_layout& l, bool mtp) {

@@ -32,15 +32,15 @@ struct swa_ring_ref {
 
 // Rows just reserved at the end of an MLA layer's cache, to be filled by the layer.
 struct mla_append_ref {
-  float* latent = nullptr;      // f32 [T, L+Dr]: [c_kv after kv_a_layernorm | k_pe after RoPE]
-  float* index_keys = nullptr;  // f32 [T, D_I], nullptr without the DSA indexer
+  float* latent = nullptr;        // f32 [T, L+Dr]: [c_kv after kv_a_layernorm | k_pe after RoPE]
+  uint8_t* index_keys = nullptr;  // u8 [T, index_key_bytes(D_I)] FP8 keys (kernels/ref/dsa.h), or nullptr
 };
 
 // Everything an MLA layer has cached, including rows appended in the current call.
 struct mla_view {
-  const float* latent = nullptr;      // f32 [S, L+Dr]
-  const float* index_keys = nullptr;  // f32 [S, D_I], or nullptr
-  int64_t length = 0;                 // S
+  const float* latent = nullptr;        // f32 [S, L+Dr]
+  const uint8_t* index_keys = nullptr;  // u8 [S, index_key_bytes(D_I)], or nullptr
+  int64_t length = 0;                   // S
 };
 
 class sequence_cache;
@@ -117,10 +117,11 @@ class contiguous_cache final : public sequence_cache {
  private:
   struct slot {
     formats::attn_kind kind = formats::attn_kind::KDA;
-    bool mtp = false;                       // an MTP layer's slot: its rows follow mtp_length
-    bool owned = true;                      // false: another pipeline stage's layer, nothing kept here
-    std::vector<float> state;               // KDA, SWA
-    std::vector<float> latent, index_keys;  // MLA, grown by mla_append
+    bool mtp = false;                 // an MTP layer's slot: its rows follow mtp_length
+    bool owned = true;                // false: another pipeline stage's layer, nothing kept here
+    std::vector<float> state;         // KDA, SWA
+    std::vector<float> latent;        // MLA, grown by mla_append
+    std::vector<uint8_t> index_keys;  // Gated DSA: the FP8 index key rows
     int64_t rows = 0;
     // While tracing: the state at the mark, then the state after each traced token, token-major.
     std::vector<float> marked, trace;
@@ -128,7 +129,7 @@ class contiguous_cache final : public sequence_cache {
   slot& at(int64_t layer);
 
   int64_t kda_conv_floats_ = 0;  // (W-1) * P of the KDA layers
-  int64_t latent_width_ = 0, index_width_ = 0;
+  int64_t latent_width_ = 0, index_width_ = 0;  // floats, bytes per token
   std::vector<slot> slots_;
   int64_t length_ = 0, mtp_length_ = 0;
   bool tracing_ = false;

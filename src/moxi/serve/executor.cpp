@@ -38,9 +38,9 @@ class row_buffer {
   size_t cap_ = 0;
 };
 
-// One sequence's gather buffers: latent and index rows per layer slot. Rows [0, valid[l]) of slot l equal the
-// sequence's cached rows (they were gathered from its blocks or written to them from here); `owner` is the
-// sequence's incarnation (0: none).
+// One sequence's gather buffers: latent and index-key rows per layer slot. Rows [0, valid[l]) of slot l equal
+// the sequence's cached rows (they were gathered from its blocks or written to them from here); `owner` is
+// the sequence's incarnation (0: none).
 struct executor::gather_set {
   uint64_t owner = 0;
   std::vector<row_buffer> latent, index;
@@ -48,6 +48,12 @@ struct executor::gather_set {
 };
 
 namespace {
+
+// The index rows are FP8 keys (kernels/ref/dsa.h) that memory/ holds as opaque 4-byte words; the layers
+// read and write them as bytes (char access to any object is well defined).
+uint8_t* key_bytes(float* words) {
+  return reinterpret_cast<uint8_t*>(words);
+}
 
 class paged_cache final : public model::sequence_cache {
  public:
@@ -118,11 +124,13 @@ class paged_cache final : public model::sequence_cache {
     lat.ensure(size_t((row + T) * sp.latent_width), size_t(row * sp.latent_width));
     idx.ensure(size_t((row + T) * sp.index_width), size_t(row * sp.index_width));
     b.appended += T;
-    return {lat.data() + row * sp.latent_width, sp.index_width ? idx.data() + row * sp.index_width : nullptr};
+    return {lat.data() + row * sp.latent_width,
+            sp.index_width ? key_bytes(idx.data() + row * sp.index_width) : nullptr};
   }
   model::mla_view mla(int64_t layer) override {
     auto& b = gathered(layer);
-    return {g_.latent[size_t(layer)].data(), mem_.spec().index_width ? g_.index[size_t(layer)].data() : nullptr,
+    return {g_.latent[size_t(layer)].data(),
+            mem_.spec().index_width ? key_bytes(g_.index[size_t(layer)].data()) : nullptr,
             start_ + b.appended};
   }
   // Writes this step's new rows into the sequence's blocks: all of them, or the first `main_rows` of the

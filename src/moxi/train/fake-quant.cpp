@@ -22,7 +22,28 @@ struct mx_fake_quant_fn : torch::autograd::Function<mx_fake_quant_fn> {
   }
 };
 
+struct fp8_row_fake_quant_fn : torch::autograd::Function<fp8_row_fake_quant_fn> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* /*ctx*/, const torch::Tensor& x) {
+    const auto xc = x.detach().to(torch::kFloat32).contiguous();
+    auto out = torch::empty_like(xc);
+    const int64_t D = xc.size(-1), rows = D > 0 ? xc.numel() / D : 0;
+    const float* in = xc.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    for (int64_t r = 0; r < rows; ++r) mx::fake_quantize_fp8_row(in + r * D, size_t(D), o + r * D);
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* /*ctx*/,
+                                                 torch::autograd::variable_list grad) {
+    return {grad[0]};
+  }
+};
+
 }  // namespace
+
+torch::Tensor fp8_row_fake_quant(const torch::Tensor& x) {
+  MOXI_ASSERT(x.dim() >= 1 && x.size(-1) >= 1, "FP8 row fake-quant needs rows");
+  return fp8_row_fake_quant_fn::apply(x);
+}
 
 torch::Tensor mx_fake_quant(const torch::Tensor& x, mx::elem_format format) {
   // Blocks run along the flattened contiguous tensor, so they line up with rows only when K % 32 == 0.

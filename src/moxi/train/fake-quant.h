@@ -12,6 +12,10 @@ namespace moxi::train {
 // Gradient: identity (straight-through estimator).
 torch::Tensor mx_fake_quant(const torch::Tensor& x, mx::elem_format format);
 
+// x f32 [..., D]: every row of the last dimension quantized to E4M3 with one power-of-two scale and decoded
+// again (mx::fake_quantize_fp8_row: the engine's FP8 DSA index keys). Gradient: identity.
+torch::Tensor fp8_row_fake_quant(const torch::Tensor& x);
+
 // Decode MXFP4 storage (u8 blocks [N, K/32, 16], u8 scales [N, K/32]) to f32 [N, K] with
 // mx::dequantize_mxfp4.
 torch::Tensor mxfp4_decode(const uint8_t* blocks, const uint8_t* scales, int64_t N, int64_t K);

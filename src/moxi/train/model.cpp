@@ -298,6 +298,8 @@ torch::Tensor train_model::mla(const torch::Tensor& x, const std::string& pre, c
       qI = torch::cat({rope(qI.slice(-1, 0, Dr), cos_t, sin_t, false), qI.slice(-1, Dr)}, -1);
       kI = torch::cat({rope(kI.slice(-1, 0, Dr), cos_t, sin_t, false), kI.slice(-1, Dr)}, -1);
     }
+    // The engine caches index keys in FP8 (kernels/ref/dsa.h): its rounding, straight-through.
+    kI = fp8_row_fake_quant(kI);
     const float wscale = float(1.0 / std::sqrt(double(HI)) / std::sqrt(double(DI)));
     const auto wts = lin(xd, pre + ".indexer.weights_proj") * wscale;  // [B, T, HI]
     auto I = (wts.unsqueeze(-1) * torch::relu(torch::einsum("btjd,bsd->btjs", {qI, kI}))).sum(2);  // [B,T,S]

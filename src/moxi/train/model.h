@@ -22,7 +22,8 @@ namespace moxi::train {
 
 struct train_options {
   // QAT: fake-quantize routed-expert weights to MXFP4 in the forward (straight-through backward). MXFP8
-  // activation fake-quant of the expert GEMM inputs follows quantization_config, as in the engine.
+  // activation fake-quant of the expert GEMM inputs follows quantization_config, and Gated DSA index keys are
+  // always rounded to FP8, as in the engine.
   bool qat = false;
   // DSA dense warm-up (DeepSeek-V3.2): attention stays dense while the indexer learns to match it.
   bool dsa_dense = false;

@@ -3,16 +3,33 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "moxi/base/error.h"
+#include "moxi/base/mx.h"
 
 namespace moxi::kernels::ref {
 
-void indexer_scores(const float* q, const float* k, const float* w, float* scores, int64_t T, int64_t S,
+void quantize_index_keys(const float* k, uint8_t* rows, int64_t T, int64_t D) {
+  for (int64_t t = 0; t < T; ++t) {
+    uint8_t* row = rows + t * index_key_bytes(D);
+    const float scale = mx::quantize_fp8_row(k + t * D, size_t(D), row);
+    std::memset(row + D, 0, size_t(index_key_scale_offset(D) - D));
+    std::memcpy(row + index_key_scale_offset(D), &scale, 4);
+  }
+}
+
+void dequantize_index_key(const uint8_t* row, int64_t D, float* out) {
+  const float scale = index_key_scale(row, D);
+  for (int64_t d = 0; d < D; ++d) out[d] = mx::kFp8E4m3[row[d]] * scale;
+}
+
+void indexer_scores(const float* q, const uint8_t* k, const float* w, float* scores, int64_t T, int64_t S,
                     int64_t HI, int64_t D) {
   MOXI_ASSERT(S >= T);
+  const int64_t stride = index_key_bytes(D);
   for (int64_t t = 0; t < T; ++t) {
     const int64_t n = S - T + t + 1;
     float* row = scores + t * S;
@@ -21,13 +38,14 @@ void indexer_scores(const float* q, const float* k, const float* w, float* score
         row[s] = -std::numeric_limits<float>::infinity();
         continue;
       }
-      const float* ks = k + s * D;
+      const uint8_t* ks = k + s * stride;
+      const float scale = index_key_scale(ks, D);
       float acc = 0.0f;
       for (int64_t j = 0; j < HI; ++j) {
         const float* qj = q + (t * HI + j) * D;
         float dot = 0.0f;
-        for (int64_t d = 0; d < D; ++d) dot += qj[d] * ks[d];
-        acc += w[t * HI + j] * std::max(dot, 0.0f);
+        for (int64_t d = 0; d < D; ++d) dot = std::fma(qj[d], mx::kFp8E4m3[ks[d]], dot);
+        acc = std::fma(w[t * HI + j], std::max(dot * scale, 0.0f), acc);
       }
       row[s] = acc;
     }

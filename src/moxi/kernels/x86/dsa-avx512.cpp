@@ -1,26 +1,39 @@
 // DSA lightning-indexer scores on AVX-512 F: ref::indexer_scores with 16 keys in the vector lanes. Each
-// 16-key block is transposed once ([D][16], shared by every query and head); each lane then sums q_j[d] *
-// k_s[d] over d in order, applies std::max(dot, 0)'s comparison and adds w_j * relu over heads j in order:
-// the reference's operations in its order, without FMA contraction (-ffp-contract=off), so the scores are
-// bit-identical to it (tests/kernels/backend-ops-test.cpp). Eight (query, head) dot products run at once,
-// so that the adds' latency is hidden (one chain alone waits on each add), and a key block that no query of
-// the call sees is skipped.
+// 16-key block of FP8 key rows is decoded once into f32 code values laid out [D][16] (shared by every query
+// and head) plus the 16 scales; each lane then runs the reference's chain dot = fma(q_j[d], c[d], dot) over
+// d in order, multiplies by its key's scale, applies std::max(v, 0)'s comparison and adds fma(w_j, relu,
+// acc) over heads j in order: the reference's operations in its order (-ffp-contract=off keeps the compiler
+// from fusing anything else), so the scores are bit-identical to it (tests/kernels/backend-ops-test.cpp).
+// Eight (query, head) dot products run at once, so that the FMAs' latency is hidden (one chain alone waits
+// on each), and a key block that no query of the call sees is skipped.
 //
-// Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq (kernels/CMakeLists.txt); called only after
-// kernels::x86::cpu() confirmed them. Only intrinsics and C headers are included; scratch comes from the
+// Decoding a block (decode_block_vbmi, where the CPU has AVX512-VBMI): the 16 rows' code bytes are
+// transposed as 32-bit words (a 16 x 16 register transpose puts 4 dimensions of all 16 keys in one vector),
+// two VPERMI2B table lookups per vector turn every code into the upper two bytes of its fp32 value (E4M3
+// fits BF16 exactly), and one VPERMI2B per dimension moves those two bytes into place for 16 lanes: about
+// three instructions per dimension of 16 keys, against the four FMAs of a 4-head indexer. Elsewhere (no
+// VBMI, a partial block, D not a multiple of 16) a scalar loop decodes through mx::kFp8E4m3.
+//
+// Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq (kernels/CMakeLists.txt), the VBMI function with
+// its own target attribute; called only after kernels::x86::cpu() confirmed them. Scratch comes from the
 // caller.
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include <array>
+#include <bit>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+
+#include "moxi/base/mx.h"
+#include "moxi/kernels/ref/dsa.h"
 
 namespace moxi::kernels::x86 {
 namespace {
 
 // N independent dot products of 16 keys (kt f32 [D][16]) with the query-head rows qp[c] f32 [D]: each a
-// chain of mul then add over d in order, as the reference sums; N chains in flight hide the add latency
-// (one chain waits ~4 cycles per d on Zen 4).
+// chain of FMAs over d in order, as the reference sums; N chains in flight hide the FMA latency.
 template <int N>
 void dots(const float* const* qp, const float* kt, int64_t D, __m512* out) {
   __m512 acc[N];
@@ -29,13 +42,38 @@ void dots(const float* const* qp, const float* kt, int64_t D, __m512* out) {
   for (int64_t d = 0; d < D; ++d) {
     const __m512 kv = _mm512_loadu_ps(kt + d * 16);
 #pragma GCC unroll 8
-    for (int c = 0; c < N; ++c) acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_set1_ps(qp[c][d]), kv));
+    for (int c = 0; c < N; ++c) acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(qp[c][d]), kv, acc[c]);
   }
 #pragma GCC unroll 8
   for (int c = 0; c < N; ++c) out[c] = acc[c];
 }
 
 constexpr int kChains = 8;
+
+// dots<N> over two key blocks at once (ktA, ktB f32 [D][16]): 2N independent chains sharing each query
+// broadcast, for calls with few (query, head) pairs (a decode step: one query), whose N chains alone would
+// wait on the FMA latency.
+template <int N>
+void dots2(const float* const* qp, const float* ktA, const float* ktB, int64_t D, __m512* outA,
+           __m512* outB) {
+  __m512 a[N], b[N];
+#pragma GCC unroll 4
+  for (int c = 0; c < N; ++c) a[c] = b[c] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < D; ++d) {
+    const __m512 ka = _mm512_loadu_ps(ktA + d * 16), kb = _mm512_loadu_ps(ktB + d * 16);
+#pragma GCC unroll 4
+    for (int c = 0; c < N; ++c) {
+      const __m512 qv = _mm512_set1_ps(qp[c][d]);
+      a[c] = _mm512_fmadd_ps(qv, ka, a[c]);
+      b[c] = _mm512_fmadd_ps(qv, kb, b[c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < N; ++c) {
+    outA[c] = a[c];
+    outB[c] = b[c];
+  }
+}
 
 inline __m512 lo_pd(__m512 a, __m512 b) {
   return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
@@ -44,46 +82,159 @@ inline __m512 hi_pd(__m512 a, __m512 b) {
   return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
 }
 
-// kt f32 [D][16] = the nb keys k f32 [nb, D] transposed, lanes past nb zero. A full block with D a multiple
-// of 16 goes through 16 x 16 register transposes (unpack ps, unpack pd, two 128-bit shuffles: 64 shuffles
-// per tile instead of 256 scalar moves), which a single decode query would otherwise spend most of its
-// scan on.
-void transpose_keys(const float* k, int64_t nb, int64_t D, float* kt) {
-  if (nb < 16 || D % 16 != 0) {
-    for (int64_t i = 0; i < 16; ++i)
-      for (int64_t d = 0; d < D; ++d) kt[d * 16 + i] = i < nb ? k[i * D + d] : 0.0f;
-    return;
+// 16 x 16 transpose of 32-bit lanes: out[c] lane i = r[i] lane c (unpack ps, unpack pd, two 128-bit
+// shuffles: 64 shuffles instead of 256 scalar moves). r is clobbered.
+inline void transpose16(__m512* r, __m512* out) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
   }
-  for (int64_t d0 = 0; d0 < D; d0 += 16) {
+  // r[4q + c]: rows 4q..4q+3 of columns c, c + 4, c + 8, c + 12 (one per 128-bit group).
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    r[4 * q + 0] = lo_pd(t[4 * q], t[4 * q + 2]);
+    r[4 * q + 1] = hi_pd(t[4 * q], t[4 * q + 2]);
+    r[4 * q + 2] = lo_pd(t[4 * q + 1], t[4 * q + 3]);
+    r[4 * q + 3] = hi_pd(t[4 * q + 1], t[4 * q + 3]);
+  }
+  // t[c] (c < 4): rows 0-7 of columns c and c + 8; t[c + 4]: of c + 4 and c + 12; t[8 + ...]: rows 8-15.
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+    t[c + 4] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
+    t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+    t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < 8; ++c) {
+    out[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+    out[c + 8] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
+  }
+}
+
+// The fp32 bits of every E4M3 magnitude code (0-127) split into their top byte (sign clear) and the byte
+// below it; the low 16 bits are zero for every code, which is what lets two bytes carry the value.
+struct e4m3_byte_tables {
+  alignas(64) std::array<uint8_t, 128> hi{}, lo{};
+};
+constexpr e4m3_byte_tables make_e4m3_tables() {
+  e4m3_byte_tables t;
+  for (int c = 0; c < 128; ++c) {
+    const uint32_t bits = std::bit_cast<uint32_t>(mx::kFp8E4m3[size_t(c)]);
+    t.hi[size_t(c)] = uint8_t(bits >> 24);
+    t.lo[size_t(c)] = uint8_t(bits >> 16);
+  }
+  return t;
+}
+constexpr e4m3_byte_tables kE4m3Bytes = make_e4m3_tables();
+static_assert([] {
+  for (int c = 0; c < 128; ++c)
+    if (std::bit_cast<uint32_t>(mx::kFp8E4m3[size_t(c)]) & 0xFFFFu) return false;
+  return true;
+}());
+
+// pick[b]: byte 4i+2 <- lo byte 4i+b, byte 4i+3 <- hi byte 4i+b (index bit 6 selects the second table);
+// bytes 0 and 1 of every lane are zeroed by the mask.
+struct pick_table {
+  alignas(64) uint8_t bytes[4][64] = {};
+};
+constexpr pick_table make_pick_table() {
+  pick_table t;
+  for (int b = 0; b < 4; ++b)
+    for (int j = 0; j < 64; ++j)
+      t.bytes[b][j] = j % 4 == 2 ? uint8_t(j / 4 * 4 + b) : j % 4 == 3 ? uint8_t(0x40 | (j / 4 * 4 + b)) : 0;
+  return t;
+}
+constexpr pick_table kPick = make_pick_table();
+
+// kt f32 [D][16] = the code values of a full block of 16 key rows (stride bytes apart), D % 16 == 0.
+__attribute__((target("avx512vbmi"))) void decode_block_vbmi(const uint8_t* k, int64_t stride, int64_t D,
+                                                             float* kt) {
+  const __m512i hi0 = _mm512_loadu_si512(kE4m3Bytes.hi.data()),
+                hi1 = _mm512_loadu_si512(kE4m3Bytes.hi.data() + 64);
+  const __m512i lo0 = _mm512_loadu_si512(kE4m3Bytes.lo.data()),
+                lo1 = _mm512_loadu_si512(kE4m3Bytes.lo.data() + 64);
+  const __m512i sign = _mm512_set1_epi8(char(0x80));
+  const __mmask64 upper2 = 0xCCCCCCCCCCCCCCCCull;  // bytes 2 and 3 of every 32-bit lane
+  for (int64_t c0 = 0; c0 < D; c0 += 64) {
+    const int64_t n = D - c0 < 64 ? D - c0 : 64;
+    const __mmask64 load = n == 64 ? ~__mmask64(0) : (__mmask64(1) << n) - 1;
     __m512 r[16], t[16];
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(k + i * D + d0);
-#pragma GCC unroll 8
-    for (int i = 0; i < 16; i += 2) {
-      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    // r[4q + c]: rows 4q..4q+3 of columns c, c + 4, c + 8, c + 12 (one per 128-bit group).
+    for (int i = 0; i < 16; ++i)
+      r[i] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi8(load, k + i * stride + c0));
+    transpose16(r, t);  // t[c] lane i: key i's codes c0 + 4c .. c0 + 4c + 3
+    for (int64_t c = 0; c < n / 4; ++c) {
+      const __m512i codes = _mm512_castps_si512(t[c]);
+      // hi | (codes & 0x80): the sign joins the top byte (ternary-logic table A | (B & C)).
+      const __m512i hi =
+          _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, codes, hi1), codes, sign, 0xF8);
+      const __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
+      float* out = kt + (c0 + 4 * c) * 16;
 #pragma GCC unroll 4
-    for (int q = 0; q < 4; ++q) {
-      r[4 * q + 0] = lo_pd(t[4 * q], t[4 * q + 2]);
-      r[4 * q + 1] = hi_pd(t[4 * q], t[4 * q + 2]);
-      r[4 * q + 2] = lo_pd(t[4 * q + 1], t[4 * q + 3]);
-      r[4 * q + 3] = hi_pd(t[4 * q + 1], t[4 * q + 3]);
+      for (int b = 0; b < 4; ++b) {
+        const __m512i idx = _mm512_loadu_si512(kPick.bytes[b]);
+        _mm512_storeu_ps(out + b * 16,
+                         _mm512_castsi512_ps(_mm512_maskz_permutex2var_epi8(upper2, lo, idx, hi)));
+      }
     }
-    // t[c] (c < 4): rows 0-7 of columns c and c + 8; t[c + 4]: of c + 4 and c + 12; t[8 + ...]: rows 8-15.
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
-      t[c + 4] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
-      t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
-      t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
-    }
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) {
-      _mm512_storeu_ps(kt + (d0 + c) * 16, _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88));
-      _mm512_storeu_ps(kt + (d0 + c + 8) * 16, _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd));
-    }
+  }
+}
+
+// kt f32 [D][16] = the code values of the nb keys (lanes past nb zero), one at a time.
+void decode_block_scalar(const uint8_t* k, int64_t stride, int64_t nb, int64_t D, float* kt) {
+  for (int64_t i = 0; i < 16; ++i)
+    for (int64_t d = 0; d < D; ++d) kt[d * 16 + i] = i < nb ? mx::kFp8E4m3[k[i * stride + d]] : 0.0f;
+}
+
+void dots2_n(int n, const float* const* qp, const float* ktA, const float* ktB, int64_t D, __m512* outA,
+             __m512* outB) {
+  switch (n) {
+    case 1:
+      return dots2<1>(qp, ktA, ktB, D, outA, outB);
+    case 2:
+      return dots2<2>(qp, ktA, ktB, D, outA, outB);
+    case 3:
+      return dots2<3>(qp, ktA, ktB, D, outA, outB);
+    default:
+      return dots2<4>(qp, ktA, ktB, D, outA, outB);
+  }
+}
+
+// kt f32 [D][16] and the scales of the nb keys of a block starting at kb (lanes past nb: zero).
+__m512 decode_block(const uint8_t* kb, int64_t stride, int64_t nb, int64_t D, bool vbmi, float* kt) {
+  if (vbmi && nb == 16 && D % 16 == 0)
+    decode_block_vbmi(kb, stride, D, kt);
+  else
+    decode_block_scalar(kb, stride, nb, D, kt);
+  alignas(64) float sc[16];
+  for (int64_t i = 0; i < 16; ++i) sc[i] = i < nb ? ref::index_key_scale(kb + i * stride, D) : 0.0f;
+  return _mm512_load_ps(sc);
+}
+
+// Scores of the nb keys of the block at s0 from the dot products of all T * HI (query, head) pairs with
+// them: each query's heads added in order (acc = fma(w_j, relu(dot_j * scale), acc)), as the reference,
+// and -inf in the lanes the query does not see.
+void store_scores(const __m512* dot, __m512 scale, const float* w, float* scores, int64_t T, int64_t S,
+                  int64_t HI, int64_t s0, int64_t nb) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 zero = _mm512_setzero_ps();
+  const __mmask16 store = nb >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nb) - 1);
+  __m512 acc = zero;
+  for (int64_t c = 0; c < T * HI; ++c) {
+    const int64_t t = c / HI, j = c % HI;
+    if (j == 0) acc = zero;
+    const __m512 v = _mm512_mul_ps(dot[c], scale);
+    const __m512 relu = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(w[t * HI + j]), relu, acc);
+    if (j + 1 < HI) continue;
+    const int64_t vis = S - T + t + 1 - s0;
+    const __mmask16 visible = vis >= 16  ? __mmask16(0xFFFF)
+                              : vis <= 0 ? __mmask16(0)
+                                         : __mmask16((1u << vis) - 1);
+    _mm512_mask_storeu_ps(scores + t * S + s0, store, _mm512_mask_mov_ps(ninf, visible, acc));
   }
 }
 
@@ -110,12 +261,37 @@ void dots_n(int n, const float* const* qp, const float* kt, int64_t D, __m512* o
 
 }  // namespace
 
-// q f32 [T, HI, D], k f32 [S, D], w f32 [T, HI], scores f32 [T, S]: the score columns of keys [s_begin,
-// s_end) (s_begin a multiple of 16); kt scratch f32 [D * 16].
-void indexer_scores_avx512(const float* q, const float* k, const float* w, float* scores, int64_t T,
-                           int64_t S, int64_t HI, int64_t D, float* kt, int64_t s_begin, int64_t s_end) {
+// q f32 [T, HI, D], k u8 [S, ref::index_key_bytes(D)], w f32 [T, HI], scores f32 [T, S]: the score columns
+// of keys [s_begin, s_end) (s_begin a multiple of 16); kt scratch f32 [D * 32].
+void indexer_scores_avx512(const float* q, const uint8_t* k, const float* w, float* scores, int64_t T,
+                           int64_t S, int64_t HI, int64_t D, float* kt, int64_t s_begin, int64_t s_end,
+                           bool vbmi) {
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 zero = _mm512_setzero_ps();
+  const int64_t stride = ref::index_key_bytes(D);
+  if (2 * T * HI <= kChains) {
+    // Few pairs (a decode step): two blocks at a time, every pair against both (lanes a query does not see
+    // are masked to -inf at the store, so nothing is skipped).
+    const int n = int(T * HI);
+    const float* qp[kChains];
+    for (int c = 0; c < n; ++c) qp[c] = q + c * D;
+    float* ktB = kt + D * 16;
+    for (int64_t s0 = s_begin; s0 < s_end; s0 += 32) {
+      const int64_t nbA = s_end - s0 < 16 ? s_end - s0 : 16, nbB = s_end - s0 - 16;
+      __m512 dA[kChains / 2], dB[kChains / 2];
+      const __m512 scA = decode_block(k + s0 * stride, stride, nbA, D, vbmi, kt);
+      if (nbB <= 0) {
+        dots_n(n, qp, kt, D, dA);
+        store_scores(dA, scA, w, scores, T, S, HI, s0, nbA);
+        continue;
+      }
+      const __m512 scB = decode_block(k + (s0 + 16) * stride, stride, nbB < 16 ? nbB : 16, D, vbmi, ktB);
+      dots2_n(n, qp, kt, ktB, D, dA, dB);
+      store_scores(dA, scA, w, scores, T, S, HI, s0, nbA);
+      store_scores(dB, scB, w, scores, T, S, HI, s0 + 16, nbB < 16 ? nbB : 16);
+    }
+    return;
+  }
   for (int64_t s0 = s_begin; s0 < s_end; s0 += 16) {
     const int64_t nb = s_end - s0 < 16 ? s_end - s0 : 16;
     const __mmask16 store = nb >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nb) - 1);
@@ -123,9 +299,9 @@ void indexer_scores_avx512(const float* q, const float* k, const float* w, float
     const int64_t first = s0 - (S - T) < 0 ? 0 : s0 - (S - T);
     for (int64_t t = 0; t < first && t < T; ++t) _mm512_mask_storeu_ps(scores + t * S + s0, store, ninf);
     if (first >= T) continue;
-    transpose_keys(k + s0 * D, nb, D, kt);
+    const __m512 scale = decode_block(k + s0 * stride, stride, nb, D, vbmi, kt);
     // The (query, head) pairs of the visible queries in order, kChains dot products at a time; each
-    // query's heads are then added in order (acc += w_j * relu(dot_j)), as the reference does.
+    // query's heads are then added in order (acc = fma(w_j, relu(dot_j * scale), acc)), as the reference.
     const int64_t pairs = (T - first) * HI;
     __m512 acc = zero;
     for (int64_t p0 = 0; p0 < pairs; p0 += kChains) {
@@ -137,8 +313,9 @@ void indexer_scores_avx512(const float* q, const float* k, const float* w, float
       for (int c = 0; c < n; ++c) {
         const int64_t pair = first * HI + p0 + c, t = pair / HI, j = pair % HI;
         if (j == 0) acc = zero;
-        const __m512 relu = _mm512_mask_mov_ps(dot[c], _mm512_cmp_ps_mask(dot[c], zero, _CMP_LT_OQ), zero);
-        acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(w[t * HI + j]), relu));
+        const __m512 v = _mm512_mul_ps(dot[c], scale);
+        const __m512 relu = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(w[t * HI + j]), relu, acc);
         if (j + 1 < HI) continue;
         // Lanes s >= n are -inf (not causal for this query); lanes past S are not stored.
         const int64_t vis = S - T + t + 1 - s0;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "moxi/base/error.h"
+#include "moxi/kernels/ref/dsa.h"
 #include "moxi/model/arch/blocks.h"
 #include "moxi/model/layers/kda.h"
 #include "moxi/model/layers/mla.h"
@@ -106,16 +107,16 @@ class mla_layer final : public attention_layer {
 attention_plan_figures mla_plan(const model_config& c, cache_format cache, int64_t context, int) {
   const auto& m = *c.mla;
   attention_plan_figures f;
-  uint64_t key = 0;  // the DSA index key's bytes per token
+  // The DSA index key's bytes per token: FP8 codes and an fp32 scale in every cache format, as the engine
+  // keeps them (kernels/ref/dsa.h; DeepSeek-V3.2's 132 B per 128-dim key).
+  const uint64_t key = c.dsa ? uint64_t(kernels::ref::index_key_bytes(c.dsa->index_head_dim)) : 0;
   if (cache != cache_format::FP8) {
     const uint64_t e = cache == cache_format::F32 ? 4 : 2;
     f.token_bytes = uint64_t(m.kv_lora_rank + m.qk_rope_head_dim) * e;
-    if (c.dsa) key = uint64_t(c.dsa->index_head_dim) * e;
   } else {
-    // FlashMLA-style FP8 latent (512 B + 4 fp32 scales + 64 BF16 rope = 656 B) and 132 B indexer keys.
+    // FlashMLA-style FP8 latent (512 B + 4 fp32 scales + 64 BF16 rope = 656 B).
     f.token_bytes = uint64_t(m.kv_lora_rank) + 4 * uint64_t((m.kv_lora_rank + 127) / 128) +
                     uint64_t(m.qk_rope_head_dim) * 2;
-    if (c.dsa) key = uint64_t(c.dsa->index_head_dim) + 4;
   }
   f.token_bytes += key;
   // DSA scans every index key, then reads the top-k latents; dense MLA reads every latent.

@@ -24,7 +24,7 @@ constexpr float kIndexerKeyNormEps = 1e-6f;
 
 }  // namespace
 
-void indexer_topk_split(const process_group& g, const float* q, const float* keys, const float* w,
+void indexer_topk_split(const process_group& g, const float* q, const uint8_t* keys, const float* w,
                         int32_t* indices, int64_t T, int64_t S, int64_t HI, int64_t D, int64_t k) {
   MOXI_ASSERT(S >= T && k > 0);
   const int n = g.size(), me = g.rank();
@@ -50,7 +50,8 @@ void indexer_topk_split(const process_group& g, const float* q, const float* key
     if (len == 0) continue;
     scores.resize(size_t(len));
     // One query over keys it all sees (T = 1: the kernel's causal mask hides nothing).
-    be.indexer_scores(q + t * HI * D, keys + a * D, w + t * HI, scores.data(), 1, len, HI, D);
+    be.indexer_scores(q + t * HI * D, keys + a * ref::index_key_bytes(D), w + t * HI, scores.data(), 1, len,
+                      HI, D);
     order.resize(size_t(len));
     for (int64_t s = 0; s < len; ++s) order[size_t(s)] = int32_t(s);
     const int64_t m = std::min(k, len);
@@ -217,7 +218,7 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
     const int64_t HI = d.index_n_heads, DI = d.index_head_dim;
     std::vector<float> qI(size_t(R * HI * DI));  // f32 [R, HI, DI], rope dims first
     iw.wq_b.apply(cq.data(), qI.data(), R);
-    std::vector<float> kI(size_t(R * DI));  // f32 [R, DI] new index keys, copied into each cache below
+    std::vector<float> kI(size_t(R * DI));  // f32 [R, DI] new index keys, quantized into each cache below
     part(MLA_INDEX_K, kI.data());
     be.layer_norm(kI.data(), iw.k_norm_w.data(), iw.k_norm_b.data(), kI.data(), R, DI, kIndexerKeyNormEps);
     std::vector<float> wts(size_t(R * HI));  // f32 [R, HI]
@@ -230,14 +231,15 @@ void mla_forward_batch(const mla_weights& w, const formats::model_config& c, con
     if (want_topk) topk_dump.assign(size_t(R * d.index_topk), -1.0f);
     for (size_t i = 0; i < segs.size(); ++i) {
       const int64_t T = segs[i].T, r0 = segs[i].begin, S0 = st[i].S0;
-      float* keys = st[i].rows.index_keys;
-      std::memcpy(keys, kI.data() + r0 * DI, size_t(T * DI) * sizeof(float));
+      float* keys = kI.data() + r0 * DI;
       float* qIs = qI.data() + r0 * HI * DI;
       if (!m.use_nope) {  // half-split (NeoX) layout, rope dims first: traps 1 and 2 of the reference note
         be.rope_apply(qIs, st[i].cos.data(), st[i].sin.data(), T, HI, HI * DI, DI, Dr,
                       ref::RopeLayout::kHalfSplit);
         be.rope_apply(keys, st[i].cos.data(), st[i].sin.data(), T, 1, DI, 0, Dr, ref::RopeLayout::kHalfSplit);
       }
+      // Cached in FP8 with a power-of-two scale per key, as DeepSeek-V3.2 caches them (kernels/ref/dsa.h).
+      ref::quantize_index_keys(keys, st[i].rows.index_keys, T, DI);
       const mla_view view = segs[i].cache->mla(layer);
       const int64_t S = view.length;
       const int64_t k = std::min(d.index_topk, S);

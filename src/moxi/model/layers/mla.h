@@ -33,9 +33,10 @@ struct indexer_weights {
 // whole row. A key's score does not depend on which rank computes it (the backend's indexer_scores is bit
 // for bit the reference's per key), so the rows equal ref::indexer_topk on the whole scores, bit for bit.
 // Every rank of g calls it with equal arguments (the tp ranks hold the same queries and replicated caches).
-// q f32 [T, HI, D], keys f32 [S, D], w f32 [T, HI]; indices i32 [T, k], padded with -1.
-void indexer_topk_split(const process_group& g, const float* q, const float* keys, const float* w, int32_t* indices,
-                        int64_t T, int64_t S, int64_t HI, int64_t D, int64_t k);
+// q f32 [T, HI, D], keys u8 [S, index_key_bytes(D)] (kernels/ref/dsa.h), w f32 [T, HI]; indices i32 [T, k],
+// padded with -1.
+void indexer_topk_split(const process_group& g, const float* q, const uint8_t* keys, const float* w,
+                        int32_t* indices, int64_t T, int64_t S, int64_t HI, int64_t D, int64_t k);
 
 // Queries scored per indexer call, and the most scores one call holds (32 MiB of f32): a long prompt's scan
 // never holds a [T, S] matrix (256 queries up to 32K keys, 8 at 1M).
