@@ -55,6 +55,7 @@ context_bench_result run_context_bench(const context_bench_options& o) {
   contexts.erase(std::unique(contexts.begin(), contexts.end()), contexts.end());
   if (contexts.empty() || contexts.front() < 1) throw error("bench context: --contexts must be >= 1");
   if (o.chunk < 1 || o.tokens < 1) throw error("bench context: --chunk and --tokens must be >= 1");
+  if (o.rounds < 0) throw error("bench context: --rounds must be >= 0");
   const auto config = model::load_model_config(o.config);
   context_bench_result r;
   r.config = o.config;
@@ -148,6 +149,41 @@ context_bench_result run_context_bench(const context_bench_options& o) {
   bar.finish();
   for (auto& p : r.points) p.decode_vs_first = p.decode_tokens_per_s / r.points.front().decode_tokens_per_s;
 
+  if (o.rounds > 0) {
+    // The first context's prompt again in a cache of its own (after every peak above was read), then
+    // rounds that alternate between it and the long cache.
+    auto first = m.new_cache();
+    for (int64_t done = 0; done < contexts.front();) {
+      const int64_t n = std::min(o.chunk, contexts.front() - done);
+      m.forward(std::span(prompt).subspan(size_t(done), size_t(n)), *first, fo);
+      done += n;
+    }
+    auto& pr = r.paired;
+    pr.first_context = first->length();
+    pr.last_context = cache->length();
+    auto rate = [&](model::contiguous_cache& c) {
+      const token_id warm = token_id(gen() % uint64_t(config.vocab_size));
+      m.forward(std::span(&warm, 1), c, fo);  // untimed: the step after a switch finds the other cache cold
+      const auto d0 = clock_type::now();
+      for (int64_t i = 0; i < o.tokens; ++i) {
+        const token_id t = token_id(gen() % uint64_t(config.vocab_size));
+        m.forward(std::span(&t, 1), c, fo);
+      }
+      return double(o.tokens) / seconds_since(d0);
+    };
+    std::vector<double> ratios;
+    for (int64_t i = 0; i < o.rounds; ++i) {
+      const double bw0 = probe.sample_gbs();
+      pr.first_tokens_per_s.push_back(rate(*first));
+      pr.last_tokens_per_s.push_back(rate(*cache));
+      pr.membw_gbs.push_back(median({bw0, probe.sample_gbs()}));
+      ratios.push_back(pr.last_tokens_per_s.back() / pr.first_tokens_per_s.back());
+    }
+    pr.ratio_median = median(ratios);
+    pr.ratio_min = *std::min_element(ratios.begin(), ratios.end());
+    pr.ratio_max = *std::max_element(ratios.begin(), ratios.end());
+  }
+
   // Least-squares line through the chunk costs (the first chunk is left out: it warms scratch buffers).
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (size_t i = 1; i < r.prefill_curve.size(); ++i) {
@@ -193,6 +229,15 @@ void print(const context_bench_result& r, bool json) {
                                {"peak_mb", p.peak_mb},
                                {"plan_mb", p.plan_mb},
                                {"peak_vs_plan", p.plan_mb > 0 ? p.peak_mb / p.plan_mb : 0.0}});
+    if (!r.paired.empty())
+      j["paired"] = {{"first_context", r.paired.first_context},
+                     {"last_context", r.paired.last_context},
+                     {"first_tokens_per_s", r.paired.first_tokens_per_s},
+                     {"last_tokens_per_s", r.paired.last_tokens_per_s},
+                     {"membw_gbs", r.paired.membw_gbs},
+                     {"ratio_median", r.paired.ratio_median},
+                     {"ratio_min", r.paired.ratio_min},
+                     {"ratio_max", r.paired.ratio_max}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
@@ -212,6 +257,14 @@ void print(const context_bench_result& r, bool json) {
                 (long long)p.context, p.prefill_ms_per_token, p.decode_tokens_per_s, p.decode_vs_first,
                 p.membw_gbs, 100 * p.share_of_roofline, p.resident_mb, p.peak_mb, p.plan_mb,
                 p.plan_mb > 0 ? p.peak_mb / p.plan_mb : 0.0);
+  const auto& pr = r.paired;
+  if (pr.empty()) return;
+  std::printf("  paired rounds, decode at %lld vs %lld tokens (t/s, GB/s):", (long long)pr.last_context,
+              (long long)pr.first_context);
+  for (size_t i = 0; i < pr.first_tokens_per_s.size(); ++i)
+    std::printf(" %.1f/%.1f @%.0f", pr.last_tokens_per_s[i], pr.first_tokens_per_s[i], pr.membw_gbs[i]);
+  std::printf("\n  paired ratio: median %.3fx (min %.3f, max %.3f)\n", pr.ratio_median, pr.ratio_min,
+              pr.ratio_max);
 }
 
 }  // namespace
@@ -232,6 +285,9 @@ void add_context_bench(CLI::App& bench) {
   cmd->add_option("--tokens", o->b.tokens, "Timed decode steps at each context")->capture_default_str();
   cmd->add_option("--keep-dir", o->b.keep_dir, "Generate the checkpoint here (reused when it exists)");
   cmd->add_option("--probe-mib", o->b.probe_mib, "Bandwidth probe buffer in MiB (0: max(512, 8x LLC))");
+  cmd->add_option("--rounds", o->b.rounds,
+                  "Then decode at the first and the longest context in this many alternating rounds")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
   cmd->callback([o] { print(run_context_bench(o->b), o->json); });
 }

@@ -3,7 +3,8 @@
 // curve: at most linear in the position, the DSA indexer scan being the only term that grows); at each
 // context it times decode steps (against the first context's rate and the roofline at the bandwidth
 // sampled beside them) and reads the process's resident and peak memory, against what `moxi plan` predicts
-// for one device at that context with the engine's f32 caches (docs/plan.md).
+// for one device at that context with the engine's f32 caches (docs/plan.md). With --rounds, decode at the
+// first and the longest context is then measured again in alternating rounds (paired_rounds).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -20,6 +21,17 @@ struct context_bench_options {
   int64_t tokens = 16;   // timed decode steps at each context
   std::string keep_dir;  // reuse/keep the generated checkpoint here
   double probe_mib = 0;  // bandwidth probe buffer; 0: max(512 MiB, 8x the LLC)
+  int64_t rounds = 0;    // paired rounds of the first and the longest context after the sweep (0: none)
+};
+
+// Decode at the first and at the longest context measured in alternating rounds (each `tokens` steps after
+// one untimed step), so that both rates see the same host: on a shared machine the sweep's points are
+// minutes apart and the bandwidth moves by 2x between them.
+struct paired_rounds {
+  int64_t first_context = 0, last_context = 0;  // cache lengths when the rounds began
+  std::vector<double> first_tokens_per_s, last_tokens_per_s, membw_gbs;  // one per round
+  double ratio_median = 0, ratio_min = 0, ratio_max = 0;                 // last / first, per round
+  bool empty() const { return first_tokens_per_s.empty(); }
 };
 
 struct context_point {
@@ -45,6 +57,7 @@ struct context_bench_result {
   double fit_ms = 0,
          fit_ms_per_k = 0;  // least squares: ms per token = fit_ms + fit_ms_per_k * position / 1000
   std::vector<context_point> points;
+  paired_rounds paired;  // rounds == 0: empty
 };
 
 context_bench_result run_context_bench(const context_bench_options& opts);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -74,6 +75,27 @@ TEST_F(Cli, ContextBenchReportsEveryContextAndThePrefillCurve) {
   ASSERT_EQ(curve.size(), 6u);  // 48 + 16 to reach 64, then four chunks of 48 to 256
   for (size_t i = 1; i < curve.size(); ++i) EXPECT_GT(curve[i][0].get<int64_t>(), curve[i - 1][0].get<int64_t>());
   EXPECT_EQ(curve.back()[0].get<int64_t>(), 256 + 4);
+  EXPECT_FALSE(j.contains("paired"));  // no --rounds
+  // --rounds: the first context rebuilt in a cache of its own, then rounds alternating with the long one.
+  const auto rr =
+      moxi::testing::run_moxi("bench context --config " + cfg("tiny-seed.json") +
+                                  " --contexts 100,40 --chunk 32 --tokens 2 --rounds 3 --probe-mib 16 --json",
+                              "", dir_);
+  ASSERT_EQ(rr.code, 0) << rr.err;
+  const auto p = nlohmann::json::parse(rr.out).at("paired");
+  EXPECT_EQ(p.at("first_context").get<int64_t>(), 40);
+  EXPECT_EQ(p.at("last_context").get<int64_t>(), 100 + 4 + 4);  // the sweep's 2 + 2 decode steps at 40 and at 100
+  const auto firsts = p.at("first_tokens_per_s").get<std::vector<double>>();
+  const auto lasts = p.at("last_tokens_per_s").get<std::vector<double>>();
+  ASSERT_EQ(firsts.size(), 3u);
+  ASSERT_EQ(lasts.size(), 3u);
+  EXPECT_EQ(p.at("membw_gbs").size(), 3u);
+  std::vector<double> ratios;
+  for (size_t i = 0; i < 3; ++i) ratios.push_back(lasts[i] / firsts[i]);
+  std::sort(ratios.begin(), ratios.end());
+  EXPECT_DOUBLE_EQ(p.at("ratio_median").get<double>(), ratios[1]);
+  EXPECT_DOUBLE_EQ(p.at("ratio_min").get<double>(), ratios[0]);
+  EXPECT_DOUBLE_EQ(p.at("ratio_max").get<double>(), ratios[2]);
   const auto bad = moxi::testing::run_moxi("bench context --config " + cfg("tiny-seed.json") + " --contexts 0", "", dir_);
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.err.find("--contexts"), std::string::npos) << bad.err;
