@@ -214,28 +214,31 @@ __m512 decode_block(const uint8_t* kb, int64_t stride, int64_t nb, int64_t D, bo
   return _mm512_load_ps(sc);
 }
 
-// Scores of the nb keys of the block at s0 from the dot products of all T * HI (query, head) pairs with
-// them: each query's heads added in order (acc = fma(w_j, relu(dot_j * scale), acc)), as the reference,
-// and -inf in the lanes the query does not see.
+inline __mmask16 lanes(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// Adds (query, head) pair `pair` = t * HI + j, its dot products with the block of keys at s0, into the
+// query's acc as the reference does (acc = fma(w_j, relu(dot * scale), acc), restarted at head 0); after the
+// last head stores the query's scores: -inf in the lanes past its last visible key, nothing past `store`.
+inline void add_pair(__m512 dot, __m512 scale, const float* w, float* scores, int64_t T, int64_t S,
+                     int64_t HI, int64_t s0, __mmask16 store, int64_t pair, __m512& acc) {
+  const __m512 zero = _mm512_setzero_ps();
+  const int64_t t = pair / HI, j = pair % HI;
+  if (j == 0) acc = zero;
+  const __m512 v = _mm512_mul_ps(dot, scale);
+  const __m512 relu = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+  acc = _mm512_fmadd_ps(_mm512_set1_ps(w[pair]), relu, acc);
+  if (j + 1 < HI) return;
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  _mm512_mask_storeu_ps(scores + t * S + s0, store, _mm512_mask_mov_ps(ninf, lanes(S - T + t + 1 - s0), acc));
+}
+
+// Scores of the nb keys of the block at s0 from the dot products of all T * HI pairs with them.
 void store_scores(const __m512* dot, __m512 scale, const float* w, float* scores, int64_t T, int64_t S,
                   int64_t HI, int64_t s0, int64_t nb) {
-  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  const __m512 zero = _mm512_setzero_ps();
-  const __mmask16 store = nb >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nb) - 1);
-  __m512 acc = zero;
-  for (int64_t c = 0; c < T * HI; ++c) {
-    const int64_t t = c / HI, j = c % HI;
-    if (j == 0) acc = zero;
-    const __m512 v = _mm512_mul_ps(dot[c], scale);
-    const __m512 relu = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(w[t * HI + j]), relu, acc);
-    if (j + 1 < HI) continue;
-    const int64_t vis = S - T + t + 1 - s0;
-    const __mmask16 visible = vis >= 16  ? __mmask16(0xFFFF)
-                              : vis <= 0 ? __mmask16(0)
-                                         : __mmask16((1u << vis) - 1);
-    _mm512_mask_storeu_ps(scores + t * S + s0, store, _mm512_mask_mov_ps(ninf, visible, acc));
-  }
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t c = 0; c < T * HI; ++c) add_pair(dot[c], scale, w, scores, T, S, HI, s0, lanes(nb), c, acc);
 }
 
 void dots_n(int n, const float* const* qp, const float* kt, int64_t D, __m512* out) {
@@ -294,7 +297,7 @@ void indexer_scores_avx512(const float* q, const uint8_t* k, const float* w, flo
   }
   for (int64_t s0 = s_begin; s0 < s_end; s0 += 16) {
     const int64_t nb = s_end - s0 < 16 ? s_end - s0 : 16;
-    const __mmask16 store = nb >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nb) - 1);
+    const __mmask16 store = lanes(nb);
     // Queries that see none of these keys (t < first) get -inf and no work.
     const int64_t first = s0 - (S - T) < 0 ? 0 : s0 - (S - T);
     for (int64_t t = 0; t < first && t < T; ++t) _mm512_mask_storeu_ps(scores + t * S + s0, store, ninf);
@@ -310,18 +313,8 @@ void indexer_scores_avx512(const float* q, const uint8_t* k, const float* w, flo
       for (int c = 0; c < n; ++c) qp[c] = q + (first * HI + p0 + c) * D;
       __m512 dot[kChains];
       dots_n(n, qp, kt, D, dot);
-      for (int c = 0; c < n; ++c) {
-        const int64_t pair = first * HI + p0 + c, t = pair / HI, j = pair % HI;
-        if (j == 0) acc = zero;
-        const __m512 v = _mm512_mul_ps(dot[c], scale);
-        const __m512 relu = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(w[t * HI + j]), relu, acc);
-        if (j + 1 < HI) continue;
-        // Lanes s >= n are -inf (not causal for this query); lanes past S are not stored.
-        const int64_t vis = S - T + t + 1 - s0;
-        const __mmask16 visible = vis >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << vis) - 1);
-        _mm512_mask_storeu_ps(scores + t * S + s0, store, _mm512_mask_mov_ps(ninf, visible, acc));
-      }
+      for (int c = 0; c < n; ++c)
+        add_pair(dot[c], scale, w, scores, T, S, HI, s0, store, first * HI + p0 + c, acc);
     }
   }
 }
