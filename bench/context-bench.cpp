@@ -100,6 +100,17 @@ context_bench_result run_context_bench(const context_bench_options& o) {
   for (auto& t : prompt) t = token_id(gen() % uint64_t(config.vocab_size));
   model::forward_options fo;
   fo.last_only = true;
+  // Tokens per second of o.tokens decode steps of random tokens on cache c, after `untimed` steps.
+  auto decode_rate = [&](model::contiguous_cache& c, int64_t untimed) {
+    auto step = [&] {
+      const token_id t = token_id(gen() % uint64_t(config.vocab_size));
+      m.forward(std::span(&t, 1), c, fo);
+    };
+    for (int64_t i = 0; i < untimed; ++i) step();
+    const auto d0 = clock_type::now();
+    for (int64_t i = 0; i < o.tokens; ++i) step();
+    return double(o.tokens) / seconds_since(d0);
+  };
 
   progress bar("prefill", uint64_t(longest), false);
   int64_t fed = 0;  // prompt tokens run so far
@@ -120,16 +131,7 @@ context_bench_result run_context_bench(const context_bench_options& o) {
     // Decode steps of random tokens, after two untimed ones (the first step after a prefill chunk resizes
     // scratch buffers and finds cold caches); bandwidth sampled before and after.
     const double bw0 = probe.sample_gbs();
-    for (int i = 0; i < 2; ++i) {
-      const token_id t = token_id(gen() % uint64_t(config.vocab_size));
-      m.forward(std::span(&t, 1), *cache, fo);
-    }
-    const auto d0 = clock_type::now();
-    for (int64_t i = 0; i < o.tokens; ++i) {
-      const token_id t = token_id(gen() % uint64_t(config.vocab_size));
-      m.forward(std::span(&t, 1), *cache, fo);
-    }
-    p.decode_tokens_per_s = double(o.tokens) / seconds_since(d0);
+    p.decode_tokens_per_s = decode_rate(*cache, 2);
     p.membw_gbs = median({bw0, probe.sample_gbs()});
     p.resident_mb = double(dist::resident_bytes() - base) / 1e6;
     p.peak_mb = double(peak_resident_bytes() - base) / 1e6;
@@ -161,21 +163,12 @@ context_bench_result run_context_bench(const context_bench_options& o) {
     auto& pr = r.paired;
     pr.first_context = first->length();
     pr.last_context = cache->length();
-    auto rate = [&](model::contiguous_cache& c) {
-      const token_id warm = token_id(gen() % uint64_t(config.vocab_size));
-      m.forward(std::span(&warm, 1), c, fo);  // untimed: the step after a switch finds the other cache cold
-      const auto d0 = clock_type::now();
-      for (int64_t i = 0; i < o.tokens; ++i) {
-        const token_id t = token_id(gen() % uint64_t(config.vocab_size));
-        m.forward(std::span(&t, 1), c, fo);
-      }
-      return double(o.tokens) / seconds_since(d0);
-    };
     std::vector<double> ratios;
     for (int64_t i = 0; i < o.rounds; ++i) {
       const double bw0 = probe.sample_gbs();
-      pr.first_tokens_per_s.push_back(rate(*first));
-      pr.last_tokens_per_s.push_back(rate(*cache));
+      // One untimed step after each switch: it finds the other cache cold.
+      pr.first_tokens_per_s.push_back(decode_rate(*first, 1));
+      pr.last_tokens_per_s.push_back(decode_rate(*cache, 1));
       pr.membw_gbs.push_back(median({bw0, probe.sample_gbs()}));
       ratios.push_back(pr.last_tokens_per_s.back() / pr.first_tokens_per_s.back());
     }

@@ -237,8 +237,9 @@ inline void add_pair(__m512 dot, __m512 scale, const float* w, float* scores, in
 // Scores of the nb keys of the block at s0 from the dot products of all T * HI pairs with them.
 void store_scores(const __m512* dot, __m512 scale, const float* w, float* scores, int64_t T, int64_t S,
                   int64_t HI, int64_t s0, int64_t nb) {
+  const __mmask16 store = lanes(nb);
   __m512 acc = _mm512_setzero_ps();
-  for (int64_t c = 0; c < T * HI; ++c) add_pair(dot[c], scale, w, scores, T, S, HI, s0, lanes(nb), c, acc);
+  for (int64_t c = 0; c < T * HI; ++c) add_pair(dot[c], scale, w, scores, T, S, HI, s0, store, c, acc);
 }
 
 void dots_n(int n, const float* const* qp, const float* kt, int64_t D, __m512* out) {
