@@ -20,6 +20,7 @@
 #include "moxi/base/thread-pool.h"
 #include "moxi/kernels/backend.h"
 #include "moxi/kernels/ref/basic.h"
+#include "moxi/kernels/ref/dsa.h"
 #include "moxi/kernels/ref/mxfp4.h"
 #include "moxi/kernels/x86/backend.h"
 #include "moxi/kernels/x86/cpu.h"
@@ -307,6 +308,59 @@ gemm_result run_gemm(int64_t m, int64_t kk, int64_t n, int reps) {
   return r;
 }
 
+indexer_result run_indexer(int64_t keys, int64_t heads, int64_t dim, int64_t topk, int reps) {
+  if (keys < 1 || heads < 1 || dim < 1 || topk < 1)
+    throw error("bench indexer: --keys, --heads, --dim and --topk must be >= 1");
+  indexer_result r;
+  r.keys = keys;
+  r.heads = heads;
+  r.dim = dim;
+  r.topk = std::min(topk, keys);
+  const k::backend& be = k::default_backend();
+  // Keys, queries and weights as the model makes them: normal rows quantized to FP8 rows.
+  const std::vector<float> kf = random_x(size_t(keys * dim), 3), q = random_x(size_t(heads * dim), 4),
+                           w = random_x(size_t(heads), 5);
+  const int64_t row = k::ref::index_key_bytes(dim);
+  std::vector<uint8_t> rows(size_t(keys * row));
+  k::ref::quantize_index_keys(kf.data(), rows.data(), keys, dim);
+  const size_t bytes = rows.size();
+  r.key_mib = double(bytes) / (1 << 20);
+  r.copies = int(std::max<size_t>(1, (4 * llc_bytes() + bytes - 1) / bytes));
+  std::vector<std::vector<uint8_t>> copies(size_t(r.copies), rows);
+  std::vector<float> scores(static_cast<size_t>(keys));
+  std::vector<int32_t> idx(static_cast<size_t>(r.topk));
+  membw_probe probe;
+  for (const auto& c : copies)
+    be.indexer_scores(q.data(), c.data(), w.data(), scores.data(), 1, keys, heads, dim);
+  std::vector<double> ms, bw, share, tk;
+  for (int rep = 0; rep < reps; ++rep) {
+    bw.push_back(probe.sample_gbs());
+    const auto t0 = clock_type::now();
+    for (const auto& c : copies)
+      be.indexer_scores(q.data(), c.data(), w.data(), scores.data(), 1, keys, heads, dim);
+    ms.push_back(seconds_since(t0) * 1e3 / r.copies);
+    share.push_back(double(bytes) / (ms.back() * 1e-3) / 1e9 / bw.back());
+    const auto t1 = clock_type::now();
+    be.indexer_topk(scores.data(), idx.data(), 1, keys, r.topk);
+    tk.push_back(seconds_since(t1) * 1e3);
+  }
+  r.scores_ms = median(ms);
+  r.key_gbs = double(bytes) / (r.scores_ms * 1e-3) / 1e9;
+  r.membw_gbs = median(bw);
+  r.share_of_membw = median(share);
+  r.topk_ms = median(tk);
+  std::vector<float> want(scores.size());
+  const auto t0 = clock_type::now();
+  k::ref::indexer_scores(q.data(), rows.data(), w.data(), want.data(), 1, keys, heads, dim);
+  r.ref_ms = seconds_since(t0) * 1e3;
+  r.speedup_vs_ref = r.ref_ms / r.scores_ms;
+  // The backend's contract is the reference's bits; a benchmark of wrong scores would measure nothing.
+  be.indexer_scores(q.data(), rows.data(), w.data(), scores.data(), 1, keys, heads, dim);
+  if (std::memcmp(want.data(), scores.data(), want.size() * sizeof(float)) != 0)
+    throw error("bench indexer: the backend's scores differ from the reference's");
+  return r;
+}
+
 pool_result run_pool(int64_t jobs) {
   thread_pool& pool = thread_pool::global();
   const int n = pool.size();
@@ -336,6 +390,59 @@ pool_result run_pool(int64_t jobs) {
   r.median_us = us[us.size() / 2];
   r.p90_us = us[us.size() * 9 / 10];
   return r;
+}
+
+void add_indexer_bench(CLI::App& bench) {
+  struct options {
+    int64_t keys = 131072, heads = 4, dim = 64, topk = 256;
+    int reps = 10;
+    bool json = false;
+  };
+  auto o = std::make_shared<options>();
+  auto* cmd = bench.add_subcommand(
+      "indexer", "DSA indexer scan of one decode step: FP8 key GB/s as a share of measured read bandwidth");
+  cmd->add_option("--keys", o->keys, "Cached keys scanned (the context length)")->capture_default_str();
+  cmd->add_option("--heads", o->heads, "Indexer heads (index_n_heads)")->capture_default_str();
+  cmd->add_option("--dim", o->dim, "Indexer head dimension (index_head_dim)")->capture_default_str();
+  cmd->add_option("--topk", o->topk, "Keys selected (index_topk)")->capture_default_str();
+  cmd->add_option("--reps", o->reps, "Measured rounds over all key copies")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
+  cmd->callback([o] {
+    const indexer_result r = run_indexer(o->keys, o->heads, o->dim, o->topk, std::max(1, o->reps));
+    if (o->json) {
+      const nlohmann::json j = {{"bench", "indexer"},
+                                {"keys", r.keys},
+                                {"heads", r.heads},
+                                {"dim", r.dim},
+                                {"variant", k::default_backend().name()},
+                                {"threads", thread_pool::global().size()},
+                                {"key_mib", r.key_mib},
+                                {"copies", r.copies},
+                                {"scores_ms", r.scores_ms},
+                                {"key_gbs", r.key_gbs},
+                                {"membw_gbs", r.membw_gbs},
+                                {"share_of_membw", r.share_of_membw},
+                                {"topk", r.topk},
+                                {"topk_ms", r.topk_ms},
+                                {"ref_ms", r.ref_ms},
+                                {"speedup_vs_ref", r.speedup_vs_ref}};
+      std::printf("%s\n", j.dump().c_str());
+      return;
+    }
+    std::printf("indexer %lld keys x %lld dims FP8, %lld heads, T=1, backend %s, %d threads (%s)\n",
+                static_cast<long long>(r.keys), static_cast<long long>(r.dim),
+                static_cast<long long>(r.heads), k::default_backend().name(), thread_pool::global().size(),
+                k::x86::cpu_features_string());
+    std::printf("  keys %.1f MiB x %d copies rotated (> 4x LLC, every scan reads DRAM)\n", r.key_mib,
+                r.copies);
+    std::printf(
+        "  %-10s %9.3f ms  %7.2f GB/s of keys  = %5.1f %% of the read bandwidth sampled beside each rep "
+        "(median %.2f GB/s)\n",
+        "scores", r.scores_ms, r.key_gbs, 100.0 * r.share_of_membw, r.membw_gbs);
+    std::printf("  %-10s %9.3f ms  (top %lld of the scores)\n", "topk", r.topk_ms,
+                static_cast<long long>(r.topk));
+    std::printf("  %-10s %9.3f ms  (1 thread)  speedup %.1fx\n", "ref", r.ref_ms, r.speedup_vs_ref);
+  });
 }
 
 void add_pool_bench(CLI::App& bench) {

@@ -1,6 +1,7 @@
-// `moxi bench membw | gemv | gemm | pool`: kernel benchmarks whose figures are ratios measured in the same
-// run (docs/design.md §5): read bandwidth of the machine, MXFP4 GEMV weight GB/s as a share of it, MXFP4
-// GEMM GFLOP/s as a share of a register-resident compute peak, each also against the scalar reference.
+// `moxi bench membw | gemv | gemm | indexer | pool`: kernel benchmarks whose figures are ratios measured in
+// the same run (docs/design.md §5): read bandwidth of the machine, MXFP4 GEMV and DSA indexer-scan bytes per
+// second as a share of it, MXFP4 GEMM GFLOP/s as a share of a register-resident compute peak, each also
+// against the scalar reference.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -80,10 +81,28 @@ struct pool_result {
 // Round-trip cost of a thread-pool hand-off, what a kernel split must save to pay off.
 pool_result run_pool(int64_t jobs);
 
-// Add the `membw`, `gemv`, `gemm` and `pool` subcommands to `moxi bench`.
+struct indexer_result {
+  int64_t keys = 0, heads = 0, dim = 0;
+  int copies = 0;             // key-row copies rotated so every scan reads from DRAM
+  double key_mib = 0;         // one copy: keys x ref::index_key_bytes(dim)
+  double scores_ms = 0;       // median time of one decode step's scan (T = 1, all keys)
+  double key_gbs = 0;         // bytes of one copy / scores_ms
+  double membw_gbs = 0;       // median of the samples taken between the timed reps
+  double share_of_membw = 0;  // median over reps of (rep's key GB/s / the bandwidth sampled beside it)
+  double topk_ms = 0;         // median time of the top-k over the scan's scores
+  int64_t topk = 0;
+  double ref_ms = 0, speedup_vs_ref = 0;  // the scalar reference scan, one thread
+};
+// A decode step's DSA lightning indexer over `keys` cached FP8 keys (kernels::indexer_scores with T = 1,
+// then indexer_topk): the scan reads every key once, so its key bytes per second against the read bandwidth
+// says how close to memory-bound it is.
+indexer_result run_indexer(int64_t keys, int64_t heads, int64_t dim, int64_t topk, int reps);
+
+// Add the `membw`, `gemv`, `gemm`, `indexer` and `pool` subcommands to `moxi bench`.
 void add_membw_bench(CLI::App& bench);
 void add_gemv_bench(CLI::App& bench);
 void add_gemm_bench(CLI::App& bench);
+void add_indexer_bench(CLI::App& bench);
 void add_pool_bench(CLI::App& bench);
 
 }  // namespace moxi::bench
