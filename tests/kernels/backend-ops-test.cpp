@@ -446,9 +446,10 @@ void mla_absorb(const k::backend& be) {
 // Key counts below, at and past the 16-lane block, several heads and queries (query-head pairs that do
 // not fill the kernel's groups of 8, a query's heads split across two groups, key blocks no query of a
 // prompt chunk sees), negative and zero dot products (query 0, head 0 is all zeros), and the -inf of
-// non-causal keys. The FP8 key rows: widths the fast decoder takes (16, 32, 64, 128: one and two 64-byte
-// chunks) and widths it leaves to the scalar one (20, 24, 18), keys of very different magnitudes (scales
-// 2^-22 to 2^8), signed zeros, and one key with a NaN (its scale NaN: NaN scores). Calls of at most 4
+// non-causal keys. The FP8 key rows: widths the block decoder takes (16-128: one and two 64-byte chunks;
+// 20 and 24) and one it leaves to the scalar decoder (18), keys of very different magnitudes (scales 2^-22
+// to 2^8), rows whose small values are E4M3 subnormals, signed zeros, and one key with a NaN (its scale NaN:
+// NaN scores). Calls of at most 4
 // (query, head) pairs take the kernel's two-blocks-at-a-time path: a full, partial or missing second block,
 // and queries that see none of a block's keys.
 void indexer_scores(const k::backend& be) {
@@ -469,10 +470,21 @@ void indexer_scores(const k::backend& be) {
       for (int64_t d = 0; d < s.D; ++d) {
         float& x = kf[size_t(j * s.D + d)];
         x = j % 11 == 5 ? (d % 2 ? -0.0f : 0.0f) : std::ldexp(x, int(j % 9) * 2 - 8);
+        // Rows spanning 2^15 within themselves: their small values get E4M3 subnormal codes.
+        if (j % 7 == 3) x = std::ldexp(x, -int(d % 16));
       }
     if (s.S > 20) kf[size_t(19 * s.D + 1)] = std::numeric_limits<float>::quiet_NaN();
     std::vector<uint8_t> kk(size_t(s.S * ref::index_key_bytes(s.D)));
     ref::quantize_index_keys(kf.data(), kk.data(), s.S, s.D);
+    int64_t subnormal = 0;  // codes s 0000 mmm, mmm != 0
+    for (int64_t j = 0; j < s.S; ++j)
+      for (int64_t d = 0; d < s.D; ++d) {
+        const uint8_t c = kk[size_t(j * ref::index_key_bytes(s.D) + d)];
+        subnormal += (c & 0x78) == 0 && (c & 7) != 0;
+      }
+    if (s.S > 20) {
+      EXPECT_GT(subnormal, 0);
+    }
     Vec want(size_t(s.T * s.S)), got(want.size(), 1.0f);
     ref::indexer_scores(q.data(), kk.data(), w.data(), want.data(), s.T, s.S, s.HI, s.D);
     be.indexer_scores(q.data(), kk.data(), w.data(), got.data(), s.T, s.S, s.HI, s.D);

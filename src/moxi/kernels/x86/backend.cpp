@@ -30,11 +30,9 @@ void matmul_f32_avx512(const float* x, const float* w, const float* bias, float*
                        int64_t K, int64_t n0, int64_t n1);
 void matmul_bf16w_avx512(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T, int64_t N,
                          int64_t K, int64_t n0, int64_t n1);
-// dsa-avx512.cpp: the score columns of keys [s_begin, s_end); kt scratch f32 [D * 32]; vbmi: the CPU has
-// AVX512-VBMI (the fast key decoder).
+// dsa-avx512.cpp: the score columns of keys [s_begin, s_end); kt scratch f32 [D * 32].
 void indexer_scores_avx512(const float* q, const uint8_t* k, const float* w, float* scores, int64_t T,
-                           int64_t S, int64_t HI, int64_t D, float* kt, int64_t s_begin, int64_t s_end,
-                           bool vbmi);
+                           int64_t S, int64_t HI, int64_t D, float* kt, int64_t s_begin, int64_t s_end);
 int64_t indexer_next_above_avx512(const float* row, int64_t from, int64_t to, float thr);
 // mx-avx512.cpp: x f32 [n], scales u8 [n / 32] from mx::block_scale.
 void fake_quantize_fp8_avx512(bool e4m3, const float* x, const uint8_t* scales, int64_t n, float* out);
@@ -230,7 +228,7 @@ class avx512_backend final : public backend {
       if (r.begin >= r.end) return;
       thread_local std::vector<float> kt;
       indexer_scores_avx512(q, k, w, scores, T, S, HI, D, scratch(kt, size_t(D * 32)), r.begin * 16,
-                            std::min(S, r.end * 16), cpu().avx512_vbmi);
+                            std::min(S, r.end * 16));
     });
   }
 

@@ -7,23 +7,20 @@
 // Eight (query, head) dot products run at once, so that the FMAs' latency is hidden (one chain alone waits
 // on each), and a key block that no query of the call sees is skipped.
 //
-// Decoding a block (decode_block_vbmi, where the CPU has AVX512-VBMI): the 16 rows' code bytes are
+// Decoding a block (decode_block_full, 16 keys and D a multiple of 4): the 16 rows' code bytes are
 // transposed as 32-bit words (a 16 x 16 register transpose puts 4 dimensions of all 16 keys in one vector),
-// two VPERMI2B table lookups per vector turn every code into the upper two bytes of its fp32 value (E4M3
-// fits BF16 exactly), and one VPERMI2B per dimension moves those two bytes into place for 16 lanes: about
-// three instructions per dimension of 16 keys, against the four FMAs of a 4-head indexer. Elsewhere (no
-// VBMI, a partial block, D not a multiple of 16) a scalar loop decodes through mx::kFp8E4m3.
+// and each code becomes its fp32 value by integer shifts and a mask (its sign and 7 magnitude bits placed
+// where fp32 keeps them, so the bits read as the value times 2^-120) and one exact multiply by 2^120: four
+// instructions per dimension of 16 keys, no table and no CPU feature past AVX-512 F. (A VPERMI2B table
+// lookup of AVX512-VBMI, tried before, ran no faster.) A partial block or another D decodes through
+// mx::kFp8E4m3 one code at a time.
 //
-// Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq (kernels/CMakeLists.txt), the VBMI function with
-// its own target attribute; called only after kernels::x86::cpu() confirmed them. Scratch comes from the
-// caller.
+// Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq (kernels/CMakeLists.txt); called only after
+// kernels::x86::cpu() confirmed them. Scratch comes from the caller.
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#include <array>
-#include <bit>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 #include "moxi/base/mx.h"
@@ -114,50 +111,14 @@ inline void transpose16(__m512* r, __m512* out) {
   }
 }
 
-// The fp32 bits of every E4M3 magnitude code (0-127) split into their top byte (sign clear) and the byte
-// below it; the low 16 bits are zero for every code, which is what lets two bytes carry the value.
-struct e4m3_byte_tables {
-  alignas(64) std::array<uint8_t, 128> hi{}, lo{};
-};
-constexpr e4m3_byte_tables make_e4m3_tables() {
-  e4m3_byte_tables t;
-  for (int c = 0; c < 128; ++c) {
-    const uint32_t bits = std::bit_cast<uint32_t>(mx::kFp8E4m3[size_t(c)]);
-    t.hi[size_t(c)] = uint8_t(bits >> 24);
-    t.lo[size_t(c)] = uint8_t(bits >> 16);
-  }
-  return t;
-}
-constexpr e4m3_byte_tables kE4m3Bytes = make_e4m3_tables();
-static_assert([] {
-  for (int c = 0; c < 128; ++c)
-    if (std::bit_cast<uint32_t>(mx::kFp8E4m3[size_t(c)]) & 0xFFFFu) return false;
-  return true;
-}());
-
-// pick[b]: byte 4i+2 <- lo byte 4i+b, byte 4i+3 <- hi byte 4i+b (index bit 6 selects the second table);
-// bytes 0 and 1 of every lane are zeroed by the mask.
-struct pick_table {
-  alignas(64) uint8_t bytes[4][64] = {};
-};
-constexpr pick_table make_pick_table() {
-  pick_table t;
-  for (int b = 0; b < 4; ++b)
-    for (int j = 0; j < 64; ++j)
-      t.bytes[b][j] = j % 4 == 2 ? uint8_t(j / 4 * 4 + b) : j % 4 == 3 ? uint8_t(0x40 | (j / 4 * 4 + b)) : 0;
-  return t;
-}
-constexpr pick_table kPick = make_pick_table();
-
-// kt f32 [D][16] = the code values of a full block of 16 key rows (stride bytes apart), D % 16 == 0.
-__attribute__((target("avx512vbmi"))) void decode_block_vbmi(const uint8_t* k, int64_t stride, int64_t D,
-                                                             float* kt) {
-  const __m512i hi0 = _mm512_loadu_si512(kE4m3Bytes.hi.data()),
-                hi1 = _mm512_loadu_si512(kE4m3Bytes.hi.data() + 64);
-  const __m512i lo0 = _mm512_loadu_si512(kE4m3Bytes.lo.data()),
-                lo1 = _mm512_loadu_si512(kE4m3Bytes.lo.data() + 64);
-  const __m512i sign = _mm512_set1_epi8(char(0x80));
-  const __mmask64 upper2 = 0xCCCCCCCCCCCCCCCCull;  // bytes 2 and 3 of every 32-bit lane
+// kt f32 [D][16] = the code values of a full block of 16 key rows (stride bytes apart), D % 4 == 0.
+void decode_block_full(const uint8_t* k, int64_t stride, int64_t D, float* kt) {
+  // An E4M3 code s eeee mmm placed as fp32 bits s 0000eeee mmm0... is its value times 2^-120 (an fp32
+  // subnormal when eeee = 0, as the E4M3 subnormals are): the same exponent field and mantissa top bits,
+  // the bias 127 in place of 7. Multiplying by 2^120 is exact. Codes 0x7F and 0xFF (E4M3 NaN) are never
+  // stored: the codec writes a NaN or Inf key as zero codes with a NaN scale.
+  const __m512i keep = _mm512_set1_epi32(int(0x87F00000u));  // the sign and the 7 magnitude bits
+  const __m512 up = _mm512_set1_ps(0x1p120f);
   for (int64_t c0 = 0; c0 < D; c0 += 64) {
     const int64_t n = D - c0 < 64 ? D - c0 : 64;
     const __mmask64 load = n == 64 ? ~__mmask64(0) : (__mmask64(1) << n) - 1;
@@ -165,19 +126,17 @@ __attribute__((target("avx512vbmi"))) void decode_block_vbmi(const uint8_t* k, i
 #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i)
       r[i] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi8(load, k + i * stride + c0));
-    transpose16(r, t);  // t[c] lane i: key i's codes c0 + 4c .. c0 + 4c + 3
+    transpose16(r, t);  // t[c] lane i: key i's codes c0 + 4c .. c0 + 4c + 3, one per byte
     for (int64_t c = 0; c < n / 4; ++c) {
       const __m512i codes = _mm512_castps_si512(t[c]);
-      // hi | (codes & 0x80): the sign joins the top byte (ternary-logic table A | (B & C)).
-      const __m512i hi =
-          _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, codes, hi1), codes, sign, 0xF8);
-      const __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
       float* out = kt + (c0 + 4 * c) * 16;
+      // Code b to the top byte, then an arithmetic shift by 4: the sign fills bits 27-31, the magnitude
+      // lands in bits 20-26; the mask keeps bit 31 and bits 20-26.
 #pragma GCC unroll 4
       for (int b = 0; b < 4; ++b) {
-        const __m512i idx = _mm512_loadu_si512(kPick.bytes[b]);
-        _mm512_storeu_ps(out + b * 16,
-                         _mm512_castsi512_ps(_mm512_maskz_permutex2var_epi8(upper2, lo, idx, hi)));
+        const __m512i top = b == 3 ? codes : _mm512_slli_epi32(codes, unsigned(24 - 8 * b));
+        const __m512i bits = _mm512_and_si512(_mm512_srai_epi32(top, 4), keep);
+        _mm512_storeu_ps(out + b * 16, _mm512_mul_ps(_mm512_castsi512_ps(bits), up));
       }
     }
   }
@@ -204,9 +163,9 @@ void dots2_n(int n, const float* const* qp, const float* ktA, const float* ktB, 
 }
 
 // kt f32 [D][16] and the scales of the nb keys of a block starting at kb (lanes past nb: zero).
-__m512 decode_block(const uint8_t* kb, int64_t stride, int64_t nb, int64_t D, bool vbmi, float* kt) {
-  if (vbmi && nb == 16 && D % 16 == 0)
-    decode_block_vbmi(kb, stride, D, kt);
+__m512 decode_block(const uint8_t* kb, int64_t stride, int64_t nb, int64_t D, float* kt) {
+  if (nb == 16 && D % 4 == 0)
+    decode_block_full(kb, stride, D, kt);
   else
     decode_block_scalar(kb, stride, nb, D, kt);
   alignas(64) float sc[16];
@@ -268,8 +227,7 @@ void dots_n(int n, const float* const* qp, const float* kt, int64_t D, __m512* o
 // q f32 [T, HI, D], k u8 [S, ref::index_key_bytes(D)], w f32 [T, HI], scores f32 [T, S]: the score columns
 // of keys [s_begin, s_end) (s_begin a multiple of 16); kt scratch f32 [D * 32].
 void indexer_scores_avx512(const float* q, const uint8_t* k, const float* w, float* scores, int64_t T,
-                           int64_t S, int64_t HI, int64_t D, float* kt, int64_t s_begin, int64_t s_end,
-                           bool vbmi) {
+                           int64_t S, int64_t HI, int64_t D, float* kt, int64_t s_begin, int64_t s_end) {
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 zero = _mm512_setzero_ps();
   const int64_t stride = ref::index_key_bytes(D);
@@ -283,13 +241,13 @@ void indexer_scores_avx512(const float* q, const uint8_t* k, const float* w, flo
     for (int64_t s0 = s_begin; s0 < s_end; s0 += 32) {
       const int64_t nbA = s_end - s0 < 16 ? s_end - s0 : 16, nbB = s_end - s0 - 16;
       __m512 dA[kChains / 2], dB[kChains / 2];
-      const __m512 scA = decode_block(k + s0 * stride, stride, nbA, D, vbmi, kt);
+      const __m512 scA = decode_block(k + s0 * stride, stride, nbA, D, kt);
       if (nbB <= 0) {
         dots_n(n, qp, kt, D, dA);
         store_scores(dA, scA, w, scores, T, S, HI, s0, nbA);
         continue;
       }
-      const __m512 scB = decode_block(k + (s0 + 16) * stride, stride, nbB < 16 ? nbB : 16, D, vbmi, ktB);
+      const __m512 scB = decode_block(k + (s0 + 16) * stride, stride, nbB < 16 ? nbB : 16, D, ktB);
       dots2_n(n, qp, kt, ktB, D, dA, dB);
       store_scores(dA, scA, w, scores, T, S, HI, s0, nbA);
       store_scores(dB, scB, w, scores, T, S, HI, s0 + 16, nbB < 16 ? nbB : 16);
@@ -303,7 +261,7 @@ void indexer_scores_avx512(const float* q, const uint8_t* k, const float* w, flo
     const int64_t first = s0 - (S - T) < 0 ? 0 : s0 - (S - T);
     for (int64_t t = 0; t < first && t < T; ++t) _mm512_mask_storeu_ps(scores + t * S + s0, store, ninf);
     if (first >= T) continue;
-    const __m512 scale = decode_block(k + s0 * stride, stride, nb, D, vbmi, kt);
+    const __m512 scale = decode_block(k + s0 * stride, stride, nb, D, kt);
     // The (query, head) pairs of the visible queries in order, kChains dot products at a time; each
     // query's heads are then added in order (acc = fma(w_j, relu(dot_j * scale), acc)), as the reference.
     const int64_t pairs = (T - first) * HI;
