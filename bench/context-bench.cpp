@@ -92,7 +92,9 @@ context_bench_result run_context_bench(const context_bench_options& o) {
   reset_peak_resident();
 
   const int64_t longest = contexts.back();
-  const int64_t total = longest + (o.tokens + 2) * int64_t(contexts.size());
+  // Every token the long cache will hold: the prompt, each context's decode steps and each paired round's,
+  // so that no timed step regrows it (a regrow copies the whole cache).
+  const int64_t total = longest + (o.tokens + 2) * int64_t(contexts.size()) + (o.tokens + 1) * o.rounds;
   auto cache = m.new_cache();
   cache->reserve(total);
   std::mt19937_64 gen(1);
@@ -155,6 +157,7 @@ context_bench_result run_context_bench(const context_bench_options& o) {
     // The first context's prompt again in a cache of its own (after every peak above was read), then
     // rounds that alternate between it and the long cache.
     auto first = m.new_cache();
+    first->reserve(contexts.front() + (o.tokens + 1) * o.rounds);
     for (int64_t done = 0; done < contexts.front();) {
       const int64_t n = std::min(o.chunk, contexts.front() - done);
       m.forward(std::span(prompt).subspan(size_t(done), size_t(n)), *first, fo);
