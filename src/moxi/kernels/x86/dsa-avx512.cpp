@@ -127,7 +127,10 @@ void decode_block_full(const uint8_t* k, int64_t stride, int64_t D, float* kt) {
     for (int i = 0; i < 16; ++i)
       r[i] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi8(load, k + i * stride + c0));
     transpose16(r, t);  // t[c] lane i: key i's codes c0 + 4c .. c0 + 4c + 3, one per byte
-    for (int64_t c = 0; c < n / 4; ++c) {
+    // Unrolled with constant indices, so that t stays in registers.
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; ++c) {
+      if (4 * c >= n) break;
       const __m512i codes = _mm512_castps_si512(t[c]);
       float* out = kt + (c0 + 4 * c) * 16;
       // Code b to the top byte, then an arithmetic shift by 4: the sign fills bits 27-31, the magnitude
