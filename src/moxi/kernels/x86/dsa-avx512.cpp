@@ -165,19 +165,20 @@ void dots2_n(int n, const float* const* qp, const float* ktA, const float* ktB, 
   }
 }
 
+inline __mmask16 lanes(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
 // kt f32 [D][16] and the scales of the nb keys of a block starting at kb (lanes past nb: zero).
 __m512 decode_block(const uint8_t* kb, int64_t stride, int64_t nb, int64_t D, float* kt) {
   if (nb == 16 && D % 4 == 0)
     decode_block_full(kb, stride, D, kt);
   else
     decode_block_scalar(kb, stride, nb, D, kt);
-  alignas(64) float sc[16];
-  for (int64_t i = 0; i < 16; ++i) sc[i] = i < nb ? ref::index_key_scale(kb + i * stride, D) : 0.0f;
-  return _mm512_load_ps(sc);
-}
-
-inline __mmask16 lanes(int64_t n) {
-  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+  // The scales in one gather (16 scalar stores and a vector load of them would stall on store forwarding).
+  const __m512i at = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(int(stride)));
+  return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes(nb), at, kb + ref::index_key_scale_offset(D), 1);
 }
 
 // Adds (query, head) pair `pair` = t * HI + j, its dot products with the block of keys at s0, into the
