@@ -493,8 +493,8 @@ void indexer_scores(const k::backend& be) {
 }
 
 // Top-k of score rows as the reference selects them: prefill rows (T > 1, causal), one long decode row
-// (split over the pool), fewer keys than k, many tied scores (ties go to the lower position), NaN (below
-// everything) and -inf.
+// (split over the pool), fewer keys than k, many tied scores (ties go to the lower position; +0 and -0 are
+// equal), NaN of either sign (below everything) and -inf.
 void indexer_topk(const k::backend& be) {
   struct shape {
     int64_t T, S, k;
@@ -508,6 +508,8 @@ void indexer_topk(const k::backend& be) {
       if (i % 3 != 2) scores[i] = std::round(scores[i] * 2) / 2;  // ties, at the k-th score too
       if (i % 97 == 5) scores[i] = std::numeric_limits<float>::quiet_NaN();
       if (i % 89 == 7) scores[i] = -std::numeric_limits<float>::infinity();
+      if (i % 13 == 4) scores[i] = i % 2 ? -0.0f : 0.0f;  // equal scores: ordered by position
+      if (i % 101 == 9) scores[i] = -std::numeric_limits<float>::quiet_NaN();
     }
     std::vector<int32_t> want(size_t(s.T * s.k)), got(want.size(), 7);
     ref::indexer_topk(scores.data(), want.data(), s.T, s.S, s.k);

@@ -8,7 +8,9 @@
 #include "moxi/kernels/x86/backend.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "moxi/base/error.h"
@@ -59,31 +61,39 @@ void run_matmul(const float* x, const Wt* w, const float* bias, float* y, int64_
   });
 }
 
+// A candidate (score, position) as one integer whose order is ref::indexer_ranks_before's, the larger
+// ranking first: the score's bits made monotone (both zeros alike, every NaN below -inf) above the
+// position's complement (among equal scores the lower position first). Heap steps then compare integers
+// in registers instead of loading two scores and testing them for NaN.
+inline uint64_t rank_key(float score, int64_t pos) {
+  const uint32_t b = std::bit_cast<uint32_t>(score == 0.0f ? 0.0f : score);
+  const uint32_t u = score != score ? 0u : (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return uint64_t(u) << 32 | uint64_t(~uint32_t(pos));
+}
+inline int32_t key_position(uint64_t key) {
+  return int32_t(~uint32_t(key));
+}
+
 // The k best positions of row[begin, end) under ref::indexer_ranks_before, best first, appended to `out`
 // (min(k, end - begin) of them). A heap of the k best so far whose root is the worst of them, and a
 // vectorized scan for the next score that beats that root: the same set and order as the reference's
 // partial sort, which compares every position with the heap.
-// Positions of one score row ordered best first, as ref::indexer_ranks_before orders them.
-auto ranks_before(const float* row) {
-  return [row](int32_t a, int32_t b) { return ref::indexer_ranks_before(row[a], a, row[b], b); };
-}
-
 void topk_of_range(const float* row, int64_t begin, int64_t end, int64_t k, std::vector<int32_t>& out) {
-  const auto before = ranks_before(row);
-  std::vector<int32_t> heap;
+  thread_local std::vector<uint64_t> heap;
+  heap.clear();
   const int64_t m = std::min(k, end - begin);
-  heap.reserve(size_t(m));
-  for (int64_t s = begin; s < begin + m; ++s) heap.push_back(int32_t(s));
-  std::make_heap(heap.begin(), heap.end(), before);  // root: the worst of the k
+  for (int64_t s = begin; s < begin + m; ++s) heap.push_back(rank_key(row[s], s));
+  const std::greater<uint64_t> ranks_first;              // a > b: a ranks before b
+  std::make_heap(heap.begin(), heap.end(), ranks_first);  // under this order the root is the worst of the k
   for (int64_t s = begin + m; m > 0 && s < end; ++s) {
-    s = indexer_next_above_avx512(row, s, end, row[heap.front()]);
+    s = indexer_next_above_avx512(row, s, end, row[key_position(heap.front())]);
     if (s == end) break;
-    std::pop_heap(heap.begin(), heap.end(), before);
-    heap.back() = int32_t(s);
-    std::push_heap(heap.begin(), heap.end(), before);
+    std::pop_heap(heap.begin(), heap.end(), ranks_first);
+    heap.back() = rank_key(row[s], s);
+    std::push_heap(heap.begin(), heap.end(), ranks_first);
   }
-  std::sort_heap(heap.begin(), heap.end(), before);
-  out.insert(out.end(), heap.begin(), heap.end());
+  std::sort(heap.begin(), heap.end(), ranks_first);
+  for (const uint64_t key : heap) out.push_back(key_position(key));
 }
 
 // Scratch of the MLA twins for `rows` attended rows of width Wl.
@@ -262,11 +272,12 @@ class avx512_backend final : public backend {
       const range r = split_range(S, tid, n, 16);
       if (r.begin < r.end) topk_of_range(scores, r.begin, r.end, k, part[size_t(tid)]);
     });
-    std::vector<int32_t> all;
-    for (const auto& p : part) all.insert(all.end(), p.begin(), p.end());
+    std::vector<uint64_t> all;
+    for (const auto& p : part)
+      for (const int32_t s : p) all.push_back(rank_key(scores[s], s));
     const int64_t m = std::min<int64_t>(k, int64_t(all.size()));
-    std::partial_sort(all.begin(), all.begin() + m, all.end(), ranks_before(scores));
-    for (int64_t j = 0; j < k; ++j) indices[j] = j < m ? all[size_t(j)] : -1;
+    std::partial_sort(all.begin(), all.begin() + m, all.end(), std::greater<uint64_t>());
+    for (int64_t j = 0; j < k; ++j) indices[j] = j < m ? key_position(all[size_t(j)]) : -1;
   }
 
   void moe_experts(const moe_batch& b) const override { run_moe_experts(b, true); }
