@@ -37,18 +37,40 @@ void attend_heads(const float* q, int64_t h0, int64_t hn, const float* latent, c
   const __mmask16 hm = tail_mask(hn);
   for (int64_t d = 0; d < Wl; ++d)
     for (int64_t h = 0; h < 16; ++h) s.qt[d * 16 + h] = h < hn ? q[(h0 + h) * Wl + d] : 0.0f;
-  // Scores: lane h accumulates q_h[d] * row[d] over d in order, then times scale; running max as std::max.
+  // Scores: lane h accumulates q_h[d] * row[d] over d in order, then times scale; running max as std::max
+  // over j in order. Four rows at a time: one row's chain of dependent adds alone waits on each add, and
+  // the rows a sparse query attends lie anywhere in the cache, so the next group's are prefetched.
   __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 sc = _mm512_set1_ps(scale);
-  for (int64_t j = 0; j < n; ++j) {
-    const float* row = latent + idx[j] * Wl;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t d = 0; d < Wl; ++d)
-      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(s.qt + d * 16), _mm512_set1_ps(row[d])));
+  auto score = [&](int64_t j, __m512 acc) {
     const __m512 pj = _mm512_mul_ps(acc, sc);
     _mm512_storeu_ps(s.p + j * 16, pj);
     mx = _mm512_mask_mov_ps(mx, _mm512_cmp_ps_mask(mx, pj, _CMP_LT_OQ),
                             pj);  // std::max(mx, p): mx < p ? p : mx
+  };
+  constexpr int64_t kRows = 4;
+  int64_t g = 0;  // rows scored so far
+  for (; g + kRows <= n; g += kRows) {
+    const float* r[kRows];
+    for (int64_t i = 0; i < kRows; ++i) r[i] = latent + idx[g + i] * Wl;
+    for (int64_t i = g + kRows; i < g + 2 * kRows && i < n; ++i)
+      for (int64_t d = 0; d < Wl; d += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(latent + idx[i] * Wl + d), _MM_HINT_T0);
+    __m512 acc[kRows] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t d = 0; d < Wl; ++d) {
+      const __m512 qd = _mm512_loadu_ps(s.qt + d * 16);
+#pragma GCC unroll 4
+      for (int64_t i = 0; i < kRows; ++i)
+        acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(qd, _mm512_set1_ps(r[i][d])));
+    }
+    for (int64_t i = 0; i < kRows; ++i) score(g + i, acc[i]);
+  }
+  for (; g < n; ++g) {
+    const float* row = latent + idx[g] * Wl;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t d = 0; d < Wl; ++d)
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(s.qt + d * 16), _mm512_set1_ps(row[d])));
+    score(g, acc);
   }
   // Probabilities: exp(p - max) per element (libm, as the reference), sums in j order.
   alignas(64) float m[16], sum[16] = {};
