@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -132,6 +133,38 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// Enough copies of `bytes` of input that a rotation through them spans 4x the LLC: every call then streams
+// its input from DRAM, as a decode step does (each layer's weights and keys are different).
+int rotation_copies(size_t bytes) {
+  return int(std::max<size_t>(1, (4 * llc_bytes() + bytes - 1) / bytes));
+}
+
+struct streamed {
+  double ms = 0, gbs = 0;     // median time per call; bytes / that time
+  double membw_gbs = 0;       // median of the samples taken between the timed reps
+  double share_of_membw = 0;  // median over reps of (rep's GB/s / the bandwidth sampled beside it)
+};
+// `reps` rounds of call(c) over every copy c, each round after a read-bandwidth sample (the first round
+// untimed: it faults in and warms every copy).
+streamed time_streamed(size_t bytes, int copies, int reps, const std::function<void(int)>& call) {
+  membw_probe probe;
+  for (int c = 0; c < copies; ++c) call(c);
+  std::vector<double> ms, bw, share;
+  for (int rep = 0; rep < reps; ++rep) {
+    bw.push_back(probe.sample_gbs());
+    const auto t0 = clock_type::now();
+    for (int c = 0; c < copies; ++c) call(c);
+    ms.push_back(seconds_since(t0) * 1e3 / copies);
+    share.push_back(double(bytes) / (ms.back() * 1e-3) / 1e9 / bw.back());
+  }
+  streamed r;
+  r.ms = median(ms);
+  r.gbs = double(bytes) / (r.ms * 1e-3) / 1e9;
+  r.membw_gbs = median(bw);
+  r.share_of_membw = median(share);
+  return r;
+}
+
 struct membw_probe::impl {
   size_t words = 0;
   std::unique_ptr<uint64_t[]> buf;
@@ -192,26 +225,17 @@ gemv_result run_gemv_bf16(int64_t m, int64_t kk, int reps) {
   for (auto& v : w) v = uint16_t(0x3c00 + gen() % 0x0800);  // bf16 in [2^-7, 2^-6): finite, no NaN
   const size_t bytes = w.size() * sizeof(uint16_t);
   r.weight_mib = double(bytes) / (1 << 20);
-  r.copies = int(std::max<size_t>(1, (4 * llc_bytes() + bytes - 1) / bytes));
+  r.copies = rotation_copies(bytes);
   std::vector<std::vector<uint16_t>> copies(size_t(r.copies), w);
   const std::vector<float> x = random_x(size_t(kk), 2);
   std::vector<float> y(static_cast<size_t>(m));
-  membw_probe probe;
-  for (const auto& c : copies)
-    k::default_backend().matmul_bf16(x.data(), c.data(), nullptr, y.data(), 1, m, kk);
-  std::vector<double> ms, bw, share;
-  for (int rep = 0; rep < reps; ++rep) {
-    bw.push_back(probe.sample_gbs());
-    const auto t0 = clock_type::now();
-    for (const auto& c : copies)
-      k::default_backend().matmul_bf16(x.data(), c.data(), nullptr, y.data(), 1, m, kk);
-    ms.push_back(seconds_since(t0) * 1e3 / r.copies);
-    share.push_back(double(bytes) / (ms.back() * 1e-3) / 1e9 / bw.back());
-  }
-  r.fast_ms = median(ms);
-  r.weight_gbs = double(bytes) / (r.fast_ms * 1e-3) / 1e9;
-  r.membw_gbs = median(bw);
-  r.share_of_membw = median(share);
+  const streamed t = time_streamed(bytes, r.copies, reps, [&](int c) {
+    k::default_backend().matmul_bf16(x.data(), copies[size_t(c)].data(), nullptr, y.data(), 1, m, kk);
+  });
+  r.fast_ms = t.ms;
+  r.weight_gbs = t.gbs;
+  r.membw_gbs = t.membw_gbs;
+  r.share_of_membw = t.share_of_membw;
   const auto t0 = clock_type::now();
   k::ref::matmul_bf16(x.data(), w.data(), nullptr, y.data(), 1, m, kk);
   r.ref_ms = seconds_since(t0) * 1e3;
@@ -230,9 +254,7 @@ gemv_result run_gemv(int64_t m, int64_t kk, int reps, const std::string& format)
   const weights w = random_weights(m, kk, 1);
   const size_t bytes = w.blocks.size() + w.scales.size();
   r.weight_mib = double(bytes) / (1 << 20);
-  // Enough copies that the rotation spans 4x the LLC: every call streams its weights from DRAM, as a
-  // decode step does (each layer's weights are different).
-  r.copies = int(std::max<size_t>(1, (4 * llc_bytes() + bytes - 1) / bytes));
+  r.copies = rotation_copies(bytes);
   std::vector<k::x86::packed_mxfp4> packed;
   for (int c = 0; c < r.copies; ++c)
     packed.push_back(k::x86::pack_mxfp4(w.blocks.data(), w.scales.data(), m, kk, v));
@@ -325,29 +347,23 @@ indexer_result run_indexer(int64_t keys, int64_t heads, int64_t dim, int64_t top
   k::ref::quantize_index_keys(kf.data(), rows.data(), keys, dim);
   const size_t bytes = rows.size();
   r.key_mib = double(bytes) / (1 << 20);
-  r.copies = int(std::max<size_t>(1, (4 * llc_bytes() + bytes - 1) / bytes));
+  r.copies = rotation_copies(bytes);
   std::vector<std::vector<uint8_t>> copies(size_t(r.copies), rows);
   std::vector<float> scores(static_cast<size_t>(keys));
+  const streamed t = time_streamed(bytes, r.copies, reps, [&](int c) {
+    be.indexer_scores(q.data(), copies[size_t(c)].data(), w.data(), scores.data(), 1, keys, heads, dim);
+  });
+  r.scores_ms = t.ms;
+  r.key_gbs = t.gbs;
+  r.membw_gbs = t.membw_gbs;
+  r.share_of_membw = t.share_of_membw;
   std::vector<int32_t> idx(static_cast<size_t>(r.topk));
-  membw_probe probe;
-  for (const auto& c : copies)
-    be.indexer_scores(q.data(), c.data(), w.data(), scores.data(), 1, keys, heads, dim);
-  std::vector<double> ms, bw, share, tk;
+  std::vector<double> tk;
   for (int rep = 0; rep < reps; ++rep) {
-    bw.push_back(probe.sample_gbs());
-    const auto t0 = clock_type::now();
-    for (const auto& c : copies)
-      be.indexer_scores(q.data(), c.data(), w.data(), scores.data(), 1, keys, heads, dim);
-    ms.push_back(seconds_since(t0) * 1e3 / r.copies);
-    share.push_back(double(bytes) / (ms.back() * 1e-3) / 1e9 / bw.back());
     const auto t1 = clock_type::now();
     be.indexer_topk(scores.data(), idx.data(), 1, keys, r.topk);
     tk.push_back(seconds_since(t1) * 1e3);
   }
-  r.scores_ms = median(ms);
-  r.key_gbs = double(bytes) / (r.scores_ms * 1e-3) / 1e9;
-  r.membw_gbs = median(bw);
-  r.share_of_membw = median(share);
   r.topk_ms = median(tk);
   std::vector<float> want(scores.size());
   const auto t0 = clock_type::now();

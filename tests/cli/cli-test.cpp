@@ -101,6 +101,16 @@ TEST_F(Cli, ContextBenchReportsEveryContextAndThePrefillCurve) {
   EXPECT_NE(bad.err.find("--contexts"), std::string::npos) << bad.err;
 }
 
+// moxi bench indexer checks its shape before it allocates anything (a real run streams gigabytes, so the
+// bit-for-bit check against the reference it ends with is exercised by running it, docs/kernels-mxfp4.md).
+TEST_F(Cli, IndexerBenchRejectsAnEmptyShape) {
+  for (const char* bad : {"--keys 0", "--heads 0", "--dim 0", "--topk 0"}) {
+    const auto r = run(std::string("bench indexer ") + bad);
+    EXPECT_NE(r.code, 0) << bad;
+    EXPECT_NE(r.out.find("must be >= 1"), std::string::npos) << r.out;
+  }
+}
+
 TEST_F(Cli, PlanRejectsImpossibleLayoutsWithAMessage) {
   auto r = run("plan --config " + cfg("seed-2.8t.json") + " --tp 3 --nodes 1 --gpus-per-node 8");
   EXPECT_EQ(r.code, 1);
