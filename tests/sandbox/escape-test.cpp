@@ -155,14 +155,20 @@ TEST(SandboxEscape, DangerousSyscallsAreDenied) {
 
 TEST(SandboxEscape, NoPrivilegesAndSetuidBinariesDoNotElevate) {
   workspace_dir ws;
-  auto m = kv(run_probe(ws, {"id"}).out.data);
+  const auto id = run_probe(ws, {"id"});
+  auto m = kv(id.out.data);
   EXPECT_EQ(m["CapEff"], "0000000000000000");
   EXPECT_EQ(m["CapPrm"], "0000000000000000");
   EXPECT_EQ(m["CapBnd"], "0000000000000000");
   EXPECT_EQ(m["NoNewPrivs"], "1");
   EXPECT_EQ(m["Seccomp"], "2");
   if (::geteuid() == 0) {
-    EXPECT_EQ(m["uid"], "65534");
+    // A uid of the pool, none of the host's accounts.
+    const policy p;
+    EXPECT_EQ(m["uid"], std::to_string(id.uid));
+    EXPECT_GE(id.uid, p.uid_pool_first);
+    EXPECT_LT(id.uid - p.uid_pool_first, p.uid_pool_size);
+    EXPECT_EQ(m["gid"], std::to_string(p.gid));
     // A set-uid-root copy of the probe, planted in the workspace by the (root) host.
     std::string suid = ws.path + "/suid-probe";
     std::filesystem::copy_file(probe_binary(), suid);
@@ -173,7 +179,8 @@ TEST(SandboxEscape, NoPrivilegesAndSetuidBinariesDoNotElevate) {
     auto r = run(s);
     ASSERT_TRUE(r.started) << r.error;
     auto sm = kv(r.out.data);
-    EXPECT_EQ(sm["euid"], "65534");
+    EXPECT_EQ(sm["euid"], std::to_string(r.uid));
+    EXPECT_NE(r.uid, 0u);
     EXPECT_EQ(sm["CapEff"], "0000000000000000");
   }
   // A real set-uid tool of the system fails to do its privileged work.

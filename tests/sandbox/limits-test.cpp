@@ -5,6 +5,10 @@
 #include <signal.h>
 #include <xxhash.h>
 
+#include <set>
+#include <thread>
+#include <vector>
+
 #include "test-util.h"
 
 namespace moxi::sandbox::test {
@@ -82,7 +86,8 @@ TEST(SandboxLimits, ForkBombIsContained) {
   s.limits.pids = 16;
   s.limits.timeout_s = 1.5;
   auto r = run(s);
-  EXPECT_EQ(r.fired, limit_kind::timeout) << to_string(r.fired) << " exit=" << r.exit_code << " " << r.err.data;
+  EXPECT_EQ(r.fired, limit_kind::timeout)
+      << to_string(r.fired) << " exit=" << r.exit_code << " " << r.err.data;
   if (r.mechanisms.pids != "rlimit") {
     EXPECT_TRUE(r.hit_limit(limit_kind::pids)) << "pids.max was never reached";
   }
@@ -207,6 +212,64 @@ TEST(SandboxLimitsFallback, ForkBombIsContainedWithoutACgroup) {
   EXPECT_LT(r.duration_s, 6.0);
   // Without a cgroup the tree dies with the PID namespace when bwrap is killed.
   expect_clean(r, m);
+}
+
+// RLIMIT_NPROC counts every process of a uid: runs that overlap must each count only their own, which
+// holds because each runs as a uid of its own. Six runs of nine processes each (bwrap's two, the probe,
+// six children) under a limit of ten (pids 8 + bwrap's two): with one shared uid they would refuse each
+// other's forks.
+TEST(SandboxLimitsFallback, OverlappingRunsEachGetTheirOwnProcessLimit) {
+  if (::geteuid() != 0) GTEST_SKIP() << "the process-limit fallback applies to a root caller only";
+  constexpr int kRuns = 6;
+  std::vector<workspace_dir> wss(kRuns);
+  std::vector<run_result> rs(kRuns);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRuns; ++i) {
+    threads.emplace_back([&, i] {
+      run_spec s = probe_spec(wss[static_cast<size_t>(i)], {"children", "6", "1.5"});
+      s.limits.pids = 8;
+      s.limits.use_cgroup = false;
+      rs[static_cast<size_t>(i)] = run(s);
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<std::string> uids;
+  for (const auto& r : rs) {
+    ASSERT_TRUE(r.ok()) << r.error << r.err.data;
+    EXPECT_EQ(r.mechanisms.pids, "rlimit");
+    auto m = kv(r.out.data);
+    EXPECT_EQ(m["forked"], "6") << "uid " << m["uid"];
+    EXPECT_EQ(m["uid"], std::to_string(r.uid)) << "the result names the uid the command ran as";
+    uids.insert(m["uid"]);
+  }
+  EXPECT_EQ(uids.size(), static_cast<size_t>(kRuns)) << "overlapping runs shared a uid";
+  // Alone, a run still meets its limit: of nine children, at most seven fit (bwrap's two + the probe + 7
+  // = 10); the kernel's count across the user namespace bwrap makes admits six on Linux 6.18.
+  workspace_dir ws;
+  run_spec s = probe_spec(ws, {"children", "9", "0.2"});
+  s.limits.pids = 8;
+  s.limits.use_cgroup = false;
+  auto r = run(s);
+  ASSERT_TRUE(r.ok()) << r.error;
+  const int forked = std::atoi(kv(r.out.data)["forked"].c_str());
+  EXPECT_GE(forked, 6) << r.out.data;
+  EXPECT_LE(forked, 7) << r.out.data;
+}
+
+// bwrap's outer process exits without reaping the sandbox's PID 1; moxi, its subreaper, reaps it before
+// run() returns, so not even a zombie of the run's uid is left to count against the next run of that uid.
+TEST(SandboxLimitsFallback, NoProcessOfTheRunsUidOutlivesIt) {
+  if (::geteuid() != 0) GTEST_SKIP() << "runs drop to a uid of their own for a root caller only";
+  for (bool cgroup : {false, true}) {
+    for (int i = 0; i < 3; ++i) {
+      workspace_dir ws;
+      run_spec s = probe_spec(ws, {"children", "3", "0.1"});
+      s.limits.use_cgroup = cgroup;
+      auto r = run(s);
+      ASSERT_TRUE(r.ok()) << r.error;
+      EXPECT_EQ(processes_of_uid(r.uid), 0) << "uid " << r.uid << (cgroup ? " (cgroup)" : " (rlimit)");
+    }
+  }
 }
 
 TEST(SandboxLimitsFallback, InfiniteLoopGetsSigxcpu) {

@@ -97,6 +97,19 @@ inline int processes_with(const std::string& needle) {
   return n;
 }
 
+// Processes of the host uid `uid`, zombies included (a zombie still counts against RLIMIT_NPROC).
+inline int processes_of_uid(uid_t uid) {
+  int n = 0;
+  DIR* d = ::opendir("/proc");
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    struct stat st;
+    if (::stat((std::string("/proc/") + e->d_name).c_str(), &st) == 0 && st.st_uid == uid) ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
 // Live descendants of this test process: after a run returns there must be none.
 inline int live_children() {
   int n = 0;

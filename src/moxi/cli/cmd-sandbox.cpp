@@ -91,13 +91,13 @@ uint64_t mib_to_bytes(const char* option, double mib) {
     for (auto k : r.hit) hit += std::string(hit.empty() ? "" : ",") + sandbox::to_string(k);
     std::fprintf(stderr,
                  "moxi sandbox: exit=%d signal=%d limit=%s hit=%s duration=%.3fs cpu=%.3fs peak_mem=%s "
-                 "stdout=%s%s stderr=%s%s memory=%s pids=%s cpu_limit=%s disk=%s workspace=%s\n",
+                 "stdout=%s%s stderr=%s%s memory=%s pids=%s cpu_limit=%s disk=%s uid=%u workspace=%s\n",
                  r.exit_code, r.signal, sandbox::to_string(r.fired), hit.empty() ? "none" : hit.c_str(),
                  r.duration_s, r.cpu_s, human_bytes(r.peak_memory_bytes).c_str(),
                  human_bytes(r.out.bytes).c_str(), r.out.truncated ? "(truncated)" : "",
                  human_bytes(r.err.bytes).c_str(), r.err.truncated ? "(truncated)" : "",
                  r.mechanisms.memory.c_str(), r.mechanisms.pids.c_str(), r.mechanisms.cpu.c_str(),
-                 r.mechanisms.disk.c_str(), r.workspace.c_str());
+                 r.mechanisms.disk.c_str(), static_cast<unsigned>(r.uid), r.workspace.c_str());
   }
   std::fflush(stdout);
   std::fflush(stderr);

@@ -39,6 +39,7 @@ nlohmann::json audit_record(const run_spec& spec, const run_result& r, size_t he
       {"id", spec.id},
       {"command", spec.argv},
       {"workspace", r.workspace},
+      {"uid", r.uid},
       {"limits",
        {{"timeout_s", l.timeout_s},
         {"cpu_s", l.cpu_s},

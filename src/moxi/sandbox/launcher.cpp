@@ -4,8 +4,10 @@
 // drop to the sandbox uid when root, no_new_privs) --exec--> bwrap (outer monitor) --> bwrap as PID 1 of
 // the new PID namespace --> the command. Killing the outer bwrap kills PID 1 (--die-with-parent), and the
 // death of PID 1 makes the kernel kill every process left in the namespace, so the whole tree goes with
-// it whether or not a cgroup is available. The seccomp filter is compiled here and handed to bwrap as a
-// sealed memfd (--seccomp 3); bwrap installs it in the command's process right before exec.
+// it whether or not a cgroup is available; moxi, a subreaper, reaps PID 1 (sandbox_init::reap). The
+// seccomp filter is compiled here and handed to bwrap as a sealed memfd (--seccomp 3); bwrap installs it
+// in the command's process right before exec. A root caller's run drops to a uid of its own
+// (uid-lease.h).
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <poll.h>
@@ -41,6 +43,7 @@
 #include "moxi/sandbox/cgroup.h"
 #include "moxi/sandbox/sandbox.h"
 #include "moxi/sandbox/seccomp-policy.h"
+#include "moxi/sandbox/uid-lease.h"
 #include "moxi/sandbox/workspace.h"
 
 namespace moxi::sandbox {
@@ -141,6 +144,38 @@ const std::vector<system_entry>& system_view() {
 
 using detail::unique_fd;
 
+// A uid a root caller's run may have handed a workspace to: policy.uid or one of the pool's.
+bool is_sandbox_uid(const policy& p, uid_t u) {
+  return u == p.uid || (u >= p.uid_pool_first && u - p.uid_pool_first < p.uid_pool_size);
+}
+
+// Who the command runs as: a root caller drops to a uid of its own (a lease on the pool) or, for a
+// shared workspace or an empty pool, to policy.uid; anyone else stays who they are.
+struct identity {
+  bool drop = false;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  detail::uid_lease lease;
+};
+
+identity run_identity(const run_spec& spec) {
+  identity id;
+  id.drop = ::geteuid() == 0;
+  if (!id.drop) {
+    id.uid = ::geteuid();
+    id.gid = ::getegid();
+    return id;
+  }
+  const auto& p = spec.policy;
+  id.gid = p.gid;
+  id.uid = p.uid;
+  if (!spec.shared_workspace && p.uid_pool_size > 0) {
+    id.lease = detail::uid_lease::take(p.uid_pool_first, p.uid_pool_size);
+    id.uid = id.lease.uid();
+  }
+  return id;
+}
+
 // The workspace of one run: the host directory (resolved once, locked), and when the budget applies
 // the tmpfs the command writes into instead.
 struct workspace {
@@ -189,7 +224,7 @@ struct sandbox_init {
   }
 
   // Waits until PID 1 has exited, which the kernel allows only once every other process of its
-  // namespace is gone; after a grace, kills it. Not our child, so its parent (or init) reaps it.
+  // namespace is gone; after a grace, kills it. Then reaps it (reap()).
   void wait_gone() {
     if (!known()) return;
     for (int round = 0; round < 2; ++round) {
@@ -204,6 +239,18 @@ struct sandbox_init {
         if (n < 0 && errno != EINTR) return;
       }
       kill();
+    }
+  }
+
+  // bwrap's outer process leaves without waiting for PID 1, which then passes to the nearest subreaper:
+  // moxi (run() makes it one). Reaping it here, rather than leaving it to the host's init, which may reap
+  // late or never (a container whose PID 1 is moxi), ends its count against the uid (RLIMIT_NPROC) and
+  // its pid with the run. Not our child (bwrap reaped it, or no subreaper): nothing to do.
+  void reap() {
+    if (!known()) return;
+    siginfo_t si;
+    constexpr auto kPidfd = static_cast<idtype_t>(3);  // P_PIDFD of linux/wait.h (Linux 5.4)
+    while (::waitid(kPidfd, static_cast<id_t>(fd.get()), &si, WEXITED | WNOHANG) != 0 && errno == EINTR) {
     }
   }
 
@@ -245,7 +292,8 @@ class copy_guard {
   int fd_;
 };
 
-void prepare_workspace(const run_spec& spec, bool drop, workspace& ws, run_result& r) {
+void prepare_workspace(const run_spec& spec, const identity& id, workspace& ws, run_result& r) {
+  const bool drop = id.drop;
   if (spec.workspace.empty()) {
     const char* tmp = std::getenv("TMPDIR");
     std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/moxi-ws-XXXXXX";
@@ -255,7 +303,8 @@ void prepare_workspace(const run_spec& spec, bool drop, workspace& ws, run_resul
     ws.dir = detail::open_dir_nofollow(tmpl, false, &ws.path);
   } else {
     ws.dir = detail::open_dir_nofollow(spec.workspace, true, &ws.path);
-    detail::check_workspace_rules(ws.dir.get(), ws.path, spec.policy.uid);
+    detail::check_workspace_rules(ws.dir.get(), ws.path,
+                                  [&](uid_t u) { return is_sandbox_uid(spec.policy, u); });
   }
   if (!detail::lock_workspace(ws.dir.get(), spec.shared_workspace))
     throw error(
@@ -266,9 +315,9 @@ void prepare_workspace(const run_spec& spec, bool drop, workspace& ws, run_resul
     std::filesystem::path p(ws.path);
     for (auto dir = p.parent_path(); !dir.empty(); dir = dir.parent_path()) {
       struct stat st;
-      if (::stat(dir.c_str(), &st) == 0 && !(st.st_mode & S_IXOTH) && st.st_uid != spec.policy.uid)
+      if (::stat(dir.c_str(), &st) == 0 && !(st.st_mode & S_IXOTH) && st.st_uid != id.uid)
         throw error("sandbox: workspace '" + ws.path + "' is not reachable by the sandbox uid " +
-                    std::to_string(spec.policy.uid) + " because '" + dir.string() +
+                    std::to_string(id.uid) + " because '" + dir.string() +
                     "' is not world-searchable; use a directory under /tmp");
       if (dir == dir.root_path()) break;
     }
@@ -276,9 +325,7 @@ void prepare_workspace(const run_spec& spec, bool drop, workspace& ws, run_resul
   const auto& lim = spec.limits;
   r.mechanisms.disk = "none";
   if (lim.workspace_bytes) {
-    const uid_t uid = drop ? spec.policy.uid : ::geteuid();
-    const gid_t gid = drop ? spec.policy.gid : ::getegid();
-    ws.mount.reset(detail::make_tmpfs(lim.workspace_bytes, lim.workspace_inodes, uid, gid));
+    ws.mount.reset(detail::make_tmpfs(lim.workspace_bytes, lim.workspace_inodes, id.uid, id.gid));
     if (ws.mount.get() >= 0) {
       r.mechanisms.disk = "tmpfs";
       if (spec.shared_workspace)
@@ -288,8 +335,8 @@ void prepare_workspace(const run_spec& spec, bool drop, workspace& ws, run_resul
       if (root.get() < 0) throw io_error("open", "workspace tmpfs", errno);
       detail::copy_limits cl;
       cl.chown = drop;
-      cl.uid = uid;
-      cl.gid = gid;
+      cl.uid = id.uid;
+      cl.gid = id.gid;
       std::string why;
       if (!detail::copy_tree(ws.dir.get(), root.get(), cl, &why))
         throw error("sandbox: workspace '" + ws.path + "' does not fit its budget of " +
@@ -300,7 +347,7 @@ void prepare_workspace(const run_spec& spec, bool drop, workspace& ws, run_resul
   }
   // No budget: the command writes the host directory itself. A root caller hands the tree to the
   // sandbox uid, walking it by descriptors so that no link planted by a concurrent run is followed.
-  if (drop && !detail::chown_tree(ws.dir.get(), spec.policy.uid, spec.policy.gid))
+  if (drop && !detail::chown_tree(ws.dir.get(), id.uid, id.gid))
     throw error("sandbox: workspace '" + ws.path + "' is deeper than " + std::to_string(detail::kMaxDepth) +
                 " levels");
 }
@@ -361,6 +408,15 @@ int child_main(void* arg) {
   dfl.sa_handler = SIG_DFL;
   for (int s = 1; s < NSIG; ++s) ::sigaction(s, &dfl, nullptr);
   if (::setsid() < 0) return child_fail(a, "setsid");
+  // A signal that reached us before setsid was sent to moxi's process group (a terminal's Ctrl-C, a
+  // supervisor's group kill): moxi stops the run for it itself, but here, still blocked and pending, it
+  // would kill the launcher once unblocked, before bwrap starts. Ignoring a signal discards it.
+  struct sigaction ign = dfl;
+  ign.sa_handler = SIG_IGN;
+  for (int s = 1; s < NSIG; ++s) {
+    ::sigaction(s, &ign, nullptr);
+    ::sigaction(s, &dfl, nullptr);
+  }
   char pid_text[24];
   {
     pid_t pid = ::getpid();
@@ -545,15 +601,28 @@ void check_limits(const limits& l) {
 void check_workspace_mount(const std::string& m) {
   // Absolute, normal, and not a system directory the sandbox's own tools live in: a Terminal-Bench task's
   // WORKDIR (/app) is fine, `/`, `/usr` or `/a/../b` are not.
-  static const std::vector<std::string> system = {"/bin", "/dev", "/etc", "/lib", "/lib32", "/lib64",
+  static const std::vector<std::string> system = {"/bin",  "/dev",  "/etc", "/lib", "/lib32", "/lib64",
                                                   "/proc", "/sbin", "/sys", "/tmp", "/usr"};
   bool ok = m.size() > 1 && m[0] == '/' && m.back() != '/' && m.find("//") == std::string::npos &&
             m.find('\0') == std::string::npos;
   for (const char* bad : {"/./", "/../"}) ok = ok && (m + "/").find(bad) == std::string::npos;
   for (const auto& s : system) ok = ok && m != s && m.rfind(s + "/", 0) != 0;
   if (!ok)
-    throw error("sandbox: workspace mount '" + m +
-                "' must be an absolute, normal path outside /bin, /dev, /etc, /lib*, /proc, /sbin, /sys, /tmp, /usr");
+    throw error(
+        "sandbox: workspace mount '" + m +
+        "' must be an absolute, normal path outside /bin, /dev, /etc, /lib*, /proc, /sbin, /sys, /tmp, /usr");
+}
+
+void check_policy(const policy& p) {
+  if (p.uid == 0 || p.uid == static_cast<uid_t>(-1))
+    throw error("sandbox: policy.uid must not be root or -1");
+  if (p.gid == 0 || p.gid == static_cast<gid_t>(-1))
+    throw error("sandbox: policy.gid must not be root or -1");
+  if (p.uid_pool_size == 0) return;
+  const uint64_t first = p.uid_pool_first, end = first + p.uid_pool_size;  // one past the last
+  if (first == 0 || end > static_cast<uid_t>(-1))
+    throw error("sandbox: policy.uid_pool_first/uid_pool_size must lie within 1 .. 2^32-2");
+  if (p.uid >= first && p.uid < end) throw error("sandbox: policy.uid must lie outside the uid pool");
 }
 
 run_result run(const run_spec& spec) {
@@ -561,15 +630,23 @@ run_result run(const run_spec& spec) {
   const auto& lim = spec.limits;
   check_limits(lim);
   check_workspace_mount(spec.policy.workspace_mount);
+  check_policy(spec.policy);
   check_interrupt();  // nothing new starts once moxi is asked to stop (a pool's queued runs end here)
   static std::once_flag swept;
-  std::call_once(swept, [] { sweep_stale_cgroups(); });
+  std::call_once(swept, [] {
+    sweep_stale_cgroups();
+    // Orphans of our descendants come to us, not to the host's init: the sandbox's PID 1 is one, once
+    // bwrap's outer process exits (sandbox_init::reap).
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+  });
   run_result r;
-  const bool drop = ::geteuid() == 0;
   const std::string bwrap = bwrap_path();
+  const identity id = run_identity(spec);  // held until the run, and every process of it, is over
+  const bool drop = id.drop;
+  r.uid = id.uid;
 
   workspace ws;
-  prepare_workspace(spec, drop, ws, r);
+  prepare_workspace(spec, id, ws, r);
   r.workspace = ws.path;
   // The clock starts here: preparing the workspace (copying, handing over) is not the command's time.
   auto t0 = clock_type::now();
@@ -660,8 +737,8 @@ run_result run(const run_spec& spec) {
   if (lim.pids && !cg->pids() && drop)
     add_rlimit(RLIMIT_NPROC, lim.pids + kBwrapProcesses, lim.pids + kBwrapProcesses);
   ca.drop = drop;
-  ca.uid = spec.policy.uid;
-  ca.gid = spec.policy.gid;
+  ca.uid = id.uid;
+  ca.gid = id.gid;
   ca.parent = ::getpid();
 
   constexpr size_t kStack = 256 * 1024;
@@ -804,6 +881,7 @@ run_result run(const run_spec& spec) {
   // bwrap's outer process may exit before the sandbox's PID 1 is gone (it leaves as soon as PID 1
   // reports the command's status): the run is over only when PID 1, and with it the namespace, is.
   init.wait_gone();
+  init.reap();
 
   // Stragglers cannot exist with a PID namespace, but the cgroup is checked and emptied before its
   // counters are read and it is removed.

@@ -47,10 +47,18 @@ struct policy {
   // Where the workspace appears inside; also HOME and the working directory. Absolute and normal, not
   // `/` and not under /bin, /dev, /etc, /lib*, /proc, /sbin, /sys, /tmp or /usr (run() throws).
   std::string workspace_mount = "/workspace";
-  // Host uid/gid the sandbox runs as when the caller is root, so that root-owned host files stay
-  // protected by ordinary permissions even inside the user namespace. Ignored for non-root callers.
+  // Host identity of the sandbox when the caller is root (ignored otherwise), so that root-owned host
+  // files stay protected by ordinary permissions even inside the user namespace. Each run holds a uid of
+  // the pool [uid_pool_first, uid_pool_first + uid_pool_size) alone while it lasts (machine-wide, across
+  // moxi processes), so that per-uid limits and permissions never cross runs: RLIMIT_NPROC, the process
+  // limit without a cgroup, counts every process of a uid. Runs sharing a workspace (shared_workspace)
+  // all run as `uid`, the one owner of the files they write, as does every run when uid_pool_size is 0.
+  // No account should use the pool's uids; the default range lies above the ones systemd hands out to
+  // containers and below 2^31 (docs/sandbox.md "Identity"). run() checks the ranges (check_policy).
   uid_t uid = 65534;
   gid_t gid = 65534;
+  uid_t uid_pool_first = 0x70000000;
+  uint32_t uid_pool_size = 4096;
 };
 
 struct run_spec {
@@ -105,6 +113,7 @@ struct run_result {
   std::vector<limit_kind> hit;          // every limit reached, including ones that only constrained it
   struct mechanisms mechanisms;
   std::string workspace;  // the host workspace used
+  uid_t uid = 0;          // the host uid the command ran as (the caller's own when not root)
   std::string cgroup;     // the per-run cgroup (empty when rlimits only)
 
   bool hit_limit(limit_kind k) const;
@@ -117,6 +126,10 @@ void check_limits(const limits& l);
 
 // Throws moxi::error unless `m` is a usable policy::workspace_mount (see there).
 void check_workspace_mount(const std::string& m);
+
+// Throws moxi::error naming the field when the policy's identity is unusable: a uid or gid of root, a
+// uid pool that reaches root or the invalid uid (uid_t)-1, or one that holds policy::uid.
+void check_policy(const policy& p);
 
 // Runs one command to completion under the policy and limits; thread-safe, never throws for anything
 // the command does. Throws moxi::error for a bad spec (empty argv, a limit out of range, an unusable

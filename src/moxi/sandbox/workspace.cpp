@@ -308,11 +308,12 @@ unique_fd open_dir_nofollow(const std::string& path, bool create, std::string* a
   return dir;
 }
 
-void check_workspace_rules(int dirfd, const std::string& path, uid_t sandbox_uid) {
+void check_workspace_rules(int dirfd, const std::string& path,
+                           const std::function<bool(uid_t)>& sandbox_uid) {
   struct stat st;
   if (::fstat(dirfd, &st) != 0) throw io_error("stat workspace", path, errno);
   const uid_t me = ::geteuid();
-  if (st.st_uid != me && !(me == 0 && st.st_uid == sandbox_uid))
+  if (st.st_uid != me && !(me == 0 && sandbox_uid(st.st_uid)))
     refuse(path, "it is owned by uid " + std::to_string(st.st_uid) + ", not by the caller (uid " +
                      std::to_string(me) + ")");
   if (st.st_mode & (S_ISVTX | S_IWOTH)) refuse(path, "it is a shared directory (world-writable or sticky)");

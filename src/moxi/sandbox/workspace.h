@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace moxi::sandbox::detail {
@@ -46,9 +47,9 @@ bool is_system_path(const std::string& path);
 unique_fd open_dir_nofollow(const std::string& path, bool create, std::string* absolute);
 
 // Checks the rules for a caller-given workspace on the opened directory: not a system directory, owned
-// by the caller (or, for a root caller, by `sandbox_uid`, which an earlier run may have handed it to),
-// and not a shared directory (world-writable or sticky). Throws moxi::error.
-void check_workspace_rules(int dirfd, const std::string& path, uid_t sandbox_uid);
+// by the caller (or, for a root caller, by a uid for which `sandbox_uid` is true: an earlier run may have
+// handed it the tree), and not a shared directory (world-writable or sticky). Throws moxi::error.
+void check_workspace_rules(int dirfd, const std::string& path, const std::function<bool(uid_t)>& sandbox_uid);
 
 // Takes flock(LOCK_EX, or LOCK_SH when `shared`) on the directory; false when another run still holds a
 // conflicting lock after 300 ms. The short wait is for a lock that only looks held: a descriptor a

@@ -270,6 +270,24 @@ int cmd_forkbomb() {
   }
 }
 
+// Forks n children that sleep s seconds, reports how many forks succeeded, then waits for them.
+int cmd_children(int n, double s) {
+  int forked = 0;
+  for (int i = 0; i < n; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::usleep(static_cast<useconds_t>(s * 1e6));
+      _exit(0);
+    }
+    if (pid > 0) ++forked;
+  }
+  std::printf("uid=%d\nforked=%d\n", ::getuid(), forked);
+  std::fflush(stdout);
+  while (::wait(nullptr) > 0) {
+  }
+  return 0;
+}
+
 int cmd_membomb(long mb) {
   std::vector<char*> blocks;
   for (long i = 0; i < mb; ++i) {
@@ -384,7 +402,8 @@ int usage() {
       stderr,
       "usage: moxi-sandbox-probe id|fds|procs|env|syscalls|sockets|tiocsti|spin|ignore-term|forkbomb\n"
       "       | write PATH | read PATH | connect IP PORT | dns NAME | ptrace PID | membomb MB\n"
-      "       | daemon SECONDS | output BYTES | fsize PATH BYTES | swap TARGET SECONDS\n");
+      "       | daemon SECONDS | output BYTES | fsize PATH BYTES | swap TARGET SECONDS\n"
+      "       | children N SECONDS\n");
   return 2;
 }
 
@@ -415,5 +434,6 @@ int main(int argc, char** argv) {
   if (c == "connect") return cmd_connect(argv[2], std::atoi(argv[3]));
   if (c == "fsize") return cmd_fsize(argv[2], std::atol(argv[3]));
   if (c == "swap") return cmd_swap(argv[2], argv[3]);
+  if (c == "children") return cmd_children(std::atoi(argv[2]), std::atof(argv[3]));
   return usage();
 }

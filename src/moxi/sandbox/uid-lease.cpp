@@ -1,0 +1,65 @@
+#include "moxi/sandbox/uid-lease.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <thread>
+
+#include "moxi/base/error.h"
+
+namespace moxi::sandbox::detail {
+
+namespace {
+
+unique_fd open_lock_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw io_error("create", dir, errno);
+  unique_fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (fd.get() < 0) throw io_error("open uid lock directory", dir, errno);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) throw io_error("stat", dir, errno);
+  // Whoever could write here could hold every uid's lock, or swap a lock file for their own.
+  if (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))
+    throw error("sandbox: uid lock directory '" + dir + "' must belong to uid " +
+                std::to_string(::geteuid()) + " and be writable by it alone");
+  return fd;
+}
+
+}  // namespace
+
+uid_lease uid_lease::take(uid_t first, uint32_t count, const std::string& lock_dir, int wait_ms) {
+  if (count == 0) throw error("sandbox: an empty uid pool");
+  const unique_fd dir = open_lock_dir(lock_dir);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  for (;;) {
+    // The lowest free uid: a machine needs only as many lock files as it ever runs sandboxes at once.
+    for (uint32_t i = 0; i < count; ++i) {
+      const uid_t uid = first + i;
+      const std::string name = "uid-" + std::to_string(uid);
+      unique_fd fd(::openat(dir.get(), name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+      if (fd.get() < 0) throw io_error("open uid lock", lock_dir + "/" + name, errno);
+      int rc;
+      do {
+        rc = ::flock(fd.get(), LOCK_EX | LOCK_NB);
+      } while (rc != 0 && errno == EINTR);
+      if (rc == 0) {
+        uid_lease lease;
+        lease.lock_ = std::move(fd);
+        lease.uid_ = uid;
+        return lease;
+      }
+      if (errno != EWOULDBLOCK) throw io_error("lock", lock_dir + "/" + name, errno);
+    }
+    // All held. A lock can also look held for a moment after its run ended: another thread's launcher
+    // child, cloned meanwhile, holds a copy of the descriptor until it execs.
+    if (std::chrono::steady_clock::now() >= deadline)
+      throw error("sandbox: all " + std::to_string(count) + " sandbox uids from " + std::to_string(first) +
+                  " are held by other runs (raise policy.uid_pool_size)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace moxi::sandbox::detail
