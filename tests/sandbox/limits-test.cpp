@@ -2,9 +2,12 @@
 // huge files, leftover background processes) are stopped by the intended limit, the result names that
 // limit and the mechanism that enforced it, and the host is left as it was.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <xxhash.h>
 
+#include <fstream>
 #include <set>
 #include <thread>
 #include <vector>
@@ -270,6 +273,61 @@ TEST(SandboxLimitsFallback, NoProcessOfTheRunsUidOutlivesIt) {
       EXPECT_EQ(processes_of_uid(r.uid), 0) << "uid " << r.uid << (cgroup ? " (cgroup)" : " (rlimit)");
     }
   }
+}
+
+// A container's user namespace maps only 0-65535 (Kubernetes pods with hostUsers: false, rootless podman):
+// setresuid to a pool uid above that fails, so there every run drops to policy.uid instead. The child
+// process enters such a namespace (its parent, root outside, writes the maps) and runs the sandbox there.
+TEST(SandboxLimitsFallback, AUserNamespaceWithoutThePoolRunsAsPolicyUid) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to write a child's uid map";
+  workspace_dir ws;
+  ::chmod(ws.path.c_str(), 0755);
+  int go[2], done[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(done), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(go[1]);
+    ::close(done[0]);
+    char c;
+    if (::unshare(CLONE_NEWUSER) != 0) _exit(10);
+    if (::write(done[1], "u", 1) != 1 || ::read(go[0], &c, 1) != 1) _exit(11);
+    if (::setresgid(0, 0, 0) != 0 || ::setresuid(0, 0, 0) != 0) _exit(12);
+    run_spec s = probe_spec(ws, {"id"});
+    s.limits.use_cgroup = false;
+    try {
+      const auto r = run(s);
+      std::string out = r.ok() ? r.out.data : "error=" + r.error + "\n";
+      out += "result_uid=" + std::to_string(r.uid) + "\n";
+      if (::write(done[1], out.data(), out.size()) < 0) _exit(13);
+    } catch (const std::exception& e) {
+      const std::string out = std::string("error=") + e.what() + "\n";
+      if (::write(done[1], out.data(), out.size()) < 0) _exit(13);
+    }
+    _exit(0);
+  }
+  ::close(go[0]);
+  ::close(done[1]);
+  char c = 0;
+  ASSERT_EQ(::read(done[0], &c, 1), 1);
+  for (const char* f : {"uid_map", "gid_map"}) {
+    std::ofstream m("/proc/" + std::to_string(pid) + "/" + f);
+    m << "0 0 65536\n";
+    m.close();
+    ASSERT_TRUE(m.good()) << f;
+  }
+  ASSERT_EQ(::write(go[1], "g", 1), 1);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(done[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  auto m = kv(text);
+  EXPECT_EQ(m["error"], "") << text;
+  EXPECT_EQ(m["uid"], "65534") << text;
+  EXPECT_EQ(m["result_uid"], "65534") << text;
 }
 
 TEST(SandboxLimitsFallback, InfiniteLoopGetsSigxcpu) {

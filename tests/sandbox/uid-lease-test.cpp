@@ -91,6 +91,22 @@ TEST_F(UidLease, RefusesALockDirectoryOthersCouldWrite) {
 
 namespace {
 
+TEST(UidMap, APoolIsUsableOnlyWhereTheNamespaceMapsAllOfIt) {
+  using moxi::sandbox::detail::uids_mapped;
+  const std::string host = "         0          0 4294967295\n";
+  EXPECT_TRUE(uids_mapped(host, 0x70000000, 4096));
+  EXPECT_TRUE(uids_mapped(host, 65534, 1));
+  const std::string container = "0 100000 65536\n";  // a Kubernetes pod's or rootless podman's user namespace
+  EXPECT_FALSE(uids_mapped(container, 0x70000000, 4096));
+  EXPECT_TRUE(uids_mapped(container, 65534, 1));
+  EXPECT_TRUE(uids_mapped(container, 60000, 5536));
+  EXPECT_FALSE(uids_mapped(container, 60000, 5537));  // one past the map
+  // Adjacent ranges in any order cover a pool across their seam; a hole does not.
+  EXPECT_TRUE(uids_mapped("1000 5000 1000\n0 1 1000\n", 10, 1990));
+  EXPECT_FALSE(uids_mapped("0 1 1000\n1001 5000 1000\n", 10, 1990));
+  EXPECT_FALSE(uids_mapped("", 1, 1));
+}
+
 TEST(SandboxPolicy, IdentityRangesAreChecked) {
   using moxi::sandbox::check_policy;
   moxi::sandbox::policy p;

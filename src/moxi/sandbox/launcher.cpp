@@ -150,7 +150,8 @@ bool is_sandbox_uid(const policy& p, uid_t u) {
 }
 
 // Who the command runs as: a root caller drops to a uid of its own (a lease on the pool) or, for a
-// shared workspace or an empty pool, to policy.uid; anyone else stays who they are.
+// shared workspace, an empty pool or one its user namespace does not map, to policy.uid; anyone else
+// stays who they are.
 struct identity {
   bool drop = false;
   uid_t uid = 0;
@@ -169,7 +170,9 @@ identity run_identity(const run_spec& spec) {
   const auto& p = spec.policy;
   id.gid = p.gid;
   id.uid = p.uid;
-  if (!spec.shared_workspace && p.uid_pool_size > 0) {
+  // In a user namespace that does not map the pool (a container's 0-65535), runs share policy.uid.
+  if (!spec.shared_workspace && p.uid_pool_size > 0 &&
+      detail::uids_mapped(p.uid_pool_first, p.uid_pool_size)) {
     id.lease = detail::uid_lease::take(p.uid_pool_first, p.uid_pool_size);
     id.uid = id.lease.uid();
   }

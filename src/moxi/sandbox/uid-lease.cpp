@@ -5,9 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "moxi/base/error.h"
 
@@ -29,6 +33,32 @@ unique_fd open_lock_dir(const std::string& dir) {
 }
 
 }  // namespace
+
+bool uids_mapped(const std::string& uid_map, uint64_t first, uint64_t count) {
+  // The ranges may come in any order: walk from `first`, each step through the range that holds it.
+  std::vector<std::array<uint64_t, 2>> ranges;  // [begin, end) inside the namespace
+  std::istringstream in(uid_map);
+  uint64_t inside, outside, n;
+  while (in >> inside >> outside >> n) ranges.push_back({inside, inside + n});
+  for (uint64_t at = first, end = first + count; at < end;) {
+    uint64_t next = at;
+    for (const auto& r : ranges)
+      if (r[0] <= at && at < r[1]) next = r[1];
+    if (next == at) return false;
+    at = next;
+  }
+  return true;
+}
+
+bool uids_mapped(uint64_t first, uint64_t count) {
+  static const std::string map = [] {
+    std::ifstream f("/proc/self/uid_map");
+    std::ostringstream s;
+    s << f.rdbuf();
+    return s.str();
+  }();
+  return uids_mapped(map, first, count);
+}
 
 uid_lease uid_lease::take(uid_t first, uint32_t count, const std::string& lock_dir, int wait_ms) {
   if (count == 0) throw error("sandbox: an empty uid pool");

@@ -16,6 +16,13 @@ namespace moxi::sandbox::detail {
 // Where root moxi processes keep the uid locks.
 inline constexpr const char* kUidLockDir = "/run/moxi-sandbox";
 
+// Whether every uid of [first, first + count) has an identity in the user namespace whose uid_map is
+// `uid_map` (lines "inside outside count", as /proc/self/uid_map): a container with a user namespace
+// maps only a range (often 0-65535), and setresuid to an unmapped uid fails.
+bool uids_mapped(const std::string& uid_map, uint64_t first, uint64_t count);
+// The same for this process's user namespace (read once).
+bool uids_mapped(uint64_t first, uint64_t count);
+
 class uid_lease {
  public:
   uid_lease() = default;
