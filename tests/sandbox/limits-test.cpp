@@ -261,6 +261,7 @@ TEST(SandboxLimitsFallback, OverlappingRunsEachGetTheirOwnProcessLimit) {
 
 // bwrap's outer process exits without reaping the sandbox's PID 1; moxi, its subreaper, reaps it before
 // run() returns, so not even a zombie of the run's uid is left to count against the next run of that uid.
+// (The uid may meanwhile serve another process's run: only our own children count.)
 TEST(SandboxLimitsFallback, NoProcessOfTheRunsUidOutlivesIt) {
   if (::geteuid() != 0) GTEST_SKIP() << "runs drop to a uid of their own for a root caller only";
   for (bool cgroup : {false, true}) {
@@ -270,9 +271,36 @@ TEST(SandboxLimitsFallback, NoProcessOfTheRunsUidOutlivesIt) {
       s.limits.use_cgroup = cgroup;
       auto r = run(s);
       ASSERT_TRUE(r.ok()) << r.error;
-      EXPECT_EQ(processes_of_uid(r.uid), 0) << "uid " << r.uid << (cgroup ? " (cgroup)" : " (rlimit)");
+      EXPECT_EQ(children_of_uid(r.uid), 0) << "uid " << r.uid << (cgroup ? " (cgroup)" : " (rlimit)");
     }
   }
+  // A command so short that bwrap is gone before run() first reads its status: PID 1 is reaped too.
+  for (int i = 0; i < 20; ++i) {
+    workspace_dir ws;
+    run_spec s = probe_spec(ws, {});
+    s.argv = {"/bin/true"};
+    s.limits.use_cgroup = i % 2 == 0;
+    auto r = run(s);
+    ASSERT_TRUE(r.ok()) << r.error;
+    EXPECT_EQ(children_of_uid(r.uid), 0) << "run " << i << ", uid " << r.uid;
+  }
+  // The same from four threads at once (the RL loop's and the eval's checkers run in a pool).
+  std::vector<std::thread> threads;
+  std::vector<uid_t> uids(40);
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int i = k; i < 40; i += 4) {
+        workspace_dir ws;
+        run_spec s = probe_spec(ws, {});
+        s.argv = {"/bin/true"};
+        s.limits.use_cgroup = i % 2 == 0;
+        uids[size_t(i)] = run(s).uid;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const uid_t u : std::set<uid_t>(uids.begin(), uids.end()))
+    EXPECT_EQ(children_of_uid(u), 0) << "uid " << u;
 }
 
 // A container's user namespace maps only 0-65535 (Kubernetes pods with hostUsers: false, rootless podman):

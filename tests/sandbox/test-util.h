@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -97,14 +98,22 @@ inline int processes_with(const std::string& needle) {
   return n;
 }
 
-// Processes of the host uid `uid`, zombies included (a zombie still counts against RLIMIT_NPROC).
-inline int processes_of_uid(uid_t uid) {
+// Children of this process (orphans of our sandboxes pass to us, the subreaper) that run as the host
+// uid `uid`, zombies included: a zombie still counts against its uid's RLIMIT_NPROC.
+inline int children_of_uid(uid_t uid) {
   int n = 0;
   DIR* d = ::opendir("/proc");
   while (dirent* e = ::readdir(d)) {
     if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
     struct stat st;
-    if (::stat((std::string("/proc/") + e->d_name).c_str(), &st) == 0 && st.st_uid == uid) ++n;
+    if (::stat((std::string("/proc/") + e->d_name).c_str(), &st) != 0 || st.st_uid != uid) continue;
+    const std::string stat = read_proc_file(std::string("/proc/") + e->d_name + "/stat");
+    const auto rp = stat.rfind(')');
+    char state = 0;
+    int ppid = -1;
+    if (rp != std::string::npos && std::sscanf(stat.c_str() + rp + 1, " %c %d", &state, &ppid) == 2 &&
+        ppid == ::getpid())
+      ++n;
   }
   ::closedir(d);
   return n;

@@ -196,15 +196,18 @@ struct workspace {
 };
 
 // The sandbox's PID 1 (bwrap inside the new PID namespace) by a pidfd, opened from the host pid bwrap
-// reports and accepted only while it is still the child of our (unreaped) bwrap, so a recycled pid is
-// never signalled or waited for.
+// reports and accepted only while it is still bwrap's child or, orphaned, ours (find), so a recycled pid
+// is never signalled or waited for.
 struct sandbox_init {
   unique_fd fd;
   bool failed = false;  // reported but not (or no longer) reachable: fall back to killing bwrap
 
   bool known() const { return fd.get() >= 0; }
 
-  // Looks for {"child-pid": N} in bwrap's status text; `bwrap` is our child, not yet reaped.
+  // Looks for {"child-pid": N} in bwrap's status text and opens N by pidfd if it is still PID 1: a child
+  // of `bwrap` (our child), or, once bwrap has exited, ours (moxi is the subreaper orphans pass to). A
+  // recycled pid could pass the second test only if PID 1 had been reaped by bwrap and the kernel's pid
+  // counter had gone once around pid_max since.
   void find(const std::string& status, pid_t bwrap) {
     const size_t key = status.find("\"child-pid\"");
     if (key == std::string::npos) return;
@@ -213,7 +216,8 @@ struct sandbox_init {
     if (end == std::string::npos) return;  // the number may not be complete yet
     const long pid = std::strtol(status.c_str() + at, nullptr, 10);
     unique_fd f(static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0)));
-    if (pid <= 0 || f.get() < 0 || parent_of(static_cast<pid_t>(pid)) != bwrap) {
+    const pid_t parent = pid > 0 && f.get() >= 0 ? parent_of(static_cast<pid_t>(pid)) : -1;
+    if (parent != bwrap && parent != ::getpid()) {
       failed = true;
       return;
     }
@@ -883,6 +887,8 @@ run_result run(const run_spec& spec) {
   if (status_open) read_status();
   // bwrap's outer process may exit before the sandbox's PID 1 is gone (it leaves as soon as PID 1
   // reports the command's status): the run is over only when PID 1, and with it the namespace, is.
+  // A short command can end, and bwrap with it, before the loop read the pid: find PID 1 now.
+  if (!init.known() && !init.failed) init.find(status_text, pid);
   init.wait_gone();
   init.reap();
 

@@ -51,13 +51,11 @@ bool uids_mapped(const std::string& uid_map, uint64_t first, uint64_t count) {
 }
 
 bool uids_mapped(uint64_t first, uint64_t count) {
-  static const std::string map = [] {
-    std::ifstream f("/proc/self/uid_map");
-    std::ostringstream s;
-    s << f.rdbuf();
-    return s.str();
-  }();
-  return uids_mapped(map, first, count);
+  // Read each time (a few microseconds): a process may have entered another user namespace since.
+  std::ifstream f("/proc/self/uid_map");
+  std::ostringstream map;
+  map << f.rdbuf();
+  return uids_mapped(map.str(), first, count);
 }
 
 uid_lease uid_lease::take(uid_t first, uint32_t count, const std::string& lock_dir, int wait_ms) {

@@ -20,7 +20,7 @@ inline constexpr const char* kUidLockDir = "/run/moxi-sandbox";
 // `uid_map` (lines "inside outside count", as /proc/self/uid_map): a container with a user namespace
 // maps only a range (often 0-65535), and setresuid to an unmapped uid fails.
 bool uids_mapped(const std::string& uid_map, uint64_t first, uint64_t count);
-// The same for this process's user namespace (read once).
+// The same for this process's user namespace.
 bool uids_mapped(uint64_t first, uint64_t count);
 
 class uid_lease {
