@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <xxhash.h>
 
@@ -346,6 +347,46 @@ TEST(SandboxLimitsFallback, AUserNamespaceWithoutThePoolRunsAsPolicyUid) {
     ASSERT_TRUE(m.good()) << f;
   }
   ASSERT_EQ(::write(go[1], "g", 1), 1);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(done[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  auto m = kv(text);
+  EXPECT_EQ(m["error"], "") << text;
+  EXPECT_EQ(m["uid"], "65534") << text;
+  EXPECT_EQ(m["result_uid"], "65534") << text;
+}
+
+// A hardened container's read-only root leaves no place for the uid locks (/run/moxi-sandbox): runs
+// drop to policy.uid there rather than fail. The child makes /run an empty read-only tmpfs in a mount
+// namespace of its own.
+TEST(SandboxLimitsFallback, AReadOnlyRunDirectoryRunsAsPolicyUid) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for a mount namespace";
+  workspace_dir ws;
+  ::chmod(ws.path.c_str(), 0755);
+  int done[2];
+  ASSERT_EQ(::pipe(done), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(done[0]);
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", "/run", "tmpfs", MS_RDONLY, "size=64k") != 0)
+      _exit(10);
+    run_spec s = probe_spec(ws, {"id"});
+    std::string out;
+    try {
+      const auto r = run(s);
+      out = (r.ok() ? r.out.data : "error=" + r.error + "\n") + "result_uid=" + std::to_string(r.uid) + "\n";
+    } catch (const std::exception& e) {
+      out = std::string("error=") + e.what() + "\n";
+    }
+    if (::write(done[1], out.data(), out.size()) < 0) _exit(13);
+    _exit(0);
+  }
+  ::close(done[1]);
   std::string text;
   char buf[4096];
   for (ssize_t n; (n = ::read(done[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));

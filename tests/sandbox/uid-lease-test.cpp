@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "common/temp-dir.h"
 #include "moxi/base/error.h"
@@ -85,6 +86,13 @@ TEST_F(UidLease, RefusesALockDirectoryOthersCouldWrite) {
   EXPECT_THROW(uid_lease::take(0x70000000, 4, path("link"), 0), moxi::error);
   EXPECT_THROW(uid_lease::take(0x70000000, 0, path("real"), 0), moxi::error);
   EXPECT_EQ(uid_lease::take(0x70000000, 4, path("real"), 0).uid(), 0x70000000u);
+}
+
+TEST_F(UidLease, NoPlaceForTheLockDirectoryGivesNoLease) {
+  EXPECT_FALSE(uid_lease::take(0x70000000, 4, path("missing/locks"), 0).held());
+  std::ofstream(path("file")) << "x";
+  EXPECT_FALSE(uid_lease::take(0x70000000, 4, path("file/locks"), 0).held());
+  EXPECT_TRUE(uid_lease::take(0x70000000, 4, locks(), 0).held());
 }
 
 }  // namespace

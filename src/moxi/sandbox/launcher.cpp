@@ -150,8 +150,8 @@ bool is_sandbox_uid(const policy& p, uid_t u) {
 }
 
 // Who the command runs as: a root caller drops to a uid of its own (a lease on the pool) or, for a
-// shared workspace, an empty pool or one its user namespace does not map, to policy.uid; anyone else
-// stays who they are.
+// shared workspace, an empty pool, one its user namespace does not map or no place for the lock files,
+// to policy.uid; anyone else stays who they are.
 struct identity {
   bool drop = false;
   uid_t uid = 0;
@@ -174,7 +174,7 @@ identity run_identity(const run_spec& spec) {
   if (!spec.shared_workspace && p.uid_pool_size > 0 &&
       detail::uids_mapped(p.uid_pool_first, p.uid_pool_size)) {
     id.lease = detail::uid_lease::take(p.uid_pool_first, p.uid_pool_size);
-    id.uid = id.lease.uid();
+    if (id.lease.held()) id.uid = id.lease.uid();  // else no lock directory can exist here: policy.uid
   }
   return id;
 }

@@ -19,8 +19,17 @@ namespace moxi::sandbox::detail {
 
 namespace {
 
+// A file system with no room for it (read-only, or no such parent): nothing to lock in, not an attack.
+bool unavailable(int e) {
+  return e == EROFS || e == EACCES || e == EPERM || e == ENOENT || e == ENOTDIR;
+}
+
+// -1 when the directory cannot be made (unavailable()).
 unique_fd open_lock_dir(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw io_error("create", dir, errno);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    if (unavailable(errno)) return unique_fd();
+    throw io_error("create", dir, errno);
+  }
   unique_fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (fd.get() < 0) throw io_error("open uid lock directory", dir, errno);
   struct stat st;
@@ -61,6 +70,7 @@ bool uids_mapped(uint64_t first, uint64_t count) {
 uid_lease uid_lease::take(uid_t first, uint32_t count, const std::string& lock_dir, int wait_ms) {
   if (count == 0) throw error("sandbox: an empty uid pool");
   const unique_fd dir = open_lock_dir(lock_dir);
+  if (dir.get() < 0) return uid_lease();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   for (;;) {
     // The lowest free uid: a machine needs only as many lock files as it ever runs sandboxes at once.
@@ -68,6 +78,7 @@ uid_lease uid_lease::take(uid_t first, uint32_t count, const std::string& lock_d
       const uid_t uid = first + i;
       const std::string name = "uid-" + std::to_string(uid);
       unique_fd fd(::openat(dir.get(), name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+      if (fd.get() < 0 && errno == EROFS) return uid_lease();  // a lock directory left on a read-only root
       if (fd.get() < 0) throw io_error("open uid lock", lock_dir + "/" + name, errno);
       int rc;
       do {

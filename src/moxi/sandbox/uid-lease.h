@@ -28,7 +28,9 @@ class uid_lease {
   uid_lease() = default;
   // Takes the lowest uid of [first, first + count) that no other run holds, waiting up to `wait_ms` for
   // one to come free. Creates `lock_dir` (mode 0700) when missing and refuses one that is a link, not
-  // owned by the caller, or writable by others. Throws moxi::error when every uid stays held.
+  // owned by the caller, or writable by others. Returns an empty lease (held() false) where the directory
+  // cannot exist: a read-only root file system (a hardened container), no parent. Throws moxi::error when
+  // every uid stays held.
   static uid_lease take(uid_t first, uint32_t count, const std::string& lock_dir = kUidLockDir,
                         int wait_ms = 1000);
   uid_t uid() const { return uid_; }
