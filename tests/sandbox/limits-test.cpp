@@ -9,6 +9,8 @@
 #include <xxhash.h>
 
 #include <fstream>
+#include <functional>
+#include <map>
 #include <set>
 #include <thread>
 #include <vector>
@@ -304,6 +306,50 @@ TEST(SandboxLimitsFallback, NoProcessOfTheRunsUidOutlivesIt) {
     EXPECT_EQ(children_of_uid(u), 0) << "uid " << u;
 }
 
+// Runs the probe's `id` in the sandbox from a forked child that first calls `enter` (a namespace of its
+// own; false: exit 10) and then waits while the parent calls `setup(child pid)`. Returns the child's
+// key=value report: the probe's output, or error=...; result_uid= the uid run() reports.
+std::map<std::string, std::string> id_in_child(const workspace_dir& ws, const std::function<bool()>& enter,
+                                               const std::function<void(pid_t)>& setup) {
+  int go[2], done[2];
+  if (::pipe(go) != 0 || ::pipe(done) != 0) return {{"error", "pipe"}};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(go[1]);
+    ::close(done[0]);
+    char c;
+    if (!enter()) _exit(10);
+    if (::write(done[1], "u", 1) != 1 || ::read(go[0], &c, 1) != 1) _exit(11);
+    std::string out;
+    try {
+      run_spec s = probe_spec(ws, {"id"});
+      s.limits.use_cgroup = false;
+      const auto r = run(s);
+      out = (r.ok() ? r.out.data : "error=" + r.error + "\n") + "result_uid=" + std::to_string(r.uid) + "\n";
+    } catch (const std::exception& e) {
+      out = std::string("error=") + e.what() + "\n";
+    }
+    _exit(::write(done[1], out.data(), out.size()) < 0 ? 13 : 0);
+  }
+  ::close(go[0]);
+  ::close(done[1]);
+  char c = 0;
+  const bool entered = pid > 0 && ::read(done[0], &c, 1) == 1;
+  if (entered) setup(pid);
+  std::string text;
+  if (entered && ::write(go[1], "g", 1) == 1) {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(done[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(go[1]);
+  ::close(done[0]);
+  int status = 0;
+  if (pid > 0) ::waitpid(pid, &status, 0);
+  if (!entered || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return {{"error", "child status " + std::to_string(status)}};
+  return kv(text);
+}
+
 // A container's user namespace maps only 0-65535 (Kubernetes pods with hostUsers: false, rootless podman):
 // setresuid to a pool uid above that fails, so there every run drops to policy.uid instead. The child
 // process enters such a namespace (its parent, root outside, writes the maps) and runs the sandbox there.
@@ -311,52 +357,15 @@ TEST(SandboxLimitsFallback, AUserNamespaceWithoutThePoolRunsAsPolicyUid) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to write a child's uid map";
   workspace_dir ws;
   ::chmod(ws.path.c_str(), 0755);
-  int go[2], done[2];
-  ASSERT_EQ(::pipe(go), 0);
-  ASSERT_EQ(::pipe(done), 0);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::close(go[1]);
-    ::close(done[0]);
-    char c;
-    if (::unshare(CLONE_NEWUSER) != 0) _exit(10);
-    if (::write(done[1], "u", 1) != 1 || ::read(go[0], &c, 1) != 1) _exit(11);
-    if (::setresgid(0, 0, 0) != 0 || ::setresuid(0, 0, 0) != 0) _exit(12);
-    run_spec s = probe_spec(ws, {"id"});
-    s.limits.use_cgroup = false;
-    try {
-      const auto r = run(s);
-      std::string out = r.ok() ? r.out.data : "error=" + r.error + "\n";
-      out += "result_uid=" + std::to_string(r.uid) + "\n";
-      if (::write(done[1], out.data(), out.size()) < 0) _exit(13);
-    } catch (const std::exception& e) {
-      const std::string out = std::string("error=") + e.what() + "\n";
-      if (::write(done[1], out.data(), out.size()) < 0) _exit(13);
-    }
-    _exit(0);
-  }
-  ::close(go[0]);
-  ::close(done[1]);
-  char c = 0;
-  ASSERT_EQ(::read(done[0], &c, 1), 1);
-  for (const char* f : {"uid_map", "gid_map"}) {
-    std::ofstream m("/proc/" + std::to_string(pid) + "/" + f);
-    m << "0 0 65536\n";
-    m.close();
-    ASSERT_TRUE(m.good()) << f;
-  }
-  ASSERT_EQ(::write(go[1], "g", 1), 1);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(done[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  auto m = kv(text);
-  EXPECT_EQ(m["error"], "") << text;
-  EXPECT_EQ(m["uid"], "65534") << text;
-  EXPECT_EQ(m["result_uid"], "65534") << text;
+  auto m = id_in_child(
+      ws, [] { return ::unshare(CLONE_NEWUSER) == 0; },
+      [](pid_t pid) {
+        for (const char* f : {"uid_map", "gid_map"})
+          std::ofstream("/proc/" + std::to_string(pid) + "/" + f) << "0 0 65536\n";
+      });
+  EXPECT_EQ(m["error"], "");
+  EXPECT_EQ(m["uid"], "65534");
+  EXPECT_EQ(m["result_uid"], "65534");
 }
 
 // A hardened container's read-only root leaves no place for the uid locks (/run/moxi-sandbox): runs
@@ -366,37 +375,17 @@ TEST(SandboxLimitsFallback, AReadOnlyRunDirectoryRunsAsPolicyUid) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root for a mount namespace";
   workspace_dir ws;
   ::chmod(ws.path.c_str(), 0755);
-  int done[2];
-  ASSERT_EQ(::pipe(done), 0);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::close(done[0]);
-    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        ::mount("tmpfs", "/run", "tmpfs", MS_RDONLY, "size=64k") != 0)
-      _exit(10);
-    run_spec s = probe_spec(ws, {"id"});
-    std::string out;
-    try {
-      const auto r = run(s);
-      out = (r.ok() ? r.out.data : "error=" + r.error + "\n") + "result_uid=" + std::to_string(r.uid) + "\n";
-    } catch (const std::exception& e) {
-      out = std::string("error=") + e.what() + "\n";
-    }
-    if (::write(done[1], out.data(), out.size()) < 0) _exit(13);
-    _exit(0);
-  }
-  ::close(done[1]);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(done[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  auto m = kv(text);
-  EXPECT_EQ(m["error"], "") << text;
-  EXPECT_EQ(m["uid"], "65534") << text;
-  EXPECT_EQ(m["result_uid"], "65534") << text;
+  auto m = id_in_child(
+      ws,
+      [] {
+        return ::unshare(CLONE_NEWNS) == 0 &&
+               ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+               ::mount("tmpfs", "/run", "tmpfs", MS_RDONLY, "size=64k") == 0;
+      },
+      [](pid_t) {});
+  EXPECT_EQ(m["error"], "");
+  EXPECT_EQ(m["uid"], "65534");
+  EXPECT_EQ(m["result_uid"], "65534");
 }
 
 TEST(SandboxLimitsFallback, InfiniteLoopGetsSigxcpu) {
