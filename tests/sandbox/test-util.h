@@ -15,6 +15,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "moxi/sandbox/sandbox.h"
 
@@ -98,43 +99,44 @@ inline int processes_with(const std::string& needle) {
   return n;
 }
 
-// Children of this process (orphans of our sandboxes pass to us, the subreaper) that run as the host
-// uid `uid`, zombies included: a zombie still counts against its uid's RLIMIT_NPROC.
-inline int children_of_uid(uid_t uid) {
-  int n = 0;
+// The children of this process (orphans of our sandboxes pass to us, their subreaper), zombies included:
+// pid, state letter of /proc/PID/stat, owner uid.
+struct child_proc {
+  int pid;
+  char state;
+  uid_t uid;
+};
+inline std::vector<child_proc> our_children() {
+  std::vector<child_proc> v;
   DIR* d = ::opendir("/proc");
   while (dirent* e = ::readdir(d)) {
     if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-    struct stat st;
-    if (::stat((std::string("/proc/") + e->d_name).c_str(), &st) != 0 || st.st_uid != uid) continue;
-    const std::string stat = read_proc_file(std::string("/proc/") + e->d_name + "/stat");
-    const auto rp = stat.rfind(')');
+    const std::string dir = std::string("/proc/") + e->d_name;
+    const std::string text = read_proc_file(dir + "/stat");
+    const auto rp = text.rfind(')');
     char state = 0;
     int ppid = -1;
-    if (rp != std::string::npos && std::sscanf(stat.c_str() + rp + 1, " %c %d", &state, &ppid) == 2 &&
-        ppid == ::getpid())
-      ++n;
+    struct stat st;
+    if (rp != std::string::npos && std::sscanf(text.c_str() + rp + 1, " %c %d", &state, &ppid) == 2 &&
+        ppid == ::getpid() && ::stat(dir.c_str(), &st) == 0)
+      v.push_back({std::atoi(e->d_name), state, st.st_uid});
   }
   ::closedir(d);
+  return v;
+}
+
+// Our children that run as the host uid `uid`, zombies included: a zombie still counts against its uid's
+// RLIMIT_NPROC.
+inline int children_of_uid(uid_t uid) {
+  int n = 0;
+  for (const auto& c : our_children()) n += c.uid == uid;
   return n;
 }
 
 // Live descendants of this test process: after a run returns there must be none.
 inline int live_children() {
   int n = 0;
-  DIR* d = ::opendir("/proc");
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-    const std::string stat = read_proc_file(std::string("/proc/") + e->d_name + "/stat");
-    auto rp = stat.rfind(')');
-    if (rp == std::string::npos) continue;
-    std::istringstream rest(stat.substr(rp + 2));
-    char state;
-    int ppid;
-    rest >> state >> ppid;
-    if (ppid == ::getpid() && state != 'Z') ++n;
-  }
-  ::closedir(d);
+  for (const auto& c : our_children()) n += c.state != 'Z';
   return n;
 }
 

@@ -409,16 +409,16 @@ int child_fail(child_args* a, const char* step) {
 
 int child_main(void* arg) {
   auto* a = static_cast<child_args*>(arg);
-  // Handlers of the parent must not run on this stack; ignored signals must not stay ignored in bwrap.
-  struct sigaction dfl;
+  // run() blocks every signal around the clone, so none is handled before the loop below.
+  if (::setsid() < 0) return child_fail(a, "setsid");
+  // Handlers of the parent must not run on this stack; ignored signals must not stay ignored in bwrap. A
+  // signal still pending was sent to moxi's process group before setsid (a terminal's Ctrl-C, a
+  // supervisor's group kill): moxi stops the run for it itself, but here, once unblocked, it would kill the
+  // launcher before bwrap starts. Setting SIG_IGN discards a pending signal, then SIG_DFL applies.
+  struct sigaction dfl, ign;
   std::memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
-  for (int s = 1; s < NSIG; ++s) ::sigaction(s, &dfl, nullptr);
-  if (::setsid() < 0) return child_fail(a, "setsid");
-  // A signal that reached us before setsid was sent to moxi's process group (a terminal's Ctrl-C, a
-  // supervisor's group kill): moxi stops the run for it itself, but here, still blocked and pending, it
-  // would kill the launcher once unblocked, before bwrap starts. Ignoring a signal discards it.
-  struct sigaction ign = dfl;
+  ign = dfl;
   ign.sa_handler = SIG_IGN;
   for (int s = 1; s < NSIG; ++s) {
     ::sigaction(s, &ign, nullptr);
