@@ -213,29 +213,58 @@ membw_result run_membw(double mib, int reps) {
   return r;
 }
 
-// Dense BF16 weights (the engine's Linear layers, attention projections, shared experts, lm_head) through
-// the default backend's matmul_bf16, timed like the MXFP4 GEMV.
+// Random BF16 weights in [2^-7, 2^-6) (finite, no NaN), [m, k] rows.
+std::vector<uint16_t> random_bf16(int64_t m, int64_t kk, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::vector<uint16_t> w(size_t(m * kk));
+  for (auto& v : w) v = uint16_t(0x3c00 + gen() % 0x0800);
+  return w;
+}
+
+// The dense layers' weights as the default backend keeps them: 16-row panels where it packs them, else rows.
+std::vector<uint16_t> dense_layout(const std::vector<uint16_t>& w, int64_t m, int64_t kk) {
+  if (!k::default_backend().packs_bf16_panels()) return w;
+  std::vector<uint16_t> p(size_t(k::ref::bf16_panels_size(m, kk)));
+  k::ref::pack_bf16_panels(w.data(), m, kk, p.data());
+  return p;
+}
+
+void dense_matmul(const float* x, const std::vector<uint16_t>& w, float* y, int64_t T, int64_t m,
+                  int64_t kk) {
+  const k::backend& be = k::default_backend();
+  if (be.packs_bf16_panels())
+    be.matmul_bf16_panels(x, w.data(), nullptr, y, T, m, kk);
+  else
+    be.matmul_bf16(x, w.data(), nullptr, y, T, m, kk);
+}
+
+// Dense BF16 weights (the engine's Linear layers, attention projections, shared experts, lm_head) in the
+// layout and through the kernel the default backend runs them with, timed like the MXFP4 GEMV; on an x86
+// backend also the row-layout kernel the panels replaced ("classic"), timed after it.
 gemv_result run_gemv_bf16(int64_t m, int64_t kk, int reps) {
   gemv_result r;
   r.m = m;
   r.k = kk;
   r.variant = k::default_backend().name();
-  std::mt19937_64 gen(5);
-  std::vector<uint16_t> w(size_t(m * kk));
-  for (auto& v : w) v = uint16_t(0x3c00 + gen() % 0x0800);  // bf16 in [2^-7, 2^-6): finite, no NaN
+  const std::vector<uint16_t> w = random_bf16(m, kk, 5), wp = dense_layout(w, m, kk);
   const size_t bytes = w.size() * sizeof(uint16_t);
   r.weight_mib = double(bytes) / (1 << 20);
   r.copies = rotation_copies(bytes);
-  std::vector<std::vector<uint16_t>> copies(size_t(r.copies), w);
+  const bool rows_too = k::default_backend().packs_bf16_panels() && k::x86::cpu().avx512;
+  std::vector<std::vector<uint16_t>> copies(size_t(r.copies), wp),
+      row_copies(rows_too ? size_t(r.copies) : 0, w);
   const std::vector<float> x = random_x(size_t(kk), 2);
   std::vector<float> y(static_cast<size_t>(m));
-  const streamed t = time_streamed(bytes, r.copies, reps, [&](int c) {
-    k::default_backend().matmul_bf16(x.data(), copies[size_t(c)].data(), nullptr, y.data(), 1, m, kk);
-  });
+  const streamed t = time_streamed(
+      bytes, r.copies, reps, [&](int c) { dense_matmul(x.data(), copies[size_t(c)], y.data(), 1, m, kk); });
   r.fast_ms = t.ms;
   r.weight_gbs = t.gbs;
   r.membw_gbs = t.membw_gbs;
   r.share_of_membw = t.share_of_membw;
+  if (rows_too)
+    r.classic_ms = time_streamed(bytes, r.copies, reps, [&](int c) {
+                     k::x86::matmul_bf16_rows(x.data(), row_copies[size_t(c)].data(), y.data(), 1, m, kk);
+                   }).ms;
   const auto t0 = clock_type::now();
   k::ref::matmul_bf16(x.data(), w.data(), nullptr, y.data(), 1, m, kk);
   r.ref_ms = seconds_since(t0) * 1e3;
@@ -297,8 +326,62 @@ gemv_result run_gemv(int64_t m, int64_t kk, int reps, const std::string& format)
   return r;
 }
 
-gemm_result run_gemm(int64_t m, int64_t kk, int64_t n, int reps) {
+// Register-resident fp32 FMA ceiling on all pool threads, GFLOP/s: what the dense kernels (f32 FMAs on
+// widened BF16 weights) can reach.
+double fma_peak() {
+  if (!k::x86::cpu().avx512) return 0.0;
+  thread_pool& pool = thread_pool::global();
+  const int64_t iters = 2'000'000;  // 768 flop each: a few milliseconds per rep
+  std::vector<double> sink(size_t(pool.size()));
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = clock_type::now();
+    pool.run([&](int tid, int) { sink[size_t(tid)] = k::x86::fma_f32_peak_loop(iters); });
+    best = std::max(best, double(pool.size()) * double(iters) * 768.0 / seconds_since(t0) / 1e9);
+  }
+  return best;
+}
+
+// The dense layers' GEMM (BF16 weights in the default backend's layout) against the fp32 FMA peak, with
+// the row-layout kernel beside it on an x86 backend.
+gemm_result run_gemm_bf16(int64_t m, int64_t kk, int64_t n, int reps) {
+  gemm_result r;
+  r.m = m;
+  r.k = kk;
+  r.n = n;
+  r.variant = k::default_backend().name();
+  const std::vector<uint16_t> w = random_bf16(m, kk, 3), wp = dense_layout(w, m, kk);
+  const std::vector<float> x = random_x(size_t(n * kk), 4);
+  std::vector<float> y(size_t(n * m));
+  r.peak_gflops = fma_peak();
+  r.peak_kind = "fp32 vfmadd (register-resident)";
+  const bool rows_too = k::default_backend().packs_bf16_panels() && k::x86::cpu().avx512;
+  dense_matmul(x.data(), wp, y.data(), n, m, kk);
+  std::vector<double> ms, rows_ms;
+  for (int rep = 0; rep < reps; ++rep) {
+    auto t0 = clock_type::now();
+    dense_matmul(x.data(), wp, y.data(), n, m, kk);
+    ms.push_back(seconds_since(t0) * 1e3);
+    if (!rows_too) continue;
+    t0 = clock_type::now();
+    k::x86::matmul_bf16_rows(x.data(), w.data(), y.data(), n, m, kk);
+    rows_ms.push_back(seconds_since(t0) * 1e3);
+  }
+  r.fast_ms = median(ms);
+  r.classic_ms = rows_too ? median(rows_ms) : 0.0;
+  r.gflops = 2.0 * double(m) * double(kk) * double(n) / (r.fast_ms * 1e-3) / 1e9;
+  r.share_of_peak = r.peak_gflops > 0 ? r.gflops / r.peak_gflops : 0.0;
+  r.ref_tokens = std::min<int64_t>(n, 4);
+  const auto t0 = clock_type::now();
+  k::ref::matmul_bf16(x.data(), w.data(), nullptr, y.data(), r.ref_tokens, m, kk);
+  r.ref_ms = seconds_since(t0) * 1e3 * double(n) / double(r.ref_tokens);
+  r.speedup_vs_ref = r.ref_ms / r.fast_ms;
+  return r;
+}
+
+gemm_result run_gemm(int64_t m, int64_t kk, int64_t n, int reps, const std::string& format) {
   check_shape(m, kk, n);
+  if (format == "bf16") return run_gemm_bf16(m, kk, n, reps);
   gemm_result r;
   r.m = m;
   r.k = kk;
@@ -565,8 +648,9 @@ void add_gemv_bench(CLI::App& bench) {
         "rep (median %.2f GB/s)\n",
         "fast", r.fast_ms, r.weight_gbs, 100.0 * r.share_of_membw, r.membw_gbs);
     if (r.classic_ms > 0)
-      std::printf("  %-10s %9.3f ms  %7.2f GB/s (the decode without VBMI, same run)\n", "classic",
-                  r.classic_ms, double(r.weight_mib) * (1 << 20) / (r.classic_ms * 1e-3) / 1e9);
+      std::printf("  %-10s %9.3f ms  %7.2f GB/s (%s, same run)\n", "classic", r.classic_ms,
+                  double(r.weight_mib) * (1 << 20) / (r.classic_ms * 1e-3) / 1e9,
+                  o->format == "bf16" ? "the row-layout kernel" : "the decode without VBMI");
     std::printf("  %-10s %9.3f ms  (1 thread)  speedup %.1fx\n", "ref", r.ref_ms, r.speedup_vs_ref);
   });
 }
@@ -588,8 +672,8 @@ void add_gemm_bench(CLI::App& bench) {
   cmd->add_option("--reps", o->reps, "Measured calls")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
   cmd->callback([o] {
-    check_format(o->format, false);
-    const gemm_result r = run_gemm(o->m, o->k, o->n, std::max(1, o->reps));
+    check_format(o->format, true);
+    const gemm_result r = run_gemm(o->m, o->k, o->n, std::max(1, o->reps), o->format);
     if (o->json) {
       const nlohmann::json j = {{"bench", "gemm"},
                                 {"format", o->format},
@@ -606,14 +690,19 @@ void add_gemm_bench(CLI::App& bench) {
                                 {"ref_ms", r.ref_ms},
                                 {"ref_tokens_measured", r.ref_tokens},
                                 {"speedup_vs_ref", r.speedup_vs_ref}};
-      std::printf("%s\n", j.dump().c_str());
+      nlohmann::json out = j;
+      if (r.classic_ms > 0) out["rows_ms"] = r.classic_ms;
+      std::printf("%s\n", out.dump().c_str());
       return;
     }
-    std::printf("gemm mxfp4 m=%lld k=%lld n=%lld, variant %s, %d threads (%s)\n", static_cast<long long>(r.m),
-                static_cast<long long>(r.k), static_cast<long long>(r.n), r.variant.c_str(),
-                thread_pool::global().size(), k::x86::cpu_features_string());
+    std::printf("gemm %s m=%lld k=%lld n=%lld, variant %s, %d threads (%s)\n", o->format.c_str(),
+                static_cast<long long>(r.m), static_cast<long long>(r.k), static_cast<long long>(r.n),
+                r.variant.c_str(), thread_pool::global().size(), k::x86::cpu_features_string());
     std::printf("  %-10s %9.2f ms  %8.1f GFLOP/s = %5.1f %% of %.1f GFLOP/s peak (%s, same run)\n", "fast",
                 r.fast_ms, r.gflops, 100.0 * r.share_of_peak, r.peak_gflops, r.peak_kind.c_str());
+    if (r.classic_ms > 0)
+      std::printf("  %-10s %9.2f ms  %8.1f GFLOP/s (the row-layout kernel, same run)\n", "rows", r.classic_ms,
+                  2.0 * double(r.m) * double(r.k) * double(r.n) / (r.classic_ms * 1e-3) / 1e9);
     std::printf("  %-10s %9.1f ms  (1 thread, timed on %lld tokens, scaled)  speedup %.1fx\n", "ref",
                 r.ref_ms, static_cast<long long>(r.ref_tokens), r.speedup_vs_ref);
   });

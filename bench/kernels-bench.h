@@ -67,11 +67,14 @@ struct gemm_result {
   std::string variant, peak_kind;
   double fast_ms = 0, gflops = 0;
   double peak_gflops = 0, share_of_peak = 0;
-  double ref_ms = 0;  // extrapolated from ref_tokens tokens (the reference is linear in n)
+  double classic_ms = 0;  // bf16: the row-layout kernel, same run (0: not measured)
+  double ref_ms = 0;      // extrapolated from ref_tokens tokens (the reference is linear in n)
   int64_t ref_tokens = 0;
   double speedup_vs_ref = 0;
 };
-gemm_result run_gemm(int64_t m, int64_t k, int64_t n, int reps);
+// format "mxfp4" (the routed experts' GEMM, against compute_peak()) or "bf16" (the dense layers' kernel in
+// the default backend's layout, against the fp32 FMA peak).
+gemm_result run_gemm(int64_t m, int64_t k, int64_t n, int reps, const std::string& format = "mxfp4");
 
 struct pool_result {
   int threads = 0;

@@ -140,6 +140,51 @@ void matmul_bf16(const k::backend& be) {
   }
 }
 
+// BF16 weights in 16-row panels: the packing puts W[n][k] where ref::bf16_panel_index says (rows past N
+// zero); the backend's product is within the summation-order bound of the row-layout reference, and each
+// row of a T-token product is bit for bit that token's product alone (every output one chain over k in
+// order, whatever the token and panel tiles, so a batch never changes a sequence's result).
+void matmul_bf16_panels(const k::backend& be) {
+  std::vector<mm_shape> shapes(std::begin(kMatmulShapes), std::end(kMatmulShapes));
+  // Across the 3-panel x 8-token tile: panel and group tails, 8/9/16/17 tokens, a chunk of tokens.
+  shapes.insert(
+      shapes.end(),
+      {{8, 48, 64}, {9, 49, 31}, {16, 96, 1024}, {17, 47, 5}, {1, 16, 3}, {4, 112, 80}, {60, 33, 4000}});
+  uint64_t seed = 300;
+  for (const auto& s : shapes)
+    for (bool with_bias : {false, true}) {
+      const Vec x = randn_outliers(size_t(s.T * s.K), seed++), b = randn_outliers(size_t(s.N), seed++);
+      Vec wf = randn_outliers(size_t(s.N * s.K), seed++);
+      std::vector<uint16_t> wb(wf.size());
+      for (size_t i = 0; i < wf.size(); ++i) {
+        uint32_t u;
+        std::memcpy(&u, &wf[i], 4);
+        wb[i] = uint16_t(u >> 16);
+        u = uint32_t(wb[i]) << 16;
+        std::memcpy(&wf[i], &u, 4);
+      }
+      const int64_t P = (s.N + 15) / 16;
+      ASSERT_EQ(ref::bf16_panels_size(s.N, s.K), P * 16 * s.K);
+      std::vector<uint16_t> wp(size_t(P * 16 * s.K), 0xFFFF);
+      ref::pack_bf16_panels(wb.data(), s.N, s.K, wp.data());
+      for (int64_t n = 0; n < P * 16; ++n)
+        for (int64_t kk = 0; kk < s.K; ++kk)
+          ASSERT_EQ(wp[size_t(((n / 16) * s.K + kk) * 16 + n % 16)], n < s.N ? wb[size_t(n * s.K + kk)] : 0)
+              << "n=" << n << " k=" << kk;
+      const float* bias = with_bias ? b.data() : nullptr;
+      Vec want(size_t(s.T * s.N)), got(want.size(), -1.0f);
+      ref::matmul_bf16(x.data(), wb.data(), bias, want.data(), s.T, s.N, s.K);
+      be.matmul_bf16_panels(x.data(), wp.data(), bias, got.data(), s.T, s.N, s.K);
+      expect_within_order_bound(got, want, x, wf, bias, s.T, s.N, s.K);
+      for (int64_t t = 0; t < s.T; t += std::max<int64_t>(1, s.T / 5)) {
+        Vec one(size_t(s.N), -1.0f);
+        be.matmul_bf16_panels(x.data() + t * s.K, wp.data(), bias, one.data(), 1, s.N, s.K);
+        ASSERT_EQ(0, std::memcmp(one.data(), got.data() + t * s.N, size_t(s.N) * sizeof(float)))
+            << "token " << t << " of T=" << s.T << " N=" << s.N << " K=" << s.K;
+      }
+    }
+}
+
 // ---- MXFP4 matmul ----
 
 using mxw = moxi::testing::mxfp4_weights;
@@ -581,6 +626,7 @@ struct op_case {
 const op_case kCases[] = {
     {"matmul_f32", k::op::matmul, k::wformat::F32, matmul_f32},
     {"matmul_bf16", k::op::matmul, k::wformat::BF16, matmul_bf16},
+    {"matmul_bf16_panels", k::op::matmul, k::wformat::BF16, matmul_bf16_panels},
     {"matmul_mxfp4", k::op::matmul_mxfp4, k::wformat::MXFP4, matmul_mxfp4},
     {"fake_quantize", k::op::fake_quantize, k::wformat::F32, fake_quantize},
     {"kda_recurrent", k::op::kda_recurrent, k::wformat::F32, kda_recurrent},

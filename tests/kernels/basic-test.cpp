@@ -58,6 +58,22 @@ TEST(Basic, MatmulBf16EqualsF32MatmulOnWidenedWeights) {
   EXPECT_EQ(y1, y2);  // same widened values, same summation order
 }
 
+TEST(Basic, MatmulBf16PanelsEqualsTheRowLayout) {
+  const int64_t T = 3, N = 37, K = 19;  // N: two whole panels and a padded one
+  const Vec x = normal(size_t(T * K), 11), w = normal(size_t(N * K), 12), b = normal(size_t(N), 13);
+  std::vector<uint16_t> wb(w.size());
+  for (size_t i = 0; i < w.size(); ++i) wb[i] = moxi::f32_to_bf16(w[i]);
+  std::vector<uint16_t> wp(size_t(ref::bf16_panels_size(N, K)));
+  ASSERT_EQ(wp.size(), size_t(48 * K));
+  ref::pack_bf16_panels(wb.data(), N, K, wp.data());
+  for (const float* bias : {static_cast<const float*>(nullptr), b.data()}) {
+    Vec y1(size_t(T * N)), y2(size_t(T * N));
+    ref::matmul_bf16(x.data(), wb.data(), bias, y1.data(), T, N, K);
+    ref::matmul_bf16_panels(x.data(), wp.data(), bias, y2.data(), T, N, K);
+    EXPECT_EQ(y1, y2);  // same values, same summation order
+  }
+}
+
 TEST(Basic, RmsNormAndLayerNormMatchFp64) {
   const int64_t rows = 4, D = 48;
   Vec x = normal(size_t(rows * D), 6, 5.0f);

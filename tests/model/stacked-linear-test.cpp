@@ -31,7 +31,10 @@ linear random_linear(int64_t out, int64_t in, bool bf16, std::mt19937_64& gen) {
   return l;
 }
 
-void expect_parts_equal_separate(bool mixed) {
+// panels: parts 0, 1 and 3 in the 16-row panel layout (the x86 backends' layout for dense BF16 weights),
+// the others as rows; a stack of bf16 parts in both layouts is packed as a whole, and one with an f32 part
+// holds f32 rows.
+void expect_parts_equal_separate(bool mixed, bool panels = false) {
   std::mt19937_64 gen(mixed ? 7 : 3);
   const int64_t in = 512;  // 300 x 512 MACs per row of x: the fast path splits the rows over the pool
   const std::vector<int64_t> outs{64, 64, 33, 8, 1, 130};
@@ -39,12 +42,26 @@ void expect_parts_equal_separate(bool mixed) {
   for (size_t i = 0; i < outs.size(); ++i)
     parts.push_back(random_linear(outs[i], in, !(mixed && i == 2), gen));
   copies = parts;
+  for (size_t i : {0, 1, 3})
+    if (panels) parts[i].pack_panels();
   std::vector<linear*> ptrs;
   for (auto& p : parts) ptrs.push_back(&p);
   const stacked_linear s = stacked_linear::stack(ptrs);
   ASSERT_EQ(s.all.out, 300);
   ASSERT_EQ(s.offset.size(), outs.size() + 1);
   EXPECT_TRUE(parts[0].empty()) << "the parts' weights move into the stack";
+  EXPECT_EQ(s.all.panels, panels && !mixed) << "a stack of bf16 parts with some packed is packed";
+  // The separate layers to compare with, in the stack's layout (a model's bf16 layers share one layout).
+  for (auto& c : copies)
+    if (s.all.panels) c.pack_panels();
+  for (int64_t n : {int64_t(0), int64_t(70), int64_t(299)}) {  // rows read back from either layout
+    std::vector<float> got(static_cast<size_t>(in)), want(static_cast<size_t>(in));
+    s.all.row(n, got.data());
+    size_t i = 0;
+    while (n >= s.offset[i + 1]) ++i;
+    copies[i].row(n - s.offset[i], want.data());
+    EXPECT_EQ(got, want) << "row " << n;
+  }
   for (const int64_t T : {1, 2, 3, 7, 13}) {
     std::normal_distribution<float> d(0.0f, 1.0f);
     std::vector<float> x(size_t(T * in));
@@ -56,7 +73,7 @@ void expect_parts_equal_separate(bool mixed) {
       copies[i].apply(x.data(), want.data(), T);
       s.extract(all.data(), T, i, got.data());
       EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-          << "part " << i << " T=" << T << (mixed ? " mixed storage" : " bf16");
+          << "part " << i << " T=" << T << (mixed ? " mixed storage" : " bf16") << (panels ? " panels" : "");
     }
   }
 }
@@ -70,6 +87,14 @@ TEST(StackedLinear, PartsAreBitIdenticalOnTheReferenceKernels) {
   moxi::kernels::backend_scope ref(moxi::kernels::reference());
   expect_parts_equal_separate(false);
   expect_parts_equal_separate(true);
+}
+
+TEST(StackedLinear, PanelPartsAreBitIdenticalToTheSeparateLayers) {
+  expect_parts_equal_separate(false, true);
+  expect_parts_equal_separate(true, true);
+  moxi::kernels::backend_scope ref(moxi::kernels::reference());
+  expect_parts_equal_separate(false, true);
+  expect_parts_equal_separate(true, true);
 }
 
 }  // namespace

@@ -147,6 +147,11 @@ void backend::matmul_bf16(const float* x, const uint16_t* w, const float* bias, 
   ref::matmul_bf16(x, w, bias, y, T, N, K);
 }
 
+void backend::matmul_bf16_panels(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T,
+                                 int64_t N, int64_t K) const {
+  ref::matmul_bf16_panels(x, w, bias, y, T, N, K);
+}
+
 void backend::matmul_mxfp4(const float* x, const expert_matrix& w, float* y, int64_t T, act_quant act) const {
   MOXI_ASSERT(w.mxfp4());
   ref::matmul_mxfp4(x, w.blocks, w.scales, y, T, w.N, w.K, act);

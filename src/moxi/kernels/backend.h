@@ -117,6 +117,9 @@ class backend {
   // ---- weight storage, made once at load ----
   // Whether dense BF16 checkpoint weights stay BF16 (matmul_bf16) instead of being widened to f32.
   virtual bool keeps_bf16_weights() const { return false; }
+  // Whether those BF16 weights are kept in 16-row panels (pack_bf16_panels, for matmul_bf16_panels) rather
+  // than as the checkpoint's rows.
+  virtual bool packs_bf16_panels() const { return false; }
   // Its layout of an MXFP4 matrix (blocks u8 [N, K/32, 16], scales u8 [N, K/32]), or null (reference).
   virtual std::shared_ptr<const packed_weights> pack_mxfp4(const uint8_t* blocks, const uint8_t* scales,
                                                            int64_t N, int64_t K) const;
@@ -129,6 +132,9 @@ class backend {
                       int64_t K) const;
   virtual void matmul_bf16(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T,
                            int64_t N, int64_t K) const;
+  // W bf16 in 16-row panels (ref::bf16_panel_index); any backend runs it.
+  virtual void matmul_bf16_panels(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T,
+                                  int64_t N, int64_t K) const;
   // W MXFP4 (w.mxfp4()), x fake-quantized per act as ref::matmul_mxfp4 does.
   virtual void matmul_mxfp4(const float* x, const expert_matrix& w, float* y, int64_t T, act_quant act) const;
   // Any expert matrix: matmul_mxfp4, or the f32 matmul on x fake-quantized the same way (so both storages

@@ -36,19 +36,6 @@ void split_logits(const std::vector<float>& logits, std::span<const Item> items,
   }
 }
 
-void embedding_row(const linear& e, int64_t t, float* out) {
-  const int64_t d = e.in;
-  if (e.wb.empty()) {
-    std::memcpy(out, e.w.data() + t * d, size_t(d) * sizeof(float));
-    return;
-  }
-  const uint16_t* row = e.wb.data() + t * d;
-  for (int64_t i = 0; i < d; ++i) {
-    const uint32_t bits = uint32_t(row[i]) << 16;
-    std::memcpy(out + i, &bits, sizeof(float));
-  }
-}
-
 }  // namespace
 
 model::model(model&&) noexcept = default;
@@ -138,7 +125,7 @@ void model::embed(std::span<const token_id> tokens, std::span<const float> media
     if (used < rows && tokens[t] == *placeholder)
       std::memcpy(h + int64_t(t) * d, media.data() + used++ * d, size_t(d) * sizeof(float));
     else
-      embedding_row(embed_, tokens[t], h + int64_t(t) * d);
+      embed_.row(tokens[t], h + int64_t(t) * d);
   }
   if (used < rows)
     throw error(std::to_string(rows) + " image feature rows for " + std::to_string(used) +
@@ -278,7 +265,7 @@ void model::mtp_input(const mtp_layer& m, const float* hidden, std::span<const t
   std::vector<float> emb(static_cast<size_t>(d));
   for (int64_t t = 0; t < T; ++t) {
     float* row = cat.data() + t * 2 * d;
-    embedding_row(embed_, next_tokens[size_t(t)], emb.data());
+    embed_.row(next_tokens[size_t(t)], emb.data());
     kernels::active().rms_norm(emb.data(), m.enorm.data(), row, 1, d, eps);
     kernels::active().rms_norm(hidden + t * d, m.hnorm.data(), row + d, 1, d, eps);
   }

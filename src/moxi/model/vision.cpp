@@ -1,7 +1,7 @@
 // MoonViT + the Kimi-VL projector (docs/vision.md "Encoder"). Matched to the public Kimi-VL code (vLLM
 // model_executor/models/moonvit.py and kimi_vl.py; docs/kimi-linear.md §5): tensor names, the fused wqkv
-// row order (q, k, v, each heads-major), the GELU variants (tanh approximation inside the blocks, exact erf in
-// the projector), LayerNorm eps 1e-5 everywhere, the interleaved rotary pairs with columns on even pairs.
+// row order (q, k, v, each heads-major), the GELU variants (tanh approximation inside the blocks, exact erf
+// in the projector), LayerNorm eps 1e-5 everywhere, the interleaved rotary pairs with columns on even pairs.
 #include "moxi/model/vision.h"
 
 #include <algorithm>
@@ -19,7 +19,7 @@ constexpr float kLayerNormEps = 1e-5f;  // nn.LayerNorm's default, used by every
 constexpr double kRopeTheta = 10000.0;  // Rope2DPosEmb(theta=10000)
 constexpr int64_t kRopeMaxSide = 512;   // Rope2DPosEmb(max_height=512, max_width=512)
 
-void gelu_tanh(float* x, size_t n) {  // "gelu_pytorch_tanh"
+void gelu_tanh(float* x, size_t n) {    // "gelu_pytorch_tanh"
   const float c = 0.7978845608028654f;  // sqrt(2 / pi)
   for (size_t i = 0; i < n; ++i) {
     const float v = x[i];
@@ -33,10 +33,7 @@ void gelu_erf(float* x, size_t n) {  // transformers' GELUActivation: exact
 
 // y = x W^T + b.
 void affine(const linear& l, const std::vector<float>& b, const float* x, float* y, int64_t T) {
-  if (!l.wb.empty())
-    kernels::active().matmul_bf16(x, l.wb.data(), b.data(), y, T, l.out, l.in);
-  else
-    kernels::active().matmul(x, l.w.data(), b.data(), y, T, l.out, l.in);
+  l.apply(x, y, T, b.data());
 }
 
 // PyTorch's cubic convolution weights for A = -0.75 at fraction t (upsample_bicubic2d).
@@ -177,9 +174,9 @@ void vision_encoder::check(std::span<const image_input> images) const {
                   " patches; MoonViT's rotary table covers fewer than " + std::to_string(kRopeMaxSide) +
                   " per side");
     if (int64_t(im.pixels.size()) != im.grid_h * im.grid_w * 3 * p * p)
-      throw error(what + std::to_string(im.pixels.size()) + " pixel values for a " + std::to_string(im.grid_h) +
-                  " x " + std::to_string(im.grid_w) + " grid of 3 x " + std::to_string(p) + " x " +
-                  std::to_string(p) + " patches");
+      throw error(what + std::to_string(im.pixels.size()) + " pixel values for a " +
+                  std::to_string(im.grid_h) + " x " + std::to_string(im.grid_w) + " grid of 3 x " +
+                  std::to_string(p) + " x " + std::to_string(p) + " patches");
   }
 }
 
@@ -196,8 +193,8 @@ void vision_encoder::attention(const float* qkv, int64_t grid_h, int64_t grid_w,
   // Per head: S = Q K^T / sqrt(D) over the image's own patches only, softmax, O = S V. Query rows in tiles
   // so the score block stays small whatever the image size; the products run on the backend's GEMM.
   const int64_t tile = 256;
-  std::vector<float> qh(size_t(L * D)), kh(size_t(L * D)), vt(size_t(D * L)), s(size_t(std::min(tile, L) * L)),
-      oh(size_t(std::min(tile, L) * D));
+  std::vector<float> qh(size_t(L * D)), kh(size_t(L * D)), vt(size_t(D * L)),
+      s(size_t(std::min(tile, L) * L)), oh(size_t(std::min(tile, L) * D));
   const float scale = 1.0f / std::sqrt(float(D));
   for (int64_t h = 0; h < H; ++h) {
     for (int64_t l = 0; l < L; ++l) {
@@ -224,7 +221,8 @@ void vision_encoder::attention(const float* qkv, int64_t grid_h, int64_t grid_w,
   }
 }
 
-std::vector<float> vision_encoder::encode(std::span<const image_input> images, const dump_sink* dump_to) const {
+std::vector<float> vision_encoder::encode(std::span<const image_input> images,
+                                          const dump_sink* dump_to) const {
   check(images);
   const auto& k = kernels::active();
   const int64_t d = v_.hidden_size, I = v_.intermediate_size, m = v_.merge_kernel;
@@ -241,7 +239,8 @@ std::vector<float> vision_encoder::encode(std::span<const image_input> images, c
     if (im.grid_h == v_.pos_emb_height && im.grid_w == v_.pos_emb_width) {
       std::copy(pos_emb_.begin(), pos_emb_.end(), pos.begin() + at * d);
     } else {
-      const auto t = interpolate_bicubic(pos_emb_, v_.pos_emb_height, v_.pos_emb_width, d, im.grid_h, im.grid_w);
+      const auto t =
+          interpolate_bicubic(pos_emb_, v_.pos_emb_height, v_.pos_emb_width, d, im.grid_h, im.grid_w);
       std::copy(t.begin(), t.end(), pos.begin() + at * d);
     }
     at += n;

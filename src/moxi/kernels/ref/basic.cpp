@@ -14,9 +14,10 @@ namespace {
 // accumulator. Eight outputs are computed side by side only to break the single dependency chain of a
 // scalar dot product (about 4x faster); every output keeps exactly the simple loop's summation order,
 // so results do not depend on the blocking (and T = 1 decode gets the same speedup).
-template <typename Weight, typename Widen>
-void matmul_impl(const float* x, const Weight* w, const float* bias, float* y, int64_t T, int64_t N,
-                 int64_t K, Widen widen) {
+// weight(n, k) gives W[n][k] as f32.
+template <typename Weight>
+void matmul_impl(const float* x, const float* bias, float* y, int64_t T, int64_t N, int64_t K,
+                 Weight weight) {
   constexpr int64_t kBlock = 8;
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = x + t * K;
@@ -24,17 +25,15 @@ void matmul_impl(const float* x, const Weight* w, const float* bias, float* y, i
     int64_t n = 0;
     for (; n + kBlock <= N; n += kBlock) {
       float acc[kBlock] = {};
-      const Weight* wb = w + n * K;
       for (int64_t k = 0; k < K; ++k) {
 #pragma GCC unroll 8
-        for (int64_t j = 0; j < kBlock; ++j) acc[j] += xr[k] * widen(wb[j * K + k]);
+        for (int64_t j = 0; j < kBlock; ++j) acc[j] += xr[k] * weight(n + j, k);
       }
       for (int64_t j = 0; j < kBlock; ++j) yr[n + j] = bias ? acc[j] + bias[n + j] : acc[j];
     }
     for (; n < N; ++n) {
-      const Weight* wr = w + n * K;
       float acc = 0.0f;
-      for (int64_t k = 0; k < K; ++k) acc += xr[k] * widen(wr[k]);
+      for (int64_t k = 0; k < K; ++k) acc += xr[k] * weight(n, k);
       yr[n] = bias ? acc + bias[n] : acc;
     }
   }
@@ -43,12 +42,28 @@ void matmul_impl(const float* x, const Weight* w, const float* bias, float* y, i
 }  // namespace
 
 void matmul(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t N, int64_t K) {
-  matmul_impl(x, w, bias, y, T, N, K, [](float v) { return v; });
+  matmul_impl(x, bias, y, T, N, K, [w, K](int64_t n, int64_t k) { return w[n * K + k]; });
 }
 
 void matmul_bf16(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T, int64_t N,
                  int64_t K) {
-  matmul_impl(x, w, bias, y, T, N, K, [](uint16_t v) { return bf16_to_f32(v); });
+  matmul_impl(x, bias, y, T, N, K, [w, K](int64_t n, int64_t k) { return bf16_to_f32(w[n * K + k]); });
+}
+
+void pack_bf16_panels(const uint16_t* w, int64_t N, int64_t K, uint16_t* out) {
+  const int64_t P = (N + kBf16PanelRows - 1) / kBf16PanelRows;
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t r = 0; r < kBf16PanelRows; ++r) {
+        const int64_t n = p * kBf16PanelRows + r;
+        out[(p * K + k) * kBf16PanelRows + r] = n < N ? w[n * K + k] : uint16_t(0);
+      }
+}
+
+void matmul_bf16_panels(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T, int64_t N,
+                        int64_t K) {
+  matmul_impl(x, bias, y, T, N, K,
+              [w, K](int64_t n, int64_t k) { return bf16_to_f32(w[bf16_panel_index(n, k, K)]); });
 }
 
 void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t D, float eps) {

@@ -22,6 +22,28 @@ void matmul_bf16(const float* x,     // f32 [T, K]
                  float* y,           // f32 [T, N]
                  int64_t T, int64_t N, int64_t K);
 
+// BF16 weights in 16-row panels (the layout the x86 backends keep dense layers in): W [N, K] as ceil(N / 16)
+// panels of [K, 16], element (n, k) at bf16_panel_index(n, k, K), the rows past N zero. A GEMM reads a
+// panel's 16 outputs' weights at one k as one contiguous 32-byte vector (docs/kernels.md "Dense layers").
+constexpr int64_t kBf16PanelRows = 16;
+inline int64_t bf16_panel_index(int64_t n, int64_t k, int64_t K) {
+  return ((n / kBf16PanelRows) * K + k) * kBf16PanelRows + n % kBf16PanelRows;
+}
+// Elements of a panel-layout W [N, K] (N rounded up to whole panels).
+inline int64_t bf16_panels_size(int64_t N, int64_t K) {
+  return (N + kBf16PanelRows - 1) / kBf16PanelRows * kBf16PanelRows * K;
+}
+
+// Copies W bf16 [N, K] (rows) into the panel layout, out bf16_panels_size(N, K) elements.
+void pack_bf16_panels(const uint16_t* w, int64_t N, int64_t K, uint16_t* out);
+
+// matmul_bf16 on W in the panel layout: the same function, summed in the same order.
+void matmul_bf16_panels(const float* x,     // f32 [T, K]
+                        const uint16_t* w,  // bf16, bf16_panels_size(N, K)
+                        const float* bias,  // f32 [N], or nullptr
+                        float* y,           // f32 [T, N]
+                        int64_t T, int64_t N, int64_t K);
+
 // RMSNorm in fp32 (HF LlamaRMSNorm / KimiRMSNorm): y = w * x * rsqrt(mean(x^2) + eps). w may be nullptr
 // (no affine weight). Rows are normalized independently.
 void rms_norm(const float* x,  // f32 [rows, D]

@@ -15,6 +15,7 @@
 
 #include "moxi/base/error.h"
 #include "moxi/base/thread-pool.h"
+#include "moxi/kernels/ref/basic.h"
 #include "moxi/kernels/ref/dsa.h"
 #include "moxi/kernels/ref/kda.h"
 #include "moxi/kernels/scratch.h"
@@ -32,6 +33,10 @@ void matmul_f32_avx512(const float* x, const float* w, const float* bias, float*
                        int64_t K, int64_t n0, int64_t n1);
 void matmul_bf16w_avx512(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T, int64_t N,
                          int64_t K, int64_t n0, int64_t n1);
+// W bf16 in 16-row panels (ref::bf16_panel_index): output columns of panels [p0, p1) for all T tokens.
+void matmul_bf16p_avx512(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T, int64_t N,
+                         int64_t K, int64_t p0, int64_t p1);
+double fma_f32_peak_avx512(int64_t iters);
 // dsa-avx512.cpp: the score columns of keys [s_begin, s_end); kt scratch f32 [D * 32].
 void indexer_scores_avx512(const float* q, const uint8_t* k, const float* w, float* scores, int64_t T,
                            int64_t S, int64_t HI, int64_t D, float* kt, int64_t s_begin, int64_t s_end);
@@ -83,7 +88,7 @@ void topk_of_range(const float* row, int64_t begin, int64_t end, int64_t k, std:
   heap.clear();
   const int64_t m = std::min(k, end - begin);
   for (int64_t s = begin; s < begin + m; ++s) heap.push_back(rank_key(row[s], s));
-  const std::greater<uint64_t> ranks_first;              // a > b: a ranks before b
+  const std::greater<uint64_t> ranks_first;               // a > b: a ranks before b
   std::make_heap(heap.begin(), heap.end(), ranks_first);  // under this order the root is the worst of the k
   for (int64_t s = begin + m; m > 0 && s < end; ++s) {
     s = indexer_next_above_avx512(row, s, end, row[key_position(heap.front())]);
@@ -131,6 +136,7 @@ class avx512_backend final : public backend {
   }
 
   bool keeps_bf16_weights() const override { return true; }
+  bool packs_bf16_panels() const override { return true; }
   std::shared_ptr<const packed_weights> pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t N,
                                                    int64_t K) const override {
     return std::make_shared<const packed_mxfp4>(x86::pack_mxfp4(blocks, scales, N, K, v_));
@@ -156,6 +162,15 @@ class avx512_backend final : public backend {
   void matmul_bf16(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T, int64_t N,
                    int64_t K) const override {
     run_matmul(x, w, bias, y, T, N, K, matmul_bf16w_avx512);
+  }
+  void matmul_bf16_panels(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T,
+                          int64_t N, int64_t K) const override {
+    if (T == 0 || N == 0) return;
+    const int64_t panels = (N + ref::kBf16PanelRows - 1) / ref::kBf16PanelRows;
+    thread_pool::global().run_if(T * N * K, kMinMacsPerThread, [&](int tid, int nt) {
+      const range r = split_range(panels, tid, nt);
+      if (r.begin < r.end) matmul_bf16p_avx512(x, w, bias, y, T, N, K, r.begin, r.end);
+    });
   }
   // The kernel of the pack's variant (a pack made by another x86 backend runs as packed); weights without
   // an x86 pack (loaded by the reference) run the reference.
@@ -304,6 +319,16 @@ mxfp4_variant mxfp4_variant_of(const backend& b) {
   return x ? x->variant() : mxfp4_variant::REF;
 }
 
+void matmul_bf16_rows(const float* x, const uint16_t* w, float* y, int64_t T, int64_t N, int64_t K) {
+  MOXI_ASSERT(cpu().avx512, "the AVX-512 row-layout matmul needs AVX-512");
+  run_matmul(x, w, nullptr, y, T, N, K, matmul_bf16w_avx512);
+}
+
+double fma_f32_peak_loop(int64_t iters) {
+  MOXI_ASSERT(cpu().avx512, "the AVX-512 FMA peak loop needs AVX-512");
+  return fma_f32_peak_avx512(iters);
+}
+
 std::span<const backend* const> backends() {
   static const avx512_backend avx512(mxfp4_variant::AVX512), bf16(mxfp4_variant::AVX512_BF16),
       amx(mxfp4_variant::AMX_BF16);
@@ -312,6 +337,14 @@ std::span<const backend* const> backends() {
 }
 
 #else
+
+void matmul_bf16_rows(const float* x, const uint16_t* w, float* y, int64_t T, int64_t N, int64_t K) {
+  ref::matmul_bf16(x, w, nullptr, y, T, N, K);
+}
+
+double fma_f32_peak_loop(int64_t) {
+  return 0.0;
+}
 
 mxfp4_variant mxfp4_variant_of(const backend&) {
   return mxfp4_variant::REF;

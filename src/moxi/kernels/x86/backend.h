@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "moxi/base/mx.h"
@@ -22,5 +23,13 @@ mxfp4_variant mxfp4_variant_of(const backend& b);
 // (bit-identical: block scales by mx::block_scale, the elements' RNE rounding in vector form), else
 // mx::fake_quantize itself. The MXFP4 GEMV and GEMM quantize their inputs with it.
 void fake_quantize(mx::elem_format f, const float* x, size_t n, float* out);
+
+// The dense BF16 matmul on the row layout (matmul_bf16's kernel), for the benchmark that times it beside the
+// panel layout the backends keep dense weights in; an AVX-512 CPU only. All T tokens, all N outputs, on
+// the global pool as matmul_bf16 splits it.
+void matmul_bf16_rows(const float* x, const uint16_t* w, float* y, int64_t T, int64_t N, int64_t K);
+// Register-resident fp32 FMA loop for the benchmark's compute ceiling of the dense kernels: iters x 24
+// VFMADD of 16 lanes (768 flop per iteration); returns a value that depends on every result.
+double fma_f32_peak_loop(int64_t iters);
 
 }  // namespace moxi::kernels::x86

@@ -11,6 +11,7 @@
 #include "moxi/base/half.h"
 #include "moxi/base/mx.h"
 #include "moxi/formats/convert.h"
+#include "moxi/kernels/ref/basic.h"
 #include "moxi/model/manifest.h"
 
 namespace moxi::model {
@@ -26,11 +27,30 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 }  // namespace
 
-void linear::apply(const float* x, float* y, int64_t T) const {
-  if (!wb.empty())
-    kernels::active().matmul_bf16(x, wb.data(), nullptr, y, T, out, in);
+void linear::apply(const float* x, float* y, int64_t T, const float* bias) const {
+  if (panels)
+    kernels::active().matmul_bf16_panels(x, wb.data(), bias, y, T, out, in);
+  else if (!wb.empty())
+    kernels::active().matmul_bf16(x, wb.data(), bias, y, T, out, in);
   else
-    kernels::active().matmul(x, w.data(), nullptr, y, T, out, in);
+    kernels::active().matmul(x, w.data(), bias, y, T, out, in);
+}
+
+void linear::row(int64_t n, float* dst) const {
+  if (wb.empty()) {
+    std::memcpy(dst, w.data() + n * in, size_t(in) * sizeof(float));
+    return;
+  }
+  for (int64_t k = 0; k < in; ++k)
+    dst[k] = bf16_to_f32(wb[size_t(panels ? kernels::ref::bf16_panel_index(n, k, in) : n * in + k)]);
+}
+
+void linear::pack_panels() {
+  if (panels || wb.empty()) return;
+  std::vector<uint16_t> p(size_t(kernels::ref::bf16_panels_size(out, in)));
+  kernels::ref::pack_bf16_panels(wb.data(), out, in, p.data());
+  wb = std::move(p);
+  panels = true;
 }
 
 stacked_linear stacked_linear::stack(const std::vector<linear*>& parts) {
@@ -45,17 +65,27 @@ stacked_linear stacked_linear::stack(const std::vector<linear*>& parts) {
     s.offset.push_back(s.offset.back() + p->out);
   }
   s.all.out = s.offset.back();
+  bool any_panels = false;
+  std::vector<float> r(size_t(s.all.in));
   for (linear* p : parts) {
-    if (all_bf16) {
+    any_panels = any_panels || p->panels;
+    if (all_bf16 && !p->panels) {
       s.all.wb.insert(s.all.wb.end(), p->wb.begin(), p->wb.end());
-    } else if (!p->wb.empty()) {
-      for (const uint16_t b : p->wb) s.all.w.push_back(bf16_to_f32(b));
+    } else if (all_bf16) {  // back to rows
+      for (int64_t n = 0; n < p->out; ++n)
+        for (int64_t k = 0; k < p->in; ++k)
+          s.all.wb.push_back(p->wb[size_t(kernels::ref::bf16_panel_index(n, k, p->in))]);
     } else {
-      s.all.w.insert(s.all.w.end(), p->w.begin(), p->w.end());
+      for (int64_t n = 0; n < p->out; ++n) {
+        p->row(n, r.data());
+        s.all.w.insert(s.all.w.end(), r.begin(), r.end());
+      }
     }
     p->w = {};
     p->wb = {};
+    p->panels = false;
   }
+  if (any_panels) s.all.pack_panels();
   return s;
 }
 
@@ -183,6 +213,9 @@ linear weight_loader::lin(const std::string& prefix, int64_t out, int64_t in, bo
         std::memcpy(l.wb.data() + to, v.data + size_t(from) * sizeof(uint16_t), size_t(n) * sizeof(uint16_t));
       });
     }
+    l.out = out;
+    l.in = in;
+    if (kernels::active().packs_bf16_panels()) l.pack_panels();
   } else {
     l.w = f32(name, {out, in});
   }

@@ -1,8 +1,9 @@
 // Loading layer weights from a checkpoint, transformed once (docs/design.md §2): float tensors are
 // converted to f32 at load (where the active kernel backend keeps BF16 weights, BF16 Linear weights stay
-// BF16: half the bytes a decode step streams, widened exactly in registers), MXFP4 routed experts stay in the
-// checkpoint's mapping and are also packed once in the backend's layout where it has one. Every matmul runs
-// on kernels::active(), the scalar reference under MOXI_KERNELS=ref or a kernels::backend_scope of it.
+// BF16: half the bytes a decode step streams, widened exactly in registers; in 16-row panels where the
+// backend packs them), MXFP4 routed experts stay in the checkpoint's mapping and are also packed once in the
+// backend's layout where it has one. Every matmul runs on kernels::active(), the scalar reference under
+// MOXI_KERNELS=ref or a kernels::backend_scope of it.
 // Also the named-intermediate dump hook every layer writes into.
 #pragma once
 
@@ -28,17 +29,24 @@ namespace moxi::model {
 // Both give the same products: bf16 widens to f32 exactly.
 struct linear {
   std::vector<float> w;      // f32 [out, in], or empty when wb holds the weights
-  std::vector<uint16_t> wb;  // bf16 [out, in], or empty
+  std::vector<uint16_t> wb;  // bf16 [out, in], or in 16-row panels when `panels`, or empty
   int64_t out = 0, in = 0;
-  // y f32 [T, out] from x f32 [T, in]; y must not alias x.
-  void apply(const float* x, float* y, int64_t T) const;
+  bool panels = false;  // wb in kernels::ref's 16-row panel layout (the backend's packs_bf16_panels)
+  // y f32 [T, out] from x f32 [T, in] (+ bias f32 [out] or null); y must not alias x.
+  void apply(const float* x, float* y, int64_t T, const float* bias = nullptr) const;
   bool empty() const { return w.empty() && wb.empty(); }
+  // Row n of W as f32 [in] (an embedding lookup).
+  void row(int64_t n, float* dst) const;
+  // Moves bf16 row-layout weights into the panel layout (no-op for f32 or already packed weights).
+  void pack_panels();
 };
 
 // Linear layers that read the same input stacked into one [sum of outs, in] matrix, so a decode step streams
 // them in one GEMV (one pool job, no serial small GEMVs) instead of one each, as vLLM's fused QKV linear.
 // Part i of each output row is columns [offset[i], offset[i+1]). Bit-identical to the parts applied one by
-// one: every output row's dot product is computed alone, in the same order, wherever the row sits.
+// one in the stack's layout (bf16 parts in panels if any part was, as a loaded model's all are; f32 rows if
+// any part is f32): every output row's dot product is computed alone, in the same order, wherever the row
+// sits.
 struct stacked_linear {
   linear all;
   std::vector<int64_t> offset;  // parts + 1 column offsets into a row of `all`'s output
