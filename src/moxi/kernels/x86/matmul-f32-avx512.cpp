@@ -150,9 +150,9 @@ void matmul_rows(const float* x, const Wt* w, const float* bias, float* y, int64
 // multiplied by each of TT tokens' x[t][k] broadcast, so a zmm accumulator holds 16 outputs of one token and
 // no horizontal sum is needed. Each output is one FMA chain over k = 0..K-1 in order, whatever B, TT, T or
 // the thread split, so results do not depend on the batch (what greedy speculation and the batched forward
-// rely on). B = 3 panels x TT = 8 tokens (24 accumulators, 3 weight registers, 1 broadcast) ran a
-// 16-token x 4096 x 1024 product at 160-166 GFLOP/s on one Zen 4 core against 90-100 for the row-layout
-// tiles above, whose x loads and horizontal sums cost more than the widening.
+// rely on). B = 3 panels x TT = 8 tokens: 24 accumulators, 3 weight registers, 1 broadcast. `moxi bench gemm
+// --format bf16` times it beside the row-layout tiles above (1.5x their GFLOP/s at 16 and 512 tokens,
+// docs/kernels.md "Dense layers"), whose x loads and horizontal sums cost more than the widening.
 inline __m512 load_panel(const uint16_t* p) {
   const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
