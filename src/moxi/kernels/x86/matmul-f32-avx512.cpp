@@ -228,6 +228,36 @@ void matmul_bf16p_avx512(const float* x, const uint16_t* w, const float* bias, f
                          int64_t K, int64_t p0, int64_t p1) {
   // Tokens in chunks whose activations stay in L2 (~192 KiB) while the thread's panel groups stream past
   // them; a group (3 x K x 32 bytes) stays in L2 across the chunk's 8-token tiles.
+  if (T == 1) {
+    // A decode step: six panels' chains at a time (one token leaves the registers for them), 2-6 % more
+    // tokens/s than three on bench-1.5b where much of the weights sits in the L3.
+    for (int64_t p = p0; p < p1;) {
+      const int64_t b = p1 - p < 6 ? p1 - p : 6;
+      const uint16_t* pf = p + 18 <= p1 ? w + (p + 12) * K * 16 : nullptr;
+      switch (b) {
+        case 6:
+          panel_tile<6, 1>(x, w, bias, y, N, K, p, 0, pf);
+          break;
+        case 5:
+          panel_tile<5, 1>(x, w, bias, y, N, K, p, 0, pf);
+          break;
+        case 4:
+          panel_tile<4, 1>(x, w, bias, y, N, K, p, 0, pf);
+          break;
+        case 3:
+          panel_tile<3, 1>(x, w, bias, y, N, K, p, 0, pf);
+          break;
+        case 2:
+          panel_tile<2, 1>(x, w, bias, y, N, K, p, 0, pf);
+          break;
+        default:
+          panel_tile<1, 1>(x, w, bias, y, N, K, p, 0, pf);
+          break;
+      }
+      p += b;
+    }
+    return;
+  }
   int64_t chunk = (int64_t(192) << 10) / (K * 4);
   chunk = chunk < kPanelTokens ? kPanelTokens : chunk / kPanelTokens * kPanelTokens;
   for (int64_t tc = 0; tc < T; tc += chunk) {
