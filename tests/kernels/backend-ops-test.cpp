@@ -120,19 +120,25 @@ void matmul_f32(const k::backend& be) {
   for (float v : y) EXPECT_EQ(v, 5.0f);
 }
 
+// wf's values as bf16 bits (truncated); wf becomes the values the kernels see, for the magnitude bound.
+std::vector<uint16_t> truncate_to_bf16(Vec& wf) {
+  std::vector<uint16_t> wb(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &wf[i], 4);
+    wb[i] = uint16_t(u >> 16);
+    u = uint32_t(wb[i]) << 16;
+    std::memcpy(&wf[i], &u, 4);
+  }
+  return wb;
+}
+
 void matmul_bf16(const k::backend& be) {
   uint64_t seed = 100;
   for (const auto& s : kMatmulShapes) {
     const Vec x = randn_outliers(size_t(s.T * s.K), seed++);
     Vec wf = randn_outliers(size_t(s.N * s.K), seed++);
-    std::vector<uint16_t> wb(wf.size());
-    for (size_t i = 0; i < wf.size(); ++i) {
-      uint32_t u;
-      std::memcpy(&u, &wf[i], 4);
-      wb[i] = uint16_t(u >> 16);
-      u = uint32_t(wb[i]) << 16;
-      std::memcpy(&wf[i], &u, 4);  // the values the kernels see, for the magnitude bound
-    }
+    const std::vector<uint16_t> wb = truncate_to_bf16(wf);
     Vec want(size_t(s.T * s.N)), got(want.size(), -1.0f);
     ref::matmul_bf16(x.data(), wb.data(), nullptr, want.data(), s.T, s.N, s.K);
     be.matmul_bf16(x.data(), wb.data(), nullptr, got.data(), s.T, s.N, s.K);
@@ -155,14 +161,7 @@ void matmul_bf16_panels(const k::backend& be) {
     for (bool with_bias : {false, true}) {
       const Vec x = randn_outliers(size_t(s.T * s.K), seed++), b = randn_outliers(size_t(s.N), seed++);
       Vec wf = randn_outliers(size_t(s.N * s.K), seed++);
-      std::vector<uint16_t> wb(wf.size());
-      for (size_t i = 0; i < wf.size(); ++i) {
-        uint32_t u;
-        std::memcpy(&u, &wf[i], 4);
-        wb[i] = uint16_t(u >> 16);
-        u = uint32_t(wb[i]) << 16;
-        std::memcpy(&wf[i], &u, 4);
-      }
+      const std::vector<uint16_t> wb = truncate_to_bf16(wf);
       const int64_t P = (s.N + 15) / 16;
       ASSERT_EQ(ref::bf16_panels_size(s.N, s.K), P * 16 * s.K);
       std::vector<uint16_t> wp(size_t(P * 16 * s.K), 0xFFFF);

@@ -31,11 +31,6 @@ void gelu_erf(float* x, size_t n) {  // transformers' GELUActivation: exact
   for (size_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.7071067811865476f));
 }
 
-// y = x W^T + b.
-void affine(const linear& l, const std::vector<float>& b, const float* x, float* y, int64_t T) {
-  l.apply(x, y, T, b.data());
-}
-
 // PyTorch's cubic convolution weights for A = -0.75 at fraction t (upsample_bicubic2d).
 void cubic_weights(float t, float w[4]) {
   const float A = -0.75f;
@@ -235,7 +230,7 @@ std::vector<float> vision_encoder::encode(std::span<const image_input> images,
   std::vector<float> pos(size_t(L * d));
   for (int64_t at = 0; const auto& im : images) {
     const int64_t n = im.grid_h * im.grid_w;
-    affine(patch_embed_, patch_embed_b_, im.pixels.data(), x.data() + at * d, n);
+    patch_embed_.apply(im.pixels.data(), x.data() + at * d, n, patch_embed_b_.data());
     if (im.grid_h == v_.pos_emb_height && im.grid_w == v_.pos_emb_width) {
       std::copy(pos_emb_.begin(), pos_emb_.end(), pos.begin() + at * d);
     } else {
@@ -254,18 +249,18 @@ std::vector<float> vision_encoder::encode(std::span<const image_input> images,
     const block& blk = blocks_[b];
     const std::string name = "vision.blocks." + std::to_string(b);
     k.layer_norm(x.data(), blk.norm0_w.data(), blk.norm0_b.data(), h.data(), L, d, kLayerNormEps);
-    affine(blk.wqkv, blk.wqkv_b, h.data(), qkv.data(), L);
+    blk.wqkv.apply(h.data(), qkv.data(), L, blk.wqkv_b.data());
     for (int64_t at = 0; const auto& im : images) {  // attention never crosses an image boundary
       attention(qkv.data() + at * 3 * d, im.grid_h, im.grid_w, o.data() + at * d);
       at += im.grid_h * im.grid_w;
     }
-    affine(blk.wo, blk.wo_b, o.data(), h.data(), L);
+    blk.wo.apply(o.data(), h.data(), L, blk.wo_b.data());
     dump(dump_to, name + ".attn_out", {L, d}, h.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
     k.layer_norm(x.data(), blk.norm1_w.data(), blk.norm1_b.data(), h.data(), L, d, kLayerNormEps);
-    affine(blk.fc0, blk.fc0_b, h.data(), f.data(), L);
+    blk.fc0.apply(h.data(), f.data(), L, blk.fc0_b.data());
     gelu_tanh(f.data(), f.size());
-    affine(blk.fc1, blk.fc1_b, f.data(), h.data(), L);
+    blk.fc1.apply(f.data(), h.data(), L, blk.fc1_b.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
     dump(dump_to, name + ".out", {L, d}, x.data());
   }
@@ -290,9 +285,9 @@ std::vector<float> vision_encoder::encode(std::span<const image_input> images,
   }
   dump(dump_to, "vision.merged", {N, md}, merged.data());
   std::vector<float> mid(size_t(N * md)), out(size_t(N * text_hidden_));
-  affine(linear_1_, linear_1_b_, merged.data(), mid.data(), N);
+  linear_1_.apply(merged.data(), mid.data(), N, linear_1_b_.data());
   gelu_erf(mid.data(), mid.size());
-  affine(linear_2_, linear_2_b_, mid.data(), out.data(), N);
+  linear_2_.apply(mid.data(), out.data(), N, linear_2_b_.data());
   dump(dump_to, "vision.projected", {N, text_hidden_}, out.data());
   return out;
 }

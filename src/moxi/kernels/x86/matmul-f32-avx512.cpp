@@ -3,11 +3,14 @@
 // and for BF16 weights in 16-row panels (the dense layers' layout on this backend), where each output is
 // summed in the reference's order.
 // Compiled with AVX-512 F/BW/VL/DQ only; called by x86/backend.cpp after CPUID confirmed support. Only
-// intrinsics and <cstdint> are included, so no shared inline function gets an AVX-512 body.
+// intrinsics, <cstdint> and an internal-linkage -inl.h are included, so no shared inline function gets an
+// AVX-512 body.
 #if defined(__x86_64__)
 #include <immintrin.h>
 
 #include <cstdint>
+
+#include "moxi/kernels/x86/peak-loop-inl.h"
 
 namespace moxi::kernels::x86 {
 namespace {
@@ -220,7 +223,29 @@ void panel_tokens(const float* x, const uint16_t* w, const float* bias, float* y
   }
 }
 
-constexpr int64_t kPanelGroup = 3, kPanelTokens = 8;
+// Panels per group: three with 8-token tiles (24 accumulators); a decode step (T = 1) takes six (one token
+// leaves the registers for six FMA chains: 2-6 % more tokens/s than three on bench-1.5b, where much of the
+// weights sits in the L3).
+constexpr int64_t kPanelGroup = 3, kDecodePanelGroup = 6, kPanelTokens = 8;
+
+// b panels (b <= 3, or b <= 6 with tn == 1) x tn tokens.
+void panel_group(const float* x, const uint16_t* w, const float* bias, float* y, int64_t N, int64_t K,
+                 int64_t p, int64_t b, int64_t t, int64_t tn, const uint16_t* pf) {
+  switch (b) {
+    case 6:
+      return panel_tile<6, 1>(x, w, bias, y, N, K, p, t, pf);
+    case 5:
+      return panel_tile<5, 1>(x, w, bias, y, N, K, p, t, pf);
+    case 4:
+      return panel_tile<4, 1>(x, w, bias, y, N, K, p, t, pf);
+    case 3:
+      return panel_tokens<3>(x, w, bias, y, N, K, p, t, tn, pf);
+    case 2:
+      return panel_tokens<2>(x, w, bias, y, N, K, p, t, tn, pf);
+    default:
+      return panel_tokens<1>(x, w, bias, y, N, K, p, t, tn, pf);
+  }
+}
 
 }  // namespace
 
@@ -228,53 +253,18 @@ void matmul_bf16p_avx512(const float* x, const uint16_t* w, const float* bias, f
                          int64_t K, int64_t p0, int64_t p1) {
   // Tokens in chunks whose activations stay in L2 (~192 KiB) while the thread's panel groups stream past
   // them; a group (3 x K x 32 bytes) stays in L2 across the chunk's 8-token tiles.
-  if (T == 1) {
-    // A decode step: six panels' chains at a time (one token leaves the registers for them), 2-6 % more
-    // tokens/s than three on bench-1.5b where much of the weights sits in the L3.
-    for (int64_t p = p0; p < p1;) {
-      const int64_t b = p1 - p < 6 ? p1 - p : 6;
-      const uint16_t* pf = p + 18 <= p1 ? w + (p + 12) * K * 16 : nullptr;
-      switch (b) {
-        case 6:
-          panel_tile<6, 1>(x, w, bias, y, N, K, p, 0, pf);
-          break;
-        case 5:
-          panel_tile<5, 1>(x, w, bias, y, N, K, p, 0, pf);
-          break;
-        case 4:
-          panel_tile<4, 1>(x, w, bias, y, N, K, p, 0, pf);
-          break;
-        case 3:
-          panel_tile<3, 1>(x, w, bias, y, N, K, p, 0, pf);
-          break;
-        case 2:
-          panel_tile<2, 1>(x, w, bias, y, N, K, p, 0, pf);
-          break;
-        default:
-          panel_tile<1, 1>(x, w, bias, y, N, K, p, 0, pf);
-          break;
-      }
-      p += b;
-    }
-    return;
-  }
+  const int64_t group = T == 1 ? kDecodePanelGroup : kPanelGroup;
   int64_t chunk = (int64_t(192) << 10) / (K * 4);
   chunk = chunk < kPanelTokens ? kPanelTokens : chunk / kPanelTokens * kPanelTokens;
   for (int64_t tc = 0; tc < T; tc += chunk) {
     const int64_t te = tc + chunk < T ? tc + chunk : T;
     for (int64_t p = p0; p < p1;) {
-      const int64_t b = p1 - p < kPanelGroup ? p1 - p : kPanelGroup;
+      const int64_t b = p1 - p < group ? p1 - p : group;
       // Prefetch two groups ahead while the first token tile streams this one (later tiles hit the cache).
-      const uint16_t* pf = p + 3 * kPanelGroup <= p1 ? w + (p + 2 * kPanelGroup) * K * 16 : nullptr;
+      const uint16_t* pf = p + 3 * group <= p1 ? w + (p + 2 * group) * K * 16 : nullptr;
       for (int64_t t = tc; t < te; t += kPanelTokens) {
         const int64_t tn = te - t < kPanelTokens ? te - t : kPanelTokens;
-        const uint16_t* tpf = t == tc ? pf : nullptr;
-        if (b == 3)
-          panel_tokens<3>(x, w, bias, y, N, K, p, t, tn, tpf);
-        else if (b == 2)
-          panel_tokens<2>(x, w, bias, y, N, K, p, t, tn, tpf);
-        else
-          panel_tokens<1>(x, w, bias, y, N, K, p, t, tn, tpf);
+        panel_group(x, w, bias, y, N, K, p, b, t, tn, t == tc ? pf : nullptr);
       }
       p += b;
     }
@@ -282,24 +272,8 @@ void matmul_bf16p_avx512(const float* x, const uint16_t* w, const float* bias, f
 }
 
 double fma_f32_peak_avx512(int64_t iters) {
-  // 24 independent accumulators (more than FMA latency x throughput), operands in registers.
-  __m512 acc[24];
-#pragma GCC unroll 32
-  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(float(i));
   const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
-  for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 32
-    for (int i = 0; i < 24; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-    __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]));  // keep the loop
-  }
-  __m512 s = acc[0];
-#pragma GCC unroll 32
-  for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, acc[i]);
-  float lanes[16];
-  _mm512_storeu_ps(lanes, s);
-  double sum = 0;
-  for (float v : lanes) sum += double(v);
-  return sum;
+  return register_peak_loop(iters, [&](__m512 acc) { return _mm512_fmadd_ps(acc, a, b); });
 }
 
 void matmul_f32_avx512(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t N,

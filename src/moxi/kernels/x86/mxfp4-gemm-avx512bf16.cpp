@@ -13,6 +13,7 @@
 
 #include "moxi/kernels/x86/mxfp4-avx512-inl.h"
 #include "moxi/kernels/x86/mxfp4-x86.h"
+#include "moxi/kernels/x86/peak-loop-inl.h"
 
 namespace moxi::kernels::x86 {
 namespace {
@@ -154,25 +155,9 @@ void f32_to_bf16_avx512bf16(const float* x, uint16_t* out, int64_t n) {
 }
 
 double avx512bf16_peak_loop(int64_t iters) {
-  // 24 independent accumulators (more than latency x throughput on current cores), operands in registers:
-  // the VDPBF16PS issue rate, the ceiling the GEMM's inner loop is measured against.
-  __m512 acc[24];
-#pragma GCC unroll 32
-  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(float(i));
+  // The VDPBF16PS issue rate, the ceiling the GEMM's inner loop is measured against.
   const __m512bh a = as_bh(_mm512_set1_epi32(0x3f803f80)), b = as_bh(_mm512_set1_epi32(0x00010001));
-  for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 32
-    for (int i = 0; i < 24; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
-    __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]));  // keep the loop
-  }
-  __m512 s = acc[0];
-#pragma GCC unroll 32
-  for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, acc[i]);
-  float lanes[16];
-  _mm512_storeu_ps(lanes, s);
-  double sum = 0;
-  for (float v : lanes) sum += double(v);
-  return sum;
+  return register_peak_loop(iters, [&](__m512 acc) { return _mm512_dpbf16_ps(acc, a, b); });
 }
 
 int64_t mxfp4_gemm_scratch_u32() {
