@@ -9,6 +9,7 @@
 
 #include "moxi/base/half.h"
 #include "moxi/kernels/backend.h"
+#include "moxi/kernels/ref/basic.h"
 #include "moxi/model/layers/weights.h"
 
 namespace {
@@ -87,6 +88,41 @@ TEST(StackedLinear, PartsAreBitIdenticalOnTheReferenceKernels) {
   moxi::kernels::backend_scope ref(moxi::kernels::reference());
   expect_parts_equal_separate(false);
   expect_parts_equal_separate(true);
+}
+
+// Packed parts on panel boundaries stack without unpacking: the stack holds exactly the panels of the
+// parts' rows stacked, and each part's outputs are its own.
+TEST(StackedLinear, PackedPartsOfWholePanelsStackAsThePackedRows) {
+  std::mt19937_64 gen(11);
+  const int64_t in = 40;
+  const std::vector<int64_t> outs{64, 32, 48, 7};
+  std::vector<linear> parts, copies;
+  std::vector<uint16_t> rows;
+  for (const int64_t out : outs) {
+    parts.push_back(random_linear(out, in, true, gen));
+    rows.insert(rows.end(), parts.back().wb.begin(), parts.back().wb.end());
+    parts.back().pack_panels();
+  }
+  copies = parts;
+  std::vector<linear*> ptrs;
+  for (auto& p : parts) ptrs.push_back(&p);
+  const stacked_linear s = stacked_linear::stack(ptrs);
+  ASSERT_TRUE(s.all.panels);
+  ASSERT_EQ(s.all.out, 151);
+  EXPECT_TRUE(parts[0].empty() && !parts[0].panels);
+  std::vector<uint16_t> want(size_t(moxi::kernels::ref::bf16_panels_size(151, in)));
+  moxi::kernels::ref::pack_bf16_panels(rows.data(), 151, in, want.data());
+  EXPECT_EQ(s.all.wb, want);
+  const int64_t T = 3;
+  std::vector<float> x(size_t(T * in), 0.5f), all(size_t(T * 151));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 7) - 3.0f;
+  s.apply(x.data(), all.data(), T);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    std::vector<float> one(size_t(T * outs[i])), got(one.size());
+    copies[i].apply(x.data(), one.data(), T);
+    s.extract(all.data(), T, i, got.data());
+    EXPECT_EQ(one, got) << "part " << i;
+  }
 }
 
 TEST(StackedLinear, PanelPartsAreBitIdenticalToTheSeparateLayers) {

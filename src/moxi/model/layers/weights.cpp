@@ -65,6 +65,20 @@ stacked_linear stacked_linear::stack(const std::vector<linear*>& parts) {
     s.offset.push_back(s.offset.back() + p->out);
   }
   s.all.out = s.offset.back();
+  // Packed parts that each start on a panel boundary (every part but the last whole panels, as a model's
+  // projections are) stack as the concatenation of their panels: no unpacking and repacking at load.
+  bool whole_panels = true;
+  for (size_t i = 0; i < parts.size(); ++i)
+    whole_panels = whole_panels && parts[i]->panels &&
+                   (i + 1 == parts.size() || parts[i]->out % kernels::ref::kBf16PanelRows == 0);
+  if (whole_panels) {
+    for (linear* p : parts) {
+      s.all.wb.insert(s.all.wb.end(), p->wb.begin(), p->wb.end());
+      *p = linear{};
+    }
+    s.all.panels = true;
+    return s;
+  }
   bool any_panels = false;
   std::vector<float> r(size_t(s.all.in));
   for (linear* p : parts) {
