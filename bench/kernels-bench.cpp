@@ -241,10 +241,11 @@ void dense_matmul(const float* x, const std::vector<uint16_t>& w, float* y, int6
 // Dense BF16 weights (the engine's Linear layers, attention projections, shared experts, lm_head) in the
 // layout and through the kernel the default backend runs them with, timed like the MXFP4 GEMV; on an x86
 // backend also the row-layout kernel the panels replaced ("classic"), timed after it.
-gemv_result run_gemv_bf16(int64_t m, int64_t kk, int reps) {
+gemv_result run_gemv_bf16(int64_t m, int64_t kk, int reps, int64_t tokens) {
   gemv_result r;
   r.m = m;
   r.k = kk;
+  r.tokens = tokens;
   r.variant = k::default_backend().name();
   const std::vector<uint16_t> w = random_bf16(m, kk, 5), wp = dense_layout(w, m, kk);
   const size_t bytes = w.size() * sizeof(uint16_t);
@@ -253,31 +254,37 @@ gemv_result run_gemv_bf16(int64_t m, int64_t kk, int reps) {
   const bool rows_too = k::default_backend().packs_bf16_panels() && k::x86::cpu().avx512;
   std::vector<std::vector<uint16_t>> copies(size_t(r.copies), wp),
       row_copies(rows_too ? size_t(r.copies) : 0, w);
-  const std::vector<float> x = random_x(size_t(kk), 2);
-  std::vector<float> y(static_cast<size_t>(m));
-  const streamed t = time_streamed(
-      bytes, r.copies, reps, [&](int c) { dense_matmul(x.data(), copies[size_t(c)], y.data(), 1, m, kk); });
+  const std::vector<float> x = random_x(size_t(tokens * kk), 2);
+  std::vector<float> y(size_t(tokens * m));
+  const streamed t = time_streamed(bytes, r.copies, reps, [&](int c) {
+    dense_matmul(x.data(), copies[size_t(c)], y.data(), tokens, m, kk);
+  });
   r.fast_ms = t.ms;
   r.weight_gbs = t.gbs;
   r.membw_gbs = t.membw_gbs;
   r.share_of_membw = t.share_of_membw;
   if (rows_too)
-    r.classic_ms = time_streamed(bytes, r.copies, reps, [&](int c) {
-                     k::x86::matmul_bf16_rows(x.data(), row_copies[size_t(c)].data(), y.data(), 1, m, kk);
-                   }).ms;
+    r.classic_ms =
+        time_streamed(bytes, r.copies, reps, [&](int c) {
+          k::x86::matmul_bf16_rows(x.data(), row_copies[size_t(c)].data(), y.data(), tokens, m, kk);
+        }).ms;
   const auto t0 = clock_type::now();
-  k::ref::matmul_bf16(x.data(), w.data(), nullptr, y.data(), 1, m, kk);
+  k::ref::matmul_bf16(x.data(), w.data(), nullptr, y.data(), tokens, m, kk);
   r.ref_ms = seconds_since(t0) * 1e3;
   r.speedup_vs_ref = r.ref_ms / r.fast_ms;
   return r;
 }
 
-gemv_result run_gemv(int64_t m, int64_t kk, int reps, const std::string& format) {
+gemv_result run_gemv(int64_t m, int64_t kk, int reps, const std::string& format, int64_t tokens) {
   check_shape(m, kk, 1);
-  if (format == "bf16") return run_gemv_bf16(m, kk, reps);
+  if (tokens < 1 || tokens > k::x86::kGemvMaxTokens)
+    throw error("bench gemv: --tokens must be 1 to " + std::to_string(k::x86::kGemvMaxTokens) + ", got " +
+                std::to_string(tokens));
+  if (format == "bf16") return run_gemv_bf16(m, kk, reps, tokens);
   gemv_result r;
   r.m = m;
   r.k = kk;
+  r.tokens = tokens;
   const k::x86::mxfp4_variant v = k::x86::mxfp4_variant_of(k::default_backend());
   r.variant = k::x86::to_string(v);
   const weights w = random_weights(m, kk, 1);
@@ -287,38 +294,21 @@ gemv_result run_gemv(int64_t m, int64_t kk, int reps, const std::string& format)
   std::vector<k::x86::packed_mxfp4> packed;
   for (int c = 0; c < r.copies; ++c)
     packed.push_back(k::x86::pack_mxfp4(w.blocks.data(), w.scales.data(), m, kk, v));
-  const std::vector<float> x = random_x(size_t(kk), 2);
-  std::vector<float> y(static_cast<size_t>(m));
-  membw_probe probe;
-  for (int c = 0; c < r.copies; ++c)
-    k::x86::matmul_mxfp4(x.data(), packed[size_t(c)], y.data(), 1, k::act_quant::NONE);
-  // The default GEMV and, where AVX512-VBMI gives it a cheaper decode, the older decode, interleaved.
-  k::x86::mxfp4_options classic;
-  classic.no_vbmi = true;
-  // T = 1 runs the BF16 GEMV on AMX CPUs too (tiles pay only for a batch of tokens).
-  const bool vbmi = (v == k::x86::mxfp4_variant::AVX512_BF16 || v == k::x86::mxfp4_variant::AMX_BF16) &&
-                    k::x86::cpu().avx512_vbmi;
-  std::vector<double> ms, classic_ms, bw, share;
-  for (int rep = 0; rep < reps; ++rep) {
-    bw.push_back(probe.sample_gbs());
-    for (int variant = 0; variant < (vbmi ? 2 : 1); ++variant) {
-      const auto t0 = clock_type::now();
-      for (int c = 0; c < r.copies; ++c)
-        k::x86::matmul_mxfp4(x.data(), packed[size_t(c)], y.data(), 1, k::act_quant::NONE,
-                             variant ? classic : k::x86::mxfp4_options{});
-      (variant ? classic_ms : ms).push_back(seconds_since(t0) * 1e3 / r.copies);
-    }
-    share.push_back(double(bytes) / (ms.back() * 1e-3) / 1e9 / bw.back());
-  }
-  r.fast_ms = median(ms);
-  r.classic_ms = vbmi ? median(classic_ms) : 0.0;
-  r.weight_gbs = double(bytes) / (r.fast_ms * 1e-3) / 1e9;
-  r.membw_gbs = median(bw);
-  r.share_of_membw = median(share);
+  const std::vector<float> x = random_x(size_t(tokens * kk), 2);
+  std::vector<float> y(size_t(tokens * m));
+  // T <= 4 runs the BF16 GEMV on AMX CPUs too (tiles pay only for a batch of tokens).
+  const streamed t = time_streamed(bytes, r.copies, reps, [&](int c) {
+    k::x86::matmul_mxfp4(x.data(), packed[size_t(c)], y.data(), tokens, k::act_quant::NONE);
+  });
+  r.fast_ms = t.ms;
+  r.weight_gbs = t.gbs;
+  r.membw_gbs = t.membw_gbs;
+  r.share_of_membw = t.share_of_membw;
   std::vector<double> ref_ms;
   for (int rep = 0; rep < 2; ++rep) {
     const auto t0 = clock_type::now();
-    k::ref::matmul_mxfp4(x.data(), w.blocks.data(), w.scales.data(), y.data(), 1, m, kk, k::act_quant::NONE);
+    k::ref::matmul_mxfp4(x.data(), w.blocks.data(), w.scales.data(), y.data(), tokens, m, kk,
+                         k::act_quant::NONE);
     ref_ms.push_back(seconds_since(t0) * 1e3);
   }
   r.ref_ms = *std::min_element(ref_ms.begin(), ref_ms.end());
@@ -602,34 +592,38 @@ void add_membw_bench(CLI::App& bench) {
 
 void add_gemv_bench(CLI::App& bench) {
   struct options {
-    int64_t m = 4096, k = 14336;
+    int64_t m = 4096, k = 14336, tokens = 1;
     std::string format = "mxfp4";
     int reps = 10;
     bool json = false;
   };
   auto o = std::make_shared<options>();
   auto* cmd = bench.add_subcommand(
-      "gemv", "Decode GEMV (1 token): weight GB/s as a share of measured read bandwidth");
+      "gemv", "Decode GEMV (1-4 tokens): weight GB/s as a share of measured read bandwidth");
   cmd->add_option("--m", o->m, "Output rows (weight [m, k])")->capture_default_str();
   cmd->add_option("--k", o->k, "Reduction size, a multiple of 32")->capture_default_str();
   cmd->add_option("--format", o->format, "Weight format: mxfp4, or bf16 (dense Linear layers)")
+      ->capture_default_str();
+  cmd->add_option("--tokens", o->tokens,
+                  "Tokens per call, 1-4 (a decode step's rows of one expert or one sequence)")
       ->capture_default_str();
   cmd->add_option("--reps", o->reps, "Measured rounds over all weight copies")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
   cmd->callback([o] {
     check_format(o->format, true);
-    const gemv_result r = run_gemv(o->m, o->k, std::max(1, o->reps), o->format);
+    const gemv_result r = run_gemv(o->m, o->k, std::max(1, o->reps), o->format, o->tokens);
     if (o->json) {
       const nlohmann::json j = {{"bench", "gemv"},
                                 {"format", o->format},
                                 {"m", r.m},
                                 {"k", r.k},
+                                {"tokens", r.tokens},
                                 {"variant", r.variant},
                                 {"threads", thread_pool::global().size()},
                                 {"weight_mib", r.weight_mib},
                                 {"copies", r.copies},
                                 {"ms", r.fast_ms},
-                                {"classic_decode_ms", r.classic_ms},
+                                {"rows_ms", r.classic_ms},
                                 {"weight_gbs", r.weight_gbs},
                                 {"membw_gbs", r.membw_gbs},
                                 {"share_of_membw", r.share_of_membw},
@@ -638,9 +632,9 @@ void add_gemv_bench(CLI::App& bench) {
       std::printf("%s\n", j.dump().c_str());
       return;
     }
-    std::printf("gemv %s %lldx%lld, T=1, variant %s, %d threads (%s)\n", o->format.c_str(),
-                static_cast<long long>(r.m), static_cast<long long>(r.k), r.variant.c_str(),
-                thread_pool::global().size(), k::x86::cpu_features_string());
+    std::printf("gemv %s %lldx%lld, T=%lld, variant %s, %d threads (%s)\n", o->format.c_str(),
+                static_cast<long long>(r.m), static_cast<long long>(r.k), static_cast<long long>(r.tokens),
+                r.variant.c_str(), thread_pool::global().size(), k::x86::cpu_features_string());
     std::printf("  weights %.1f MiB x %d copies rotated (> 4x LLC, every call reads DRAM)\n", r.weight_mib,
                 r.copies);
     std::printf(
@@ -648,9 +642,8 @@ void add_gemv_bench(CLI::App& bench) {
         "rep (median %.2f GB/s)\n",
         "fast", r.fast_ms, r.weight_gbs, 100.0 * r.share_of_membw, r.membw_gbs);
     if (r.classic_ms > 0)
-      std::printf("  %-10s %9.3f ms  %7.2f GB/s (%s, same run)\n", "classic", r.classic_ms,
-                  double(r.weight_mib) * (1 << 20) / (r.classic_ms * 1e-3) / 1e9,
-                  o->format == "bf16" ? "the row-layout kernel" : "the decode without VBMI");
+      std::printf("  %-10s %9.3f ms  %7.2f GB/s (the row-layout kernel, same run)\n", "rows", r.classic_ms,
+                  double(r.weight_mib) * (1 << 20) / (r.classic_ms * 1e-3) / 1e9);
     std::printf("  %-10s %9.3f ms  (1 thread)  speedup %.1fx\n", "ref", r.ref_ms, r.speedup_vs_ref);
   });
 }

@@ -48,19 +48,20 @@ double median(std::vector<double> v);
 std::pair<double, std::string> compute_peak();
 
 struct gemv_result {
-  int64_t m = 0, k = 0;
+  int64_t m = 0, k = 0, tokens = 1;
   std::string variant;
   int copies = 0;             // weight copies rotated so every call reads from DRAM
   double weight_mib = 0;      // one copy, blocks + scales
   double fast_ms = 0;         // median time per call
-  double classic_ms = 0;      // mxfp4 with AVX512-VBMI: median time of the older decode (0: not measured)
+  double classic_ms = 0;      // bf16: the row-layout kernel, same run (0: not measured)
   double weight_gbs = 0;      // bytes of one copy / fast_ms
   double membw_gbs = 0;       // median of the samples taken between the timed reps
   double share_of_membw = 0;  // median over reps of (rep's weight GB/s / the bandwidth sampled beside it)
   double ref_ms = 0, speedup_vs_ref = 0;
 };
 // format: "mxfp4" (kernels::matmul_mxfp4) or "bf16" (kernels::matmul_bf16, the dense layers).
-gemv_result run_gemv(int64_t m, int64_t k, int reps, const std::string& format = "mxfp4");
+// tokens: 1 to kernels::x86::kGemvMaxTokens rows of x per call.
+gemv_result run_gemv(int64_t m, int64_t k, int reps, const std::string& format = "mxfp4", int64_t tokens = 1);
 
 struct gemm_result {
   int64_t m = 0, k = 0, n = 0;

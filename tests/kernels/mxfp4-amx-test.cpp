@@ -487,30 +487,6 @@ TEST(Mxfp4Amx, Avx512Bf16GemmMatchesRefAtEveryTokenCount) {
   }
 }
 
-// The VBMI decode (VPERMI2B) and the widen/shift/ternary-logic decode give the GEMV the same bf16 weights in
-// the same VDPBF16PS order, so their outputs must be bit-identical (backend-ops-test holds the default one
-// against ref::matmul_mxfp4; this one pins them to each other, including ragged panels and NaN scales).
-TEST(Mxfp4Amx, VbmiGemvDecodeIsBitIdenticalToTheClassicDecode) {
-  if (!x86::mxfp4_supported(mxfp4_variant::AVX512_BF16) || !x86::cpu().avx512_vbmi)
-    GTEST_SKIP() << "no AVX512-BF16 + VBMI on this CPU";
-  x86::mxfp4_options classic;
-  classic.no_vbmi = true;
-  for (const int64_t N : {1, 17, 300})
-    for (const int64_t K : {32, 96, 4096})
-      for (int64_t T = 1; T <= 4; ++T) {
-        weights w = random_weights(N, K, uint64_t(N * 7 + K + T));
-        w.scales[0] = 255;  // a NaN block
-        const std::vector<float> x = activations(size_t(T * K), uint64_t(T + K));
-        const x86::packed_mxfp4 pw =
-            x86::pack_mxfp4(w.blocks.data(), w.scales.data(), N, K, mxfp4_variant::AVX512_BF16);
-        std::vector<float> a(size_t(T * N)), b(size_t(T * N));
-        x86::matmul_mxfp4(x.data(), pw, a.data(), T, act_quant::NONE);
-        x86::matmul_mxfp4(x.data(), pw, b.data(), T, act_quant::NONE, classic);
-        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
-            << "N=" << N << " K=" << K << " T=" << T;
-      }
-}
-
 // ---- 3. dispatch ----
 
 TEST(Mxfp4Amx, VariantNameSupportAndDefault) {

@@ -24,12 +24,11 @@ struct scalar_decode {
   static void panel(const mxfp4_panels& w, int64_t P, int64_t kc, int64_t kn, uint32_t* out, int64_t stride) {
     const int64_t nb = w.K / 32;
     for (int64_t p = kc / 2; p < (kc + kn) / 2; ++p) {
-      const uint8_t* q = w.qs + (P * (w.K / 2) + p) * 16;
       const uint8_t* s = w.sc + (P * nb + p / 16) * 16;
       for (int r = 0; r < 16; ++r) {
         const float scale = mx::kE8m0[s[r]];
-        const uint32_t lo = f32_bits(mx::kFp4[q[r] & 0xF] * scale),
-                       hi = f32_bits(mx::kFp4[q[r] >> 4] * scale);
+        const uint32_t lo = f32_bits(mx::kFp4[mxfp4_panel_code(w, P, r, 2 * p)] * scale),
+                       hi = f32_bits(mx::kFp4[mxfp4_panel_code(w, P, r, 2 * p + 1)] * scale);
         out[r] = (lo >> 16) | (hi & 0xFFFF0000u);
       }
       out += stride;

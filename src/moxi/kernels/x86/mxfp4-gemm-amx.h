@@ -10,8 +10,8 @@
 // TDPBF16PS. Decode policy (a class with): panel(w, P, kc, kn, out, stride) writing the bf16 pairs of
 // panel P, K range [kc, kc + kn), as in the layout below.
 //
-// Layout. The packed "panel-16" weights (mxfp4-x86.h) hold, per panel and K-pair p, 16 bytes = the pair
-// for 16 rows. Decoded (scale folded in, exact) to a dword per row = (bf16 of element 2p) | (bf16 of
+// Layout. The packed "panel-16" weights (mxfp4-x86.h) hold, per panel, each K-pair p of 16 rows. Decoded
+// (scale folded in, exact) to a dword per row = (bf16 of element 2p) | (bf16 of
 // element 2p+1) << 16, those 16 dwords are one 64-byte row of a TDPBF16PS B tile in its "VNNI" layout: B
 // row k holds K-pair k for 16 output rows (the tile's columns), low half paired with A's even element
 // (SDM: temp[2n+0] += A[m].bf16[2k+0] * B[k].bf16[2n+0]). So a B tile is 16 consecutive K-pairs of one

@@ -60,17 +60,18 @@ using micro_fn = void (*)(const uint16_t*, int64_t, const uint32_t*, int64_t, fl
 constexpr micro_fn kMicro[kTm + 1] = {nullptr,  micro<1>, micro<2>, micro<3>,  micro<4>,  micro<5>, micro<6>,
                                       micro<7>, micro<8>, micro<9>, micro<10>, micro<11>, micro<12>};
 
-// GEMV on bf16 activations: one 16-byte load -> 16 rows x one K-pair; (v | v << 12) & 0x000F000F puts the
-// low nibble in the low word and the high nibble in the high word of each row's dword, one VPERMW turns
-// both into bf16 (exact), and one VDPBF16PS does the row's two multiply-adds: half the FP-pipe work of the
-// fp32 GEMV, which on a core with 256-bit datapaths is what keeps two threads at the read bandwidth.
+// GEMV on bf16 activations: one 64-byte load holds 4 K-pairs of 16 rows (mxfp4-x86.h); a shift of its 16-bit
+// halves by 4j puts K-pair j's even code in each row's low word and its odd code in the high word, one VPERMW
+// turns both into bf16 (exact; it reads 5 index bits, so the 32-entry table repeats the 16 codes for the
+// next nibble's low bit), and one VDPBF16PS per token does the row's two multiply-adds. Per 16 rows x K-pair
+// that is one shift, one lookup and one dot product: no widening, no byte shuffle.
 template <int PP, int TT>
 void gemv_bf16_panels(const uint16_t* xb, const mxfp4_panels& w, int64_t P0, float* y) {
   const int64_t K = w.K, half = K / 2, nb = K / 32;
   const __m512i table =
       _mm512_setr_epi32(0x3F000000, 0x3FC03F80, 0x40404000, 0x40C04080, int(0xBF008000u), int(0xBFC0BF80u),
-                        int(0xC040C000u), int(0xC0C0C080u), 0, 0, 0, 0, 0, 0, 0, 0);
-  const __m512i nib = _mm512_set1_epi32(0x000F000F);
+                        int(0xC040C000u), int(0xC0C0C080u), 0x3F000000, 0x3FC03F80, 0x40404000, 0x40C04080,
+                        int(0xBF008000u), int(0xBFC0BF80u), int(0xC040C000u), int(0xC0C0C080u));
   const int32_t* xp = reinterpret_cast<const int32_t*>(xb);
   const uint8_t* q[PP];
 #pragma GCC unroll 32
@@ -87,19 +88,20 @@ void gemv_bf16_panels(const uint16_t* xb, const mxfp4_panels& w, int64_t P0, flo
 #pragma GCC unroll 32
       for (int t = 0; t < TT; ++t) bacc[i][t] = _mm512_setzero_ps();
 #pragma GCC unroll 4
-    for (int j = 0; j < 16; ++j) {
-      __m512bh xv[TT];
-#pragma GCC unroll 32
-      for (int t = 0; t < TT; ++t) xv[t] = as_bh(_mm512_set1_epi32(xp[t * half + b * 16 + j]));
+    for (int g = 0; g < 4; ++g) {
 #pragma GCC unroll 32
       for (int i = 0; i < PP; ++i) {
-        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[i])));
-        q[i] += 16;
-        // (A | B) & C with A = v, B = v << 12, C = nibble mask: truth table 0xA8.
-        const __m512i codes = _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 12), nib, 0xA8);
-        const __m512bh wv = as_bh(_mm512_permutexvar_epi16(codes, table));
+        const __m512i src = _mm512_loadu_si512(q[i]);
+        q[i] += 64;
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          const __m512i codes = j == 0 ? src : _mm512_srli_epi16(src, 4 * j);
+          const __m512bh wv = as_bh(_mm512_permutexvar_epi16(codes, table));
 #pragma GCC unroll 32
-        for (int t = 0; t < TT; ++t) bacc[i][t] = _mm512_dpbf16_ps(bacc[i][t], wv, xv[t]);
+          for (int t = 0; t < TT; ++t)
+            bacc[i][t] =
+                _mm512_dpbf16_ps(bacc[i][t], wv, as_bh(_mm512_set1_epi32(xp[t * half + b * 16 + 4 * g + j])));
+        }
       }
     }
 #pragma GCC unroll 32
@@ -137,10 +139,10 @@ void mxfp4_gemv_avx512bf16(const uint16_t* xb, int64_t T, const mxfp4_panels& w,
       gemv_bf16_range<4, 2>(xb, w, p0, p1, y);
       break;
     case 3:
-      gemv_bf16_range<4, 3>(xb, w, p0, p1, y);
+      gemv_bf16_range<2, 3>(xb, w, p0, p1, y);
       break;
     case 4:
-      gemv_bf16_range<4, 4>(xb, w, p0, p1, y);
+      gemv_bf16_range<2, 4>(xb, w, p0, p1, y);
       break;
     default:
       break;  // the dispatcher never passes T outside 1..kGemvMaxTokens

@@ -1,6 +1,7 @@
-// MXFP4 decode GEMV (T <= 4 tokens) on AVX-512 F/BW/VL/DQ over the panel-16 layout: one 16-byte load
-// widens to 16 rows x one K-pair, two VPERMPS against an in-register 16-entry table give the exact fp32
-// weights, FMAs accumulate one 32-block, and one FMA applies the block's exact E8M0 factor per row.
+// MXFP4 decode GEMV (T <= 4 tokens) on AVX-512 F/BW/VL/DQ over the panel-16 layout: one 64-byte load
+// holds 4 K-pairs of 16 rows; per K-pair two shifts and two VPERMPS against an in-register 16-entry table
+// give the exact fp32 weights, FMAs accumulate one 32-block, and one FMA applies the block's exact E8M0
+// factor per row.
 // Memory-bound at T = 1: every weight byte is read exactly once, contiguously per panel.
 //
 // Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq (kernels/CMakeLists.txt). Only intrinsics and the
@@ -36,7 +37,7 @@ void gemv_panels(const float* x, const mxfp4_panels& w, int64_t P0, float* y) {
       for (int t = 0; t < TT; ++t) bacc[i][t] = _mm512_setzero_ps();
     const int64_t k0 = b * 32;
 #pragma GCC unroll 32
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < 16; ++j) {  // K-pair j of the block: nibble j % 4 of each half of group j / 4
       __m512 xe[TT], xo[TT];
 #pragma GCC unroll 32
       for (int t = 0; t < TT; ++t) {
@@ -45,10 +46,10 @@ void gemv_panels(const float* x, const mxfp4_panels& w, int64_t P0, float* y) {
       }
 #pragma GCC unroll 32
       for (int i = 0; i < PP; ++i) {
-        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[i])));
-        q[i] += 16;
-        const __m512 we = _mm512_permutexvar_ps(v, table);  // VPERMPS reads only index bits 0-3: low nibble
-        const __m512 wo = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+        const __m512i v = _mm512_loadu_si512(q[i] + (j / 4) * 64);
+        // VPERMPS reads only index bits 0-3: the even element's code, then the odd one's.
+        const __m512 we = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4 * (j % 4)), table);
+        const __m512 wo = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 16 + 4 * (j % 4)), table);
 #pragma GCC unroll 32
         for (int t = 0; t < TT; ++t) {
           bacc[i][t] = _mm512_fmadd_ps(we, xe[t], bacc[i][t]);
@@ -56,6 +57,8 @@ void gemv_panels(const float* x, const mxfp4_panels& w, int64_t P0, float* y) {
         }
       }
     }
+#pragma GCC unroll 32
+    for (int i = 0; i < PP; ++i) q[i] += 256;
 #pragma GCC unroll 32
     for (int i = 0; i < PP; ++i) {
       const __m512 s = e8m0_x16(w.sc + ((P0 + i) * nb + b) * 16);

@@ -36,9 +36,17 @@ struct mxfp4_access {
     p.sc_.assign(size_t(panels * nb * 16), 0);
     for (int64_t n = 0; n < N; ++n) {
       const int64_t P = n / 16, r = n % 16;
-      const uint8_t* src = blocks + n * half;
-      uint8_t* dst = p.qs_.data() + P * half * 16 + r;
-      for (int64_t j = 0; j < half; ++j) dst[j * 16] = src[j];
+      const uint8_t* src = blocks + n * half;  // byte j: element 2j in the low nibble, 2j + 1 in the high
+      for (int64_t g = 0; g < K / 8; ++g) {
+        uint32_t word = 0;
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t byte = src[4 * g + j];
+          word |= (byte & 0xF) << (4 * j) | (byte >> 4) << (16 + 4 * j);
+        }
+        uint8_t* dst = p.qs_.data() + ((P * (K / 8) + g) * 16 + r) * 4;
+        for (int i = 0; i < 4; ++i)
+          dst[i] = uint8_t(word >> (8 * i));  // little-endian, as the kernels load it
+      }
       const uint8_t* ss = scales + n * nb;
       uint8_t* sd = p.sc_.data() + P * nb * 16 + r;
       for (int64_t b = 0; b < nb; ++b) sd[b * 16] = ss[b];
@@ -197,10 +205,7 @@ void matmul_mxfp4(const float* x, const packed_mxfp4& w, float* y, int64_t T, ac
       thread_local std::vector<uint16_t> xb_buf;
       uint16_t* xb = scratch(xb_buf, size_t(T * K));
       x86::f32_to_bf16_avx512bf16(xx, xb, T * K);
-      if (x86::cpu().avx512_vbmi && !opt.no_vbmi)
-        x86::mxfp4_gemv_avx512vbmi(xb, T, pw, r.begin, r.end, y);
-      else
-        x86::mxfp4_gemv_avx512bf16(xb, T, pw, r.begin, r.end, y);
+      x86::mxfp4_gemv_avx512bf16(xb, T, pw, r.begin, r.end, y);
     });
     return;
   }

@@ -61,9 +61,6 @@ packed_mxfp4 pack_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t N,
 struct mxfp4_options {
   int64_t gemv_max_tokens =
       4;  // AVX512_BF16, AMX_BF16: T up to this takes the GEMV, above it the GEMM (0: always GEMM)
-  // AVX512_BF16 GEMV: keep the widen/shift/ternary-logic decode even where AVX512-VBMI offers the cheaper
-  // VPERMI2B one (tests and the benchmark compare the two; their results are identical).
-  bool no_vbmi = false;
 };
 
 // y[T, N] = x[T, K] . W^T with the activation quantization of ref::matmul_mxfp4. x and y must not alias.

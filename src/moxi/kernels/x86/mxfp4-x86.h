@@ -3,11 +3,16 @@
 // their own -m flags and are only called after kernels::x86::cpu() says the CPU has those features.
 //
 // Packed layout ("panel-16"), built once at load by kernels::pack_mxfp4: rows are grouped in panels of 16
-// (the last panel zero-padded). For panel P, K-pair p (elements 2p, 2p+1) and row r of the panel:
-//   qs[(P * K/2 + p) * 16 + r] = gpt-oss byte p of row 16P + r   (low nibble element 2p, high 2p+1)
-//   sc[(P * K/32 + b) * 16 + r] = E8M0 scale of block b of row 16P + r
-// so 16 bytes hold one K-pair of 16 rows: a zmm of 16 rows widens from one 16-byte load, and a panel's
-// weights stream contiguously. The bytes are the checkpoint's, only transposed: 4.25 bits per weight.
+// (the last panel zero-padded). For panel P, group g of 8 consecutive elements (k = 8g .. 8g + 7) and row r
+// of the panel, one little-endian 32-bit word holds the 8 E2M1 codes:
+//   word[(P * K/8 + g) * 16 + r] = sum over j < 4 of code(8g + 2j) << 4j | code(8g + 2j + 1) << (16 + 4j)
+//   sc[(P * K/32 + b) * 16 + r]  = E8M0 scale of block b of row 16P + r
+// so the low half of a row's word holds the even elements of K-pairs 4g .. 4g + 3 (nibble j = pair 4g + j)
+// and the high half their odd elements. 64 bytes are 4 K-pairs of 16 rows, a panel's weights stream
+// contiguously, and the codes of K-pair 4g + j reach the low 4 bits of each 16-bit half by ONE shift of the
+// loaded words by 4j: a 16-bit table lookup (VPERMW) then yields each row's (even, odd) bf16 pair in the
+// order VDPBF16PS pairs them, and a 32-bit one (VPERMPS) on shifts by 4j and 16 + 4j the exact fp32
+// weights. Only shifts and lookups, no byte shuffles: 4.25 bits per weight, as in the checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -17,11 +22,21 @@ namespace moxi::kernels::x86 {
 inline constexpr int64_t kPanel = 16;
 
 struct mxfp4_panels {
-  const uint8_t* qs;  // u8 [panels, K/2, 16]
+  const uint8_t* qs;  // u8 [panels, K/8, 16, 4]: the 32-bit words above
   const uint8_t* sc;  // u8 [panels, K/32, 16]
   int64_t N, K;       // logical rows and columns (K % 32 == 0)
   int64_t panels() const { return (N + kPanel - 1) / kPanel; }
 };
+
+// Where element k's code sits in its row's word: bit 4 * ((k % 8) / 2) + 16 * (k % 2).
+inline int mxfp4_code_shift(int64_t k) {
+  return int(4 * ((k & 7) >> 1) + 16 * (k & 1));
+}
+// The E2M1 code of element k of row 16P + r (scalar; the pack, the emulator's decode and the tests).
+inline uint8_t mxfp4_panel_code(const mxfp4_panels& w, int64_t P, int64_t r, int64_t k) {
+  const int s = mxfp4_code_shift(k);
+  return uint8_t((w.qs[((P * (w.K / 8) + k / 8) * 16 + r) * 4 + s / 8] >> (s % 8)) & 0xF);
+}
 
 // ---- AVX-512 F/BW/VL/DQ (mxfp4-gemv-avx512.cpp) ----
 // y[t, rows of panels [p0, p1)] = x[t] . W^T for t < T <= 4 (x f32 [T, K], y f32 [T, N], row strides K
@@ -36,13 +51,9 @@ void f32_to_bf16_avx512bf16(const float* x, uint16_t* out, int64_t n);
 // Register-resident VDPBF16PS loop for the benchmark's compute ceiling: iters x 24 instructions of
 // 16 x 2 multiply-adds (1536 flop per iteration); returns a value that depends on every result.
 double avx512bf16_peak_loop(int64_t iters);
-// The GEMV of mxfp4_gemv_avx512 on bf16 activations (xb bf16 [T, K], T <= 4): exact bf16 weights, one
-// VDPBF16PS per 16 rows x K-pair, block sums scaled exactly in fp32.
+// The GEMV of mxfp4_gemv_avx512 on bf16 activations (xb bf16 [T, K], T <= 4): per 16 rows x K-pair one
+// shift, one VPERMW (exact bf16 weights) and one VDPBF16PS per token; block sums scaled exactly in fp32.
 void mxfp4_gemv_avx512bf16(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t p0, int64_t p1,
-                           float* y);
-// The same GEMV with a 3-instruction weight decode (VPERMI2B, VPERMW, VDPBF16PS) for CPUs that also have
-// AVX512-VBMI (mxfp4-gemv-avx512vbmi.cpp); bit-identical to mxfp4_gemv_avx512bf16.
-void mxfp4_gemv_avx512vbmi(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t p0, int64_t p1,
                            float* y);
 // Scratch the GEMM needs per thread, in uint32 units.
 int64_t mxfp4_gemm_scratch_u32();
