@@ -20,6 +20,7 @@
 #include "moxi/base/thread-pool.h"
 #include "moxi/dist/flags.h"
 #include "moxi/kernels/backend.h"
+#include "moxi/kernels/x86/backend.h"
 #include "moxi/model/config.h"
 #include "moxi/model/init.h"
 #include "moxi/model/model.h"
@@ -144,6 +145,7 @@ context_bench_result run_context_bench(const context_bench_options& o) {
     po.gpus_per_node = 1;
     po.cache = model::cache_format::F32;
     po.prefill_chunk = o.chunk;  // the activations of this run's prefill chunks
+    po.dense_tiles = kernels::x86::dense_tile_min_tokens(kernels::active()) <= o.chunk;
     const auto plan = model::make_plan(config, po);
     p.plan_mb = double(plan.device_bytes_max) / 1e6;
     p.bytes_per_token = plan.bytes_per_token_batch1;

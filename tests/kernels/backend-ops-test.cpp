@@ -149,13 +149,25 @@ void matmul_bf16(const k::backend& be) {
 // BF16 weights in 16-row panels: the packing puts W[n][k] where ref::bf16_panel_index says (rows past N
 // zero); the backend's product is within the summation-order bound of the row-layout reference, and each
 // row of a T-token product is bit for bit that token's product alone (every output one chain over k in
-// order, whatever the token and panel tiles, so a batch never changes a sequence's result).
+// order, whatever the token and panel tiles, so a batch never changes a sequence's result). From the
+// backend's tile threshold on (x86::dense_tile_min_tokens: AMX tiles, another order) the bound holds and a
+// token's row is bit for bit the same wherever it sits in the batch (tile rows are independent).
 void matmul_bf16_panels(const k::backend& be) {
   std::vector<mm_shape> shapes(std::begin(kMatmulShapes), std::end(kMatmulShapes));
-  // Across the 3-panel x 8-token tile: panel and group tails, 8/9/16/17 tokens, a chunk of tokens.
-  shapes.insert(
-      shapes.end(),
-      {{8, 48, 64}, {9, 49, 31}, {16, 96, 1024}, {17, 47, 5}, {1, 16, 3}, {4, 112, 80}, {60, 33, 4000}});
+  // Across the 3-panel x 8-token tile: panel and group tails, 8/9/16/17 tokens, a chunk of tokens; then
+  // prefill sizes (the AMX tiles: 16-token tiles, 32-row panel pairs, the 512 K-chunk, odd panels).
+  shapes.insert(shapes.end(), {{8, 48, 64},
+                               {9, 49, 31},
+                               {16, 96, 1024},
+                               {17, 47, 5},
+                               {1, 16, 3},
+                               {4, 112, 80},
+                               {60, 33, 4000},
+                               {128, 16, 32},
+                               {131, 50, 544},
+                               {300, 97, 1024},
+                               {260, 33, 96}});
+  const int64_t tiles_from = moxi::kernels::x86::dense_tile_min_tokens(be);
   uint64_t seed = 300;
   for (const auto& s : shapes)
     for (bool with_bias : {false, true}) {
@@ -175,12 +187,22 @@ void matmul_bf16_panels(const k::backend& be) {
       ref::matmul_bf16(x.data(), wb.data(), bias, want.data(), s.T, s.N, s.K);
       be.matmul_bf16_panels(x.data(), wp.data(), bias, got.data(), s.T, s.N, s.K);
       expect_within_order_bound(got, want, x, wf, bias, s.T, s.N, s.K);
-      for (int64_t t = 0; t < s.T; t += std::max<int64_t>(1, s.T / 5)) {
-        Vec one(size_t(s.N), -1.0f);
-        be.matmul_bf16_panels(x.data() + t * s.K, wp.data(), bias, one.data(), 1, s.N, s.K);
-        ASSERT_EQ(0, std::memcmp(one.data(), got.data() + t * s.N, size_t(s.N) * sizeof(float)))
-            << "token " << t << " of T=" << s.T << " N=" << s.N << " K=" << s.K;
+      if (s.T < tiles_from) {
+        for (int64_t t = 0; t < s.T; t += std::max<int64_t>(1, s.T / 5)) {
+          Vec one(size_t(s.N), -1.0f);
+          be.matmul_bf16_panels(x.data() + t * s.K, wp.data(), bias, one.data(), 1, s.N, s.K);
+          ASSERT_EQ(0, std::memcmp(one.data(), got.data() + t * s.N, size_t(s.N) * sizeof(float)))
+              << "token " << t << " of T=" << s.T << " N=" << s.N << " K=" << s.K;
+        }
+        continue;
       }
+      Vec xr(x.size()), gr(got.size(), -1.0f);  // the tokens in reverse order
+      for (int64_t t = 0; t < s.T; ++t)
+        std::memcpy(xr.data() + t * s.K, x.data() + (s.T - 1 - t) * s.K, size_t(s.K) * sizeof(float));
+      be.matmul_bf16_panels(xr.data(), wp.data(), bias, gr.data(), s.T, s.N, s.K);
+      for (int64_t t = 0; t < s.T; ++t)
+        ASSERT_EQ(0, std::memcmp(gr.data() + t * s.N, got.data() + (s.T - 1 - t) * s.N, size_t(s.N) * 4))
+            << "token " << t << " of T=" << s.T << " N=" << s.N << " K=" << s.K;
     }
 }
 

@@ -36,6 +36,7 @@
 #include "common/mxfp4-fixture.h"
 #include "moxi/base/error.h"
 #include "moxi/kernels/backend.h"
+#include "moxi/kernels/ref/basic.h"
 #include "moxi/kernels/ref/mxfp4.h"
 #include "moxi/kernels/x86/amx-emu.h"
 #include "moxi/kernels/x86/backend.h"
@@ -485,6 +486,101 @@ TEST(Mxfp4Amx, Avx512Bf16GemmMatchesRefAtEveryTokenCount) {
     EXPECT_EQ(s.nan_mismatch, 0) << "T=" << T;
     EXPECT_LE(s.worst_ratio, 1.0) << "T=" << T;
   }
+}
+
+// ---- dense BF16 panels on AMX tiles ----
+
+uint16_t trunc_bf16(float f) {  // the upper half of f's bits
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return uint16_t(u >> 16);
+}
+
+// The three bf16 terms sum back to x exactly (in fp64) for |x| from 2^-100 (below, the last term would be
+// an fp32 subnormal, which the conversion flushes: an absolute error under 2^-126) to the top of the fp32
+// range, and the AVX-512 split equals the scalar one bit for bit.
+TEST(DenseAmx, TheThreeBf16TermsSumToXExactly) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> ex(-100, 120), sign(0, 1);  // lo2 stays a normal number
+  const int64_t n = 4096;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = std::ldexp(mant(rng), ex(rng)) * (sign(rng) ? -1.0f : 1.0f);
+  x[0] = 0.0f;
+  x[1] = -0.0f;
+  x[2] = 1.0f + std::ldexp(1.0f, -23);  // the last mantissa bit only reaches lo2
+  x[3] = std::nextafter(2.0f, 0.0f);    // rounds up to 2 in hi
+  std::vector<uint16_t> h(static_cast<size_t>(n)), l(static_cast<size_t>(n)), l2(static_cast<size_t>(n));
+  x86::split_bf16x3_scalar(x.data(), n, h.data(), l.data(), l2.data());
+  for (int64_t i = 0; i < n; ++i) {
+    const double sum = from_bf16(h[size_t(i)]) + from_bf16(l[size_t(i)]) + from_bf16(l2[size_t(i)]);
+    ASSERT_EQ(sum, double(x[size_t(i)])) << "i=" << i << " x=" << x[size_t(i)];
+  }
+  if (!x86::mxfp4_supported(mxfp4_variant::AVX512_BF16))
+    GTEST_SKIP() << "no AVX512-BF16 for the vector split";
+  std::vector<uint16_t> h2(static_cast<size_t>(n)), lv(static_cast<size_t>(n)), l2v(static_cast<size_t>(n));
+  x86::split_bf16x3_avx512bf16(x.data(), n, h2.data(), lv.data(), l2v.data());
+  EXPECT_EQ(h, h2);
+  EXPECT_EQ(l, lv);
+  EXPECT_EQ(l2, l2v);
+}
+
+// y = x . W^T (+ bias) on the tiles against an fp64 dot product of the same fp32 x and bf16 weights: every
+// output within fp32 summation-order error of the exact value (3K + 2 rounded additions at most), which a
+// BF16-rounded x (error ~2^-9 of each product) would miss by orders of magnitude.
+void dense_amx_matches_fp64(amx_tiles tiles) {
+  const struct {
+    int64_t T, N, K;
+  } shapes[] = {{1, 16, 32}, {16, 32, 64}, {17, 33, 96}, {40, 50, 544}, {129, 100, 1024}, {300, 17, 32}};
+  uint64_t seed = 11;
+  for (const auto& s : shapes)
+    for (bool with_bias : {false, true}) {
+      std::mt19937 rng(uint32_t(seed++));
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> x(static_cast<size_t>(s.T * s.K)), bias(static_cast<size_t>(s.N));
+      std::vector<uint16_t> w(static_cast<size_t>(s.N * s.K));
+      for (auto& v : x) v = nd(rng) * (rng() % 50 == 0 ? 100.0f : 1.0f);
+      for (auto& v : bias) v = nd(rng);
+      for (auto& b : w) b = trunc_bf16(nd(rng));
+      std::vector<uint16_t> wp(static_cast<size_t>(k::ref::bf16_panels_size(s.N, s.K)));
+      k::ref::pack_bf16_panels(w.data(), s.N, s.K, wp.data());
+      std::vector<float> y(size_t(s.T * s.N), -1.0f);
+      x86::detail::matmul_bf16_panels_amx(x.data(), wp.data(), with_bias ? bias.data() : nullptr, y.data(),
+                                          s.T, s.N, s.K, tiles);
+      const double eps = 2.0 * double(3 * s.K + 2) * std::ldexp(1.0, -24);
+      for (int64_t t = 0; t < s.T; ++t)
+        for (int64_t n = 0; n < s.N; ++n) {
+          double exact = with_bias ? bias[size_t(n)] : 0.0, mag = std::fabs(exact);
+          for (int64_t kk = 0; kk < s.K; ++kk) {
+            const double p = double(x[size_t(t * s.K + kk)]) * from_bf16(w[size_t(n * s.K + kk)]);
+            exact += p;
+            mag += std::fabs(p);
+          }
+          ASSERT_LE(std::fabs(y[size_t(t * s.N + n)] - exact), eps * mag + 1e-30)
+              << "T=" << s.T << " N=" << s.N << " K=" << s.K << " t=" << t << " n=" << n;
+        }
+    }
+}
+
+TEST(DenseAmx, EmulatedTilesMatchAnFp64DotProduct) {
+  dense_amx_matches_fp64(amx_tiles::EMULATED_SCALAR);
+}
+
+TEST(DenseAmx, HardwareTilesMatchAnFp64DotProductAndTheBackendUsesThem) {
+  if (!x86::mxfp4_supported(mxfp4_variant::AMX_BF16)) GTEST_SKIP() << "no AMX-BF16 on this CPU";
+  dense_amx_matches_fp64(amx_tiles::HARDWARE);
+  // The AMX backend takes the tiles from its threshold on: its product is the hook's, bit for bit.
+  const k::backend* amx = k::find_backend("amx_bf16");
+  ASSERT_NE(amx, nullptr);
+  const int64_t T = x86::dense_tile_min_tokens(*amx), N = 40, K = 256;
+  std::vector<float> x(static_cast<size_t>(T * K)), a(static_cast<size_t>(T * N)), b(static_cast<size_t>(T * N));
+  std::vector<uint16_t> w(static_cast<size_t>(N * K)), wp(static_cast<size_t>(k::ref::bf16_panels_size(N, K)));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i) * 0.37f);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = trunc_bf16(std::cos(float(i) * 0.11f));
+  k::ref::pack_bf16_panels(w.data(), N, K, wp.data());
+  amx->matmul_bf16_panels(x.data(), wp.data(), nullptr, a.data(), T, N, K);
+  x86::detail::matmul_bf16_panels_amx(x.data(), wp.data(), nullptr, b.data(), T, N, K, amx_tiles::HARDWARE);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
 // ---- 3. dispatch ----

@@ -14,6 +14,8 @@
 
 #include "common/model-fixture.h"
 #include "common/temp-dir.h"
+#include "moxi/kernels/backend.h"
+#include "moxi/kernels/x86/backend.h"
 #include "moxi/model/cache.h"
 #include "moxi/model/model.h"
 #include "moxi/model/plan.h"
@@ -40,8 +42,12 @@ void counted_free(void* p) {
 
 }  // namespace
 
-void* operator new(size_t n) { return counted_alloc(n); }
-void* operator new[](size_t n) { return counted_alloc(n); }
+void* operator new(size_t n) {
+  return counted_alloc(n);
+}
+void* operator new[](size_t n) {
+  return counted_alloc(n);
+}
 void* operator new(size_t n, const std::nothrow_t&) noexcept {
   try {
     return counted_alloc(n);
@@ -56,10 +62,18 @@ void* operator new[](size_t n, const std::nothrow_t&) noexcept {
     return nullptr;
   }
 }
-void operator delete(void* p) noexcept { counted_free(p); }
-void operator delete[](void* p) noexcept { counted_free(p); }
-void operator delete(void* p, size_t) noexcept { counted_free(p); }
-void operator delete[](void* p, size_t) noexcept { counted_free(p); }
+void operator delete(void* p) noexcept {
+  counted_free(p);
+}
+void operator delete[](void* p) noexcept {
+  counted_free(p);
+}
+void operator delete(void* p, size_t) noexcept {
+  counted_free(p);
+}
+void operator delete[](void* p, size_t) noexcept {
+  counted_free(p);
+}
 
 namespace {
 
@@ -102,6 +116,7 @@ measured chunk_activations(const std::string& config_name, int64_t before, int64
   po.cache = model::cache_format::F32;
   po.num_shards = 1;
   po.gpus_per_node = 1;
+  po.dense_tiles = kernels::x86::dense_tile_min_tokens(kernels::active()) <= rows;
   r.plan_bytes = double(model::make_plan(config, po).stages.at(0).activation_bytes);
   std::printf("%s: %lld rows after %lld: heap peak %.0f KB, plan %.0f KB (plan / heap %.3f)\n",
               config_name.c_str(), (long long)rows, (long long)before, r.heap_bytes / 1e3, r.plan_bytes / 1e3,
@@ -112,8 +127,8 @@ measured chunk_activations(const std::string& config_name, int64_t before, int64
 // The plan counts the buffers of the layer code (hidden rows, the heaviest attention or FFN); what it leaves
 // out (RoPE tables per sequence, index lists, kernel-internal packs) is a small share.
 TEST(ActivationPlan, PredictsTheHeapOfAPrefillChunk) {
-  for (const char* name : {"tiny-seed.json", "tiny-kimi-linear.json", "tiny-deepseek-v3.2.json",
-                           "tiny-hybrid-swa.json"})
+  for (const char* name :
+       {"tiny-seed.json", "tiny-kimi-linear.json", "tiny-deepseek-v3.2.json", "tiny-hybrid-swa.json"})
     for (int64_t rows : {128, 512}) {
       const measured r = chunk_activations(name, rows, rows);
       EXPECT_GT(r.plan_bytes, 0.85 * r.heap_bytes) << name << " rows " << rows;

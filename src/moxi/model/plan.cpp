@@ -12,11 +12,13 @@
 #include <iomanip>
 #include <map>
 #include <numeric>
-#include <string>
 #include <sstream>
+#include <string>
 
 #include "moxi/base/error.h"
 #include "moxi/formats/shard-plan.h"
+#include "moxi/kernels/x86/mxfp4-matmul.h"
+#include "moxi/kernels/x86/mxfp4-x86.h"
 #include "moxi/model/layers/attention.h"
 #include "moxi/model/layers/ffn.h"
 #include "moxi/model/layers/mla.h"
@@ -89,9 +91,9 @@ int tp_slice_dim(const formats::model_config& c, const tensor_decl& d, int tp) {
   if (leaf.starts_with("indexer.")) return -1;
   if (d.group == param_group::SWA && (leaf == "k_proj.weight" || leaf == "v_proj.weight"))
     return c.swa && c.swa->num_kv_heads % tp == 0 ? 0 : -1;  // else the KV heads are replicated
-  for (const char* x : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "q_conv1d.weight", "k_conv1d.weight",
-                        "v_conv1d.weight", "f_b_proj.weight", "b_proj.weight", "dt_bias", "g_proj.weight",
-                        "g_b_proj.weight", "q_b_proj.weight", "kv_b_proj.weight"})
+  for (const char* x : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "q_conv1d.weight",
+                        "k_conv1d.weight", "v_conv1d.weight", "f_b_proj.weight", "b_proj.weight", "dt_bias",
+                        "g_proj.weight", "g_b_proj.weight", "q_b_proj.weight", "kv_b_proj.weight"})
     if (leaf == x) return 0;
   if (leaf == "o_proj.weight") return 1;
   if (leaf == "A_log") return 2;  // [1, 1, heads, 1]
@@ -107,14 +109,18 @@ int64_t expert_index(const tensor_decl& d) {
 }
 
 // E experts over ep ranks in contiguous blocks, the first E % ep ranks one expert more.
-int64_t experts_of(int64_t E, int ep, int j) { return E / ep + (j < E % ep ? 1 : 0); }
+int64_t experts_of(int64_t E, int ep, int j) {
+  return E / ep + (j < E % ep ? 1 : 0);
+}
 int expert_owner(int64_t E, int ep, int64_t e) {
   const int64_t q = E / ep, r = E % ep;
   return e < r * (q + 1) ? int(e / (q + 1)) : int(r + (e - r * (q + 1)) / q);
 }
 
 // First decoder layer of stage s: the contiguous split of plan.cpp's layout.
-int64_t stage_first_layer(int64_t layers, int pp, int s) { return int64_t(s) * layers / pp; }
+int64_t stage_first_layer(int64_t layers, int pp, int s) {
+  return int64_t(s) * layers / pp;
+}
 
 // Per stage: bytes every rank reads, bytes rank tp_index t reads of the sliced tensors, and bytes of the
 // routed experts held at ep_index j. A rank reads base[s] + sliced[s][t] + experts[s][j].
@@ -135,7 +141,8 @@ load_table build_load_table(const formats::model_config& c, const std::vector<te
   t.experts.assign(size_t(pp), std::vector<uint64_t>(size_t(ep), 0));
   std::vector<int> stage_of_layer(size_t(c.num_layers), 0);
   for (int s = 0; s < pp; ++s)
-    for (int64_t l = stage_first_layer(c.num_layers, pp, s); l < stage_first_layer(c.num_layers, pp, s + 1); ++l)
+    for (int64_t l = stage_first_layer(c.num_layers, pp, s); l < stage_first_layer(c.num_layers, pp, s + 1);
+         ++l)
       stage_of_layer[size_t(l)] = s;
   std::vector<int> slice(manifest.size());
   for (size_t i = 0; i < manifest.size(); ++i) slice[i] = tp > 1 ? tp_slice_dim(c, manifest[i], tp) : -1;
@@ -165,13 +172,16 @@ load_table build_load_table(const formats::model_config& c, const std::vector<te
     const int64_t U = d.shape[size_t(dim)];
     for (int q = 0; q < tp; ++q) {
       const int64_t rows = (int64_t(q) + 1) * U / tp - int64_t(q) * U / tp;
-      t.sliced[size_t(s)][size_t(q)] += b / uint64_t(U) * uint64_t(rows) + b % uint64_t(U) * uint64_t(rows) / uint64_t(U);
+      t.sliced[size_t(s)][size_t(q)] +=
+          b / uint64_t(U) * uint64_t(rows) + b % uint64_t(U) * uint64_t(rows) / uint64_t(U);
     }
   }
   return t;
 }
 
-int smallest_dp(int tp, int ep) { return ep / std::gcd(tp, ep); }
+int smallest_dp(int tp, int ep) {
+  return ep / std::gcd(tp, ep);
+}
 
 // Expected share of a tensor's parameters used per text token.
 double active_fraction(const formats::model_config& c, const tensor_decl& d) {
@@ -235,11 +245,25 @@ uint64_t stage_activation_bytes(const formats::model_config& c, const plan_optio
       held[k.kind] = work;  // one set per thread, shared by the kind's layers
     else
       attn = std::max(attn, work);
-    ffn = std::max(ffn, c.is_moe(l) ? moe_work_elems(c, rows, o.tp, o.ep) : dense_ffn_work_elems(c, rows, o.tp));
+    ffn = std::max(ffn,
+                   c.is_moe(l) ? moe_work_elems(c, rows, o.tp, o.ep) : dense_ffn_work_elems(c, rows, o.tp));
   }
   double elems = 3.0 * double(rows) * double(c.hidden_size) + std::max(attn, ffn);
   for (const auto& [kind, work] : held) elems += work;
-  return uint64_t(std::ceil(elems * (o.cache == cache_format::F32 ? 4.0 : 2.0)));
+  double bytes = elems * (o.cache == cache_format::F32 ? 4.0 : 2.0);
+  if (o.dense_tiles) {
+    // The split scratch of the widest dense BF16 product input of the stage (a linear [out, in] whose in is
+    // a multiple of 32; the head runs on the last row only), which the calling thread keeps between calls
+    // (kernels::x86::detail::matmul_bf16_panels_amx).
+    int64_t widest = 0;
+    for (const tensor_decl& d : build_manifest(c))
+      if (d.layer >= first && d.layer <= last && d.shape.size() == 2 && !d.fp32 && !d.routed_expert &&
+          d.group != param_group::ROUTER && d.shape[1] % 32 == 0)
+        widest = std::max(widest, d.shape[1]);
+    const int64_t block = std::min<int64_t>(rows, kernels::x86::detail::kDenseAmxBlockTokens);
+    bytes += double(kernels::x86::kDenseSplits) * 2.0 * double((block + 15) / 16 * 16) * double(widest);
+  }
+  return uint64_t(std::ceil(bytes));
 }
 
 }  // namespace
@@ -249,7 +273,8 @@ rank_coords rank_position(int tp, int ep, int pp, int world_size, int rank) {
     throw error("plan: no layout of " + std::to_string(world_size) + " ranks has tp " + std::to_string(tp) +
                 ", ep " + std::to_string(ep) + " and pp " + std::to_string(pp));
   if (rank < 0 || rank >= world_size)
-    throw error("plan: rank " + std::to_string(rank) + " is outside the " + std::to_string(world_size) + " ranks");
+    throw error("plan: rank " + std::to_string(rank) + " is outside the " + std::to_string(world_size) +
+                " ranks");
   const int stage_devices = world_size / pp;
   rank_coords c;
   c.stage = rank / stage_devices;
@@ -349,8 +374,7 @@ plan_result make_plan(const formats::model_config& c, const plan_options& o) {
   constexpr attn_kind kKinds[] = {attn_kind::KDA, attn_kind::MLA, attn_kind::SWA};
   std::array<attention_plan_figures, std::size(kKinds)> fig{};
   for (attn_kind k : kKinds)
-    if (c.num_layers_of(k) > 0)
-      fig[size_t(k)] = attention_kind(k).plan(c, o.cache, r.context, o.tp);
+    if (c.num_layers_of(k) > 0) fig[size_t(k)] = attention_kind(k).plan(c, o.cache, r.context, o.tp);
   r.kda_state_bytes_per_layer = fig[size_t(attn_kind::KDA)].state_bytes;
   r.latent_bytes_per_token_layer = fig[size_t(attn_kind::MLA)].token_bytes;
   r.swa_bytes_per_layer = fig[size_t(attn_kind::SWA)].state_bytes;
@@ -473,7 +497,8 @@ plan_result make_plan(const formats::model_config& c, const plan_options& o) {
     for (int64_t d = 0; d < r.dp; ++d)
       cm.tp_inter_node = cm.tp_inter_node || node(first + d * o.tp) != node(first + d * o.tp + o.tp - 1);
     if (s + 1 < o.pp)
-      for (int64_t i = 0; i < sd && !cm.pp_inter_node; ++i) cm.pp_inter_node = node(first + i) != node(first + i + sd);
+      for (int64_t i = 0; i < sd && !cm.pp_inter_node; ++i)
+        cm.pp_inter_node = node(first + i) != node(first + i + sd);
     const double bw_tp = cm.tp_inter_node ? bw_inter : bw_intra;
     const double bw_pp = cm.pp_inter_node ? bw_inter : bw_intra;
     if (o.tp > 1) cm.allreduce_bytes = 2.0 * double(cm.layers) * 2.0 * (o.tp - 1) / o.tp * hv;
@@ -534,8 +559,9 @@ plan_result make_plan(const formats::model_config& c, const plan_options& o) {
     r.decode_comm_bytes_per_rank =
         std::max(r.decode_comm_bytes_per_rank, cm.allreduce_bytes + cm.alltoall_bytes + cm.pp_send_bytes +
                                                    cm.indexer_decode_bytes + cm.logits_bytes);
-    r.prefill_comm_bytes_per_rank = std::max(r.prefill_comm_bytes_per_rank, cm.allreduce_bytes + cm.alltoall_bytes +
-                                                                                cm.pp_send_bytes + cm.indexer_prefill_bytes);
+    r.prefill_comm_bytes_per_rank =
+        std::max(r.prefill_comm_bytes_per_rank,
+                 cm.allreduce_bytes + cm.alltoall_bytes + cm.pp_send_bytes + cm.indexer_prefill_bytes);
     r.decode_comm_seconds += cm.decode_seconds;
     r.prefill_comm_seconds = std::max(r.prefill_comm_seconds, cm.prefill_seconds);
   }
@@ -667,9 +693,8 @@ std::string plan_to_text(const formats::model_config& c, const plan_result& r, c
   out << "\nshards  " << r.num_shards << " shards, " << human_bytes(double(r.shard_bytes_min)) << " .. "
       << human_bytes(double(r.shard_bytes_max)) << " each (largest tensor "
       << human_bytes(double(r.largest_tensor_bytes)) << ")\n";
-  out << "\ncache   per sequence at " << r.context << " tokens ("
-      << cache_format_name(o.cache) << "): " << gib(double(r.cache_bytes_per_sequence))
-      << "\n";
+  out << "\ncache   per sequence at " << r.context << " tokens (" << cache_format_name(o.cache)
+      << "): " << gib(double(r.cache_bytes_per_sequence)) << "\n";
   if (c.kda)
     out << "        KDA state " << human_bytes(double(r.kda_state_bytes_per_layer)) << " per layer x "
         << c.num_kda_layers() << " layers, constant in context\n";
@@ -689,8 +714,9 @@ std::string plan_to_text(const formats::model_config& c, const plan_result& r, c
     const auto& st = r.stages[s];
     std::snprintf(line, sizeof line,
                   "        stage %zu: layers %lld-%lld, per device %s weights + %s cache + %s activations\n",
-                  s, (long long)st.first_layer, (long long)st.last_layer, gib(double(st.weight_bytes)).c_str(),
-                  gib(double(st.cache_bytes)).c_str(), gib(double(st.activation_bytes)).c_str());
+                  s, (long long)st.first_layer, (long long)st.last_layer,
+                  gib(double(st.weight_bytes)).c_str(), gib(double(st.cache_bytes)).c_str(),
+                  gib(double(st.activation_bytes)).c_str());
     out << line;
   }
   out << "        heaviest device " << gib(double(r.device_bytes_max));
@@ -701,39 +727,43 @@ std::string plan_to_text(const formats::model_config& c, const plan_result& r, c
   out << "\ndecode  bytes read per token at batch 1: " << human_bytes(r.bytes_per_token_batch1)
       << "; weight bytes per token at batch " << o.batch << ": "
       << human_bytes(r.weight_bytes_per_token_batch) << "\n";
-  out << "\nload    bytes read from the checkpoint per rank: " << human_bytes(double(r.load_bytes_min)) << " .. "
-      << human_bytes(double(r.load_bytes_max)) << "; all " << r.world_size << " ranks together "
+  out << "\nload    bytes read from the checkpoint per rank: " << human_bytes(double(r.load_bytes_min))
+      << " .. " << human_bytes(double(r.load_bytes_max)) << "; all " << r.world_size << " ranks together "
       << human_bytes(double(r.load_bytes_total)) << " (" << std::fixed << std::setprecision(2)
-      << double(r.load_bytes_total) / double(std::max<uint64_t>(1, r.checkpoint_bytes)) << " x the checkpoint)\n";
+      << double(r.load_bytes_total) / double(std::max<uint64_t>(1, r.checkpoint_bytes))
+      << " x the checkpoint)\n";
   out.unsetf(std::ios::floatfield);
-  std::snprintf(line, sizeof line,
-                "\ncomm    per token, per rank (BF16 activations; links %g Gb/s between nodes, %g Gb/s within)\n",
-                o.link_gbps, o.intra_node_gbps);
+  std::snprintf(
+      line, sizeof line,
+      "\ncomm    per token, per rank (BF16 activations; links %g Gb/s between nodes, %g Gb/s within)\n",
+      o.link_gbps, o.intra_node_gbps);
   out << line;
   if (o.ep > 1 && c.moe.num_experts > 0) {
-    std::snprintf(line, sizeof line,
-                  "        a token's %lld experts land on %.2f other ranks of its %d-rank EP group on average "
-                  "(%.2f on other nodes), %lld B each way\n",
-                  (long long)c.moe.experts_per_token, r.expected_remote_ranks, o.ep, r.expected_remote_ranks_inter,
-                  (long long)r.dispatch_bytes_per_token);
+    std::snprintf(
+        line, sizeof line,
+        "        a token's %lld experts land on %.2f other ranks of its %d-rank EP group on average "
+        "(%.2f on other nodes), %lld B each way\n",
+        (long long)c.moe.experts_per_token, r.expected_remote_ranks, o.ep, r.expected_remote_ranks_inter,
+        (long long)r.dispatch_bytes_per_token);
     out << line;
   }
   for (size_t s = 0; s < r.comm.size(); ++s) {
     const auto& cm = r.comm[s];
-    std::snprintf(line, sizeof line,
-                  "        stage %zu: all-reduce %s%s, all-to-all %s (%s off node), send %s%s%s%s; %.1f us "
-                  "prefill, %.1f us decode\n",
-                  s, human_bytes(cm.allreduce_bytes).c_str(),
-                  o.tp > 1 ? (cm.tp_inter_node ? " across nodes" : " in node") : "",
-                  human_bytes(cm.alltoall_bytes).c_str(), human_bytes(cm.alltoall_bytes_inter).c_str(),
-                  human_bytes(cm.pp_send_bytes).c_str(),
-                  s + 1 < r.comm.size() ? (cm.pp_inter_node ? " across nodes" : " in node") : "",
-                  cm.indexer_decode_bytes > 0 ? (", indexer " + human_bytes(cm.indexer_decode_bytes) + " decode / " +
-                                                 human_bytes(cm.indexer_prefill_bytes) + " prefill")
-                                                    .c_str()
-                                              : "",
-                  cm.logits_bytes > 0 ? (", logits " + human_bytes(cm.logits_bytes) + " (decode)").c_str() : "",
-                  cm.prefill_seconds * 1e6, cm.decode_seconds * 1e6);
+    std::snprintf(
+        line, sizeof line,
+        "        stage %zu: all-reduce %s%s, all-to-all %s (%s off node), send %s%s%s%s; %.1f us "
+        "prefill, %.1f us decode\n",
+        s, human_bytes(cm.allreduce_bytes).c_str(),
+        o.tp > 1 ? (cm.tp_inter_node ? " across nodes" : " in node") : "",
+        human_bytes(cm.alltoall_bytes).c_str(), human_bytes(cm.alltoall_bytes_inter).c_str(),
+        human_bytes(cm.pp_send_bytes).c_str(),
+        s + 1 < r.comm.size() ? (cm.pp_inter_node ? " across nodes" : " in node") : "",
+        cm.indexer_decode_bytes > 0 ? (", indexer " + human_bytes(cm.indexer_decode_bytes) + " decode / " +
+                                       human_bytes(cm.indexer_prefill_bytes) + " prefill")
+                                          .c_str()
+                                    : "",
+        cm.logits_bytes > 0 ? (", logits " + human_bytes(cm.logits_bytes) + " (decode)").c_str() : "",
+        cm.prefill_seconds * 1e6, cm.decode_seconds * 1e6);
     out << line;
   }
   std::snprintf(line, sizeof line,

@@ -36,6 +36,10 @@ struct plan_options {
   // --max-batch-tokens`, `moxi bench context --chunk`); 0: activations not counted (docs/plan.md
   // "Activations"). Counted in the cache's element width: f32 for moxi's engine, BF16 otherwise.
   int64_t prefill_chunk = 2048;
+  // moxi's engine on an AMX host (kernels::x86::dense_tile_min_tokens of the active backend at most
+  // prefill_chunk): its dense BF16 products of a chunk run on AMX tiles, each thread keeping the bf16 split
+  // of a block of up to 256 input rows (3 x 2 bytes per element) between calls; counted with the activations.
+  bool dense_tiles = false;
   // Communication costing (docs/plan.md "Communication"): bandwidth per device and direction.
   double link_gbps = 400;         // between nodes: one RDMA NIC per device (the seeds ask for >= 400 Gb/s)
   double intra_node_gbps = 3600;  // within a node: NVLink 4, 450 GB/s per direction ("900 GB/s" counts both)
@@ -128,17 +132,17 @@ struct plan_result {
   double bytes_per_token_batch1 = 0;        // weights + cache read for one decoded token, batch 1
   double weight_bytes_per_token_batch = 0;  // weights per token at `batch` (experts shared across the batch)
   // Communication per token of a model replica, per rank (docs/plan.md "Communication").
-  std::vector<stage_comm> comm;                // one per pipeline stage
-  double expected_remote_ranks = 0;            // distinct other ranks a token's top-k experts land on
-  double expected_remote_ranks_inter = 0;      // ... of them on another node
-  int64_t dispatch_bytes_per_token = 0;        // one routed token on the wire (expert width x activation)
-  double decode_comm_bytes_per_rank = 0;       // heaviest stage: all-reduce + all-to-all + send + logits
-  double prefill_comm_bytes_per_rank = 0;      // heaviest stage, without the logits
-  double decode_comm_seconds = 0;              // sum over stages: one token passes every stage in turn
-  double prefill_comm_seconds = 0;             // slowest stage: a long prompt keeps the stages busy at once
+  std::vector<stage_comm> comm;            // one per pipeline stage
+  double expected_remote_ranks = 0;        // distinct other ranks a token's top-k experts land on
+  double expected_remote_ranks_inter = 0;  // ... of them on another node
+  int64_t dispatch_bytes_per_token = 0;    // one routed token on the wire (expert width x activation)
+  double decode_comm_bytes_per_rank = 0;   // heaviest stage: all-reduce + all-to-all + send + logits
+  double prefill_comm_bytes_per_rank = 0;  // heaviest stage, without the logits
+  double decode_comm_seconds = 0;          // sum over stages: one token passes every stage in turn
+  double prefill_comm_seconds = 0;         // slowest stage: a long prompt keeps the stages busy at once
   // Bytes read at load (rank_load_bytes for every rank of the world).
   uint64_t load_bytes_min = 0, load_bytes_max = 0, load_bytes_total = 0;
-  std::vector<uint64_t> load_bytes_per_rank;   // by global rank, for worlds of up to 4096 ranks
+  std::vector<uint64_t> load_bytes_per_rank;  // by global rank, for worlds of up to 4096 ranks
 };
 
 // Throws moxi::error for impossible layouts (tp*pp larger than the machine, ep not dividing, ...).

@@ -11,6 +11,7 @@
 #include <bit>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "moxi/base/error.h"
@@ -55,6 +56,9 @@ constexpr int64_t kMinMacsPerThread = int64_t(1) << 16;
 // Sparse-attention multiply-adds per thread below which splitting queries over the pool costs more than
 // it saves (docs/kernels-mxfp4.md "Thread-pool thresholds").
 constexpr int64_t kDsaMinWorkPerThread = int64_t(1) << 18;
+// Tokens from which the AMX backend runs dense BF16 products on tiles: prefill chunks, never a decode step
+// of fewer sequences (docs/kernels.md "Dense layers").
+constexpr int64_t kAmxDenseMinTokens = 128;
 
 template <class Wt, class Kernel>
 void run_matmul(const float* x, const Wt* w, const float* bias, float* y, int64_t T, int64_t N, int64_t K,
@@ -166,6 +170,8 @@ class avx512_backend final : public backend {
   void matmul_bf16_panels(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T,
                           int64_t N, int64_t K) const override {
     if (T == 0 || N == 0) return;
+    if (v_ == mxfp4_variant::AMX_BF16 && T >= kAmxDenseMinTokens && K % 32 == 0)
+      return detail::matmul_bf16_panels_amx(x, w, bias, y, T, N, K, detail::amx_tiles::HARDWARE);
     const int64_t panels = (N + ref::kBf16PanelRows - 1) / ref::kBf16PanelRows;
     thread_pool::global().run_if(T * N * K, kMinMacsPerThread, [&](int tid, int nt) {
       const range r = split_range(panels, tid, nt);
@@ -319,6 +325,11 @@ mxfp4_variant mxfp4_variant_of(const backend& b) {
   return x ? x->variant() : mxfp4_variant::REF;
 }
 
+int64_t dense_tile_min_tokens(const backend& b) {
+  return mxfp4_variant_of(b) == mxfp4_variant::AMX_BF16 ? kAmxDenseMinTokens
+                                                        : std::numeric_limits<int64_t>::max();
+}
+
 void matmul_bf16_rows(const float* x, const uint16_t* w, float* y, int64_t T, int64_t N, int64_t K) {
   MOXI_ASSERT(cpu().avx512, "the AVX-512 row-layout matmul needs AVX-512");
   run_matmul(x, w, nullptr, y, T, N, K, matmul_bf16w_avx512);
@@ -348,6 +359,10 @@ double fma_f32_peak_loop(int64_t) {
 
 mxfp4_variant mxfp4_variant_of(const backend&) {
   return mxfp4_variant::REF;
+}
+
+int64_t dense_tile_min_tokens(const backend&) {
+  return std::numeric_limits<int64_t>::max();
 }
 
 void fake_quantize(mx::elem_format f, const float* x, size_t n, float* out) {

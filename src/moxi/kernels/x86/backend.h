@@ -19,6 +19,12 @@ std::span<const backend* const> backends();
 // The MXFP4 variant an x86 backend runs (benchmarks pack for it); REF for any other backend.
 mxfp4_variant mxfp4_variant_of(const backend& b);
 
+// Tokens from which this backend runs dense BF16 panel products on AMX tiles (detail::matmul_bf16_panels_amx:
+// another summation order than its FMA kernel, within fp32 rounding of it); int64 max where it never does.
+// Below it a token's output is bit for bit the same whatever else is in the product; at or above it too,
+// among products that all run on tiles.
+int64_t dense_tile_min_tokens(const backend& b);
+
 // mx::fake_quantize(f, x, n, out) with the AVX-512 twin for the FP8 formats where the CPU has AVX-512
 // (bit-identical: block scales by mx::block_scale, the elements' RNE rounding in vector form), else
 // mx::fake_quantize itself. The MXFP4 GEMV and GEMM quantize their inputs with it.

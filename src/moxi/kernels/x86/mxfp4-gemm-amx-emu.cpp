@@ -36,6 +36,17 @@ struct scalar_decode {
   }
 };
 
+// Dense panels: out[pair * stride + r] = w(2p, r) | w(2p + 1, r) << 16, as the AVX-512 decode's VPERMW.
+struct dense_scalar_decode {
+  static void panel(const bf16_panels& w, int64_t P, int64_t kc, int64_t kn, uint32_t* out, int64_t stride) {
+    for (int64_t p = kc / 2; p < (kc + kn) / 2; ++p) {
+      const uint16_t* src = w.w + (P * w.K + 2 * p) * 16;
+      for (int r = 0; r < 16; ++r) out[r] = uint32_t(src[r]) | uint32_t(src[16 + r]) << 16;
+      out += stride;
+    }
+  }
+};
+
 // SDM VCVTNEPS2BF16 convert_fp32_to_bfloat16: zero or denormal -> signed zero, infinity kept, NaN
 // truncated and quieted (bit 6), normal numbers rounded to nearest even by adding 0x7FFF + lsb.
 uint16_t f32_to_bf16_sdm(float f) {
@@ -54,6 +65,29 @@ int64_t mxfp4_gemm_amx_scratch_u32() {
 
 void f32_to_bf16_scalar(const float* x, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16_sdm(x[i]);
+}
+
+void split_bf16x3_scalar(const float* x, int64_t n, uint16_t* hi, uint16_t* lo, uint16_t* lo2) {
+  const auto widen = [](uint16_t b) {
+    const uint32_t u = uint32_t(b) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    hi[i] = f32_to_bf16_sdm(x[i]);
+    const float r1 = x[i] - widen(hi[i]);
+    lo[i] = f32_to_bf16_sdm(r1);
+    lo2[i] = f32_to_bf16_sdm(r1 - widen(lo[i]));
+  }
+}
+
+void matmul_bf16p_amx_emulated_scalar(const uint16_t* xs, int64_t T, const bf16_panels& w, int64_t pp0,
+                                      int64_t pp1, float* y, uint32_t* scratch) {
+  const int64_t Tp = (T + kAmxTokenPad - 1) / kAmxTokenPad * kAmxTokenPad;
+  amx_emu emu;
+  emu_tiles tl{emu};
+  amx_gemm<dense_scalar_decode, kDenseSplits>(tl, xs, T, w, pp0, pp1, y, scratch, Tp * w.K);
 }
 
 void mxfp4_gemm_amx_emulated_scalar(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0,

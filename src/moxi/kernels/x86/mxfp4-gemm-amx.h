@@ -16,8 +16,8 @@
 // row k holds K-pair k for 16 output rows (the tile's columns), low half paired with A's even element
 // (SDM: temp[2n+0] += A[m].bf16[2k+0] * B[k].bf16[2n+0]). So a B tile is 16 consecutive K-pairs of one
 // panel; the decode buffer interleaves the two panels of a pair, 128 bytes per K-pair (stride 128). The
-// A tile is 16 tokens x 32 bf16 of x (row stride 2K bytes), and C = 16 tokens x 16 rows of y in fp32,
-// which is y's own layout (row stride 4N bytes).
+// A tile is 16 tokens x 32 bf16 of x (1 KiB contiguous: x is kept in tile order, amx_tile_offset), and C = 16
+// tokens x 16 rows of y in fp32, which is y's own layout (row stride 4N bytes).
 //
 // Tiling, per thread (it owns a range of panel pairs): token blocks of kAmxTb, K-chunks of kAmxKc; per
 // panel pair and chunk the weights are decoded once into a 32 KiB buffer, then each 32-token step runs a
@@ -105,11 +105,14 @@ inline int64_t clamp16(int64_t n) {
 }
 
 // One 32-token (NA = 2) or 16-token (NA = 1) step over one panel pair (NB = 2) or a last single panel
-// (NB = 1), all npairs K-pairs of the chunk. xa: x at (t0, kc), row stride K; wb: the decode buffer; yt:
-// y at (t0, row0). tv/nv: valid tokens/rows of the step.
-template <int NA, int NB, class Tiles>
-void tile_step(Tiles& tl, const uint16_t* xa, int64_t K, const uint32_t* wb, int64_t npairs, float* yt,
-               int64_t N, int64_t tv, int64_t nv, bool accumulate, float* bounce) {
+// (NB = 1), all npairs K-pairs of the chunk. xt: x in tile order (mxfp4-x86.h amx_tile_offset) at the
+// step's first token and the chunk's first element, and S copies of it (the bf16 terms of a split
+// activation, S = 3 for the dense GEMM) split_stride elements apart, all multiplied by the same weights
+// into the same C tiles; the next token tile's A tiles are KP = K / 32 tiles further. wb: the decode
+// buffer; yt: y at (t0, row0). tv/nv: valid tokens/rows of the step.
+template <int NA, int NB, int S, class Tiles>
+void tile_step(Tiles& tl, const uint16_t* xt, int64_t KP, int64_t split_stride, const uint32_t* wb,
+               int64_t npairs, float* yt, int64_t N, int64_t tv, int64_t nv, bool accumulate, float* bounce) {
   const int64_t tv0 = clamp16(tv), tv1 = clamp16(tv - 16), nv0 = clamp16(nv), nv1 = clamp16(nv - 16);
   if (accumulate) {
     load_c<0>(tl, yt, N, tv0, nv0, bounce);
@@ -123,14 +126,17 @@ void tile_step(Tiles& tl, const uint16_t* xa, int64_t K, const uint32_t* wb, int
     if constexpr (NA == 2 && NB == 2) tl.template zero<3>();
   }
   for (int64_t p = 0; p < npairs; p += 16) {
-    tl.template load<4>(xa + 2 * p, K * 2);
-    if constexpr (NA == 2) tl.template load<5>(xa + 16 * K + 2 * p, K * 2);
     tl.template load<6>(wb + p * 32, 128);
     if constexpr (NB == 2) tl.template load<7>(wb + p * 32 + 16, 128);
-    tl.template dp<0, 4, 6>();
-    if constexpr (NB == 2) tl.template dp<1, 4, 7>();
-    if constexpr (NA == 2) tl.template dp<2, 5, 6>();
-    if constexpr (NA == 2 && NB == 2) tl.template dp<3, 5, 7>();
+    for (int s = 0; s < S; ++s) {
+      const uint16_t* xs = xt + s * split_stride + (p / 16) * 512;
+      tl.template load<4>(xs, 64);
+      if constexpr (NA == 2) tl.template load<5>(xs + KP * 512, 64);
+      tl.template dp<0, 4, 6>();
+      if constexpr (NB == 2) tl.template dp<1, 4, 7>();
+      if constexpr (NA == 2) tl.template dp<2, 5, 6>();
+      if constexpr (NA == 2 && NB == 2) tl.template dp<3, 5, 7>();
+    }
   }
   store_c<0>(tl, yt, N, tv0, nv0, bounce);
   if constexpr (NB == 2) store_c<1>(tl, yt + 16, N, tv0, nv1, bounce);
@@ -138,12 +144,14 @@ void tile_step(Tiles& tl, const uint16_t* xa, int64_t K, const uint32_t* wb, int
   if constexpr (NA == 2 && NB == 2) store_c<3>(tl, yt + 16 * N + 16, N, tv1, nv1, bounce);
 }
 
-// y[T, rows of panel pairs [pp0, pp1)] = xb . W^T; xb bf16 [Tpad, K] with Tpad = T rounded up to 16 and
-// the padding rows zero; scratch: kAmxDecodeU32 uint32 (the decoded weights). Configures the tiles on
-// entry and releases them on return (tile state is per thread).
-template <class Decode, class Tiles>
-void amx_gemm(Tiles& tl, const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0, int64_t pp1,
-              float* y, uint32_t* scratch) {
+// y[T, rows of panel pairs [pp0, pp1)] = xb . W^T; xb bf16 [Tpad, K] in tile order (amx_tile_offset) with
+// Tpad = T rounded up to 16 and the padding rows zero (S such arrays split_stride elements apart, summed:
+// see tile_step); scratch:
+// kAmxDecodeU32 uint32 (the decoded weights). W: the weights the Decode policy reads (K, N, panels()).
+// Configures the tiles on entry and releases them on return (tile state is per thread).
+template <class Decode, int S = 1, class Tiles, class W>
+void amx_gemm(Tiles& tl, const uint16_t* xb, int64_t T, const W& w, int64_t pp0, int64_t pp1, float* y,
+              uint32_t* scratch, int64_t split_stride = 0) {
   const int64_t K = w.K, N = w.N, panels = w.panels();
   uint32_t* wb = scratch;
   alignas(64) float bounce[16 * 16];
@@ -158,20 +166,20 @@ void amx_gemm(Tiles& tl, const uint16_t* xb, int64_t T, const mxfp4_panels& w, i
         Decode::panel(w, P, kc, kn, wb, 32);
         if (two) Decode::panel(w, P + 1, kc, kn, wb + 16, 32);
         for (int64_t t0 = tb; t0 < te; t0 += 32) {
-          const uint16_t* xa = xb + t0 * K + kc;
+          const uint16_t* xa = xb + amx_tile_offset(t0, kc, K);
           float* yt = y + t0 * N + row0;
           const int64_t tv = te - t0, nv = N - row0;
           const bool acc = kc > 0;
           if (tv > 16) {
             if (two)
-              tile_step<2, 2>(tl, xa, K, wb, kn / 2, yt, N, tv, nv, acc, bounce);
+              tile_step<2, 2, S>(tl, xa, K / 32, split_stride, wb, kn / 2, yt, N, tv, nv, acc, bounce);
             else
-              tile_step<2, 1>(tl, xa, K, wb, kn / 2, yt, N, tv, nv, acc, bounce);
+              tile_step<2, 1, S>(tl, xa, K / 32, split_stride, wb, kn / 2, yt, N, tv, nv, acc, bounce);
           } else {
             if (two)
-              tile_step<1, 2>(tl, xa, K, wb, kn / 2, yt, N, tv, nv, acc, bounce);
+              tile_step<1, 2, S>(tl, xa, K / 32, split_stride, wb, kn / 2, yt, N, tv, nv, acc, bounce);
             else
-              tile_step<1, 1>(tl, xa, K, wb, kn / 2, yt, N, tv, nv, acc, bounce);
+              tile_step<1, 1, S>(tl, xa, K / 32, split_stride, wb, kn / 2, yt, N, tv, nv, acc, bounce);
           }
         }
       }

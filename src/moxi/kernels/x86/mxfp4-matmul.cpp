@@ -5,6 +5,7 @@
 // tile emulator (detail::matmul_mxfp4_amx), which is how it is tested on CPUs without AMX.
 #include "moxi/kernels/x86/mxfp4-matmul.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -70,10 +71,25 @@ mx::elem_format act_format(act_quant act) {
 
 enum class bf16_gemm : uint8_t { AVX512_BF16, AMX, AMX_EMULATED, AMX_EMULATED_SCALAR };
 
+// Zeroes the padding rows [T, Tp) of an x in tile order (x86::amx_tile_offset): they all lie in the last
+// token tile, whose K / 32 blocks are contiguous, so that whole tile is cleared before the rows are written.
+void clear_tile_padding(uint16_t* xt, int64_t T, int64_t Tp, int64_t K) {
+  if (T < Tp) std::memset(xt + x86::amx_tile_offset(Tp - 16, 0, K), 0, size_t(16 * K) * sizeof(uint16_t));
+}
+
+// Calls f(flat offset, destination offset) for each 32-element block of elements [begin, end) of x [T, K]
+// (begin and end multiples of 32): the destination is the same offset row-major, or the block's place in
+// the AMX tile order.
+template <class F>
+void for_blocks(int64_t begin, int64_t end, int64_t K, bool tiled, F f) {
+  if (!tiled) return f(begin, begin, end - begin);
+  for (int64_t i = begin; i < end; i += mx::kBlock) f(i, x86::amx_tile_offset(i / K, i % K, K), mx::kBlock);
+}
+
 // The GEMM (prefill) of the bf16 variants: activation quantization (the same mx::fake_quantize as the
 // reference) and the bf16 conversion split over threads by 32-blocks, then weight panel pairs split over
-// threads. The AMX kernels read x in whole 16-token tiles, so their xb has T rounded up to 16 rows, the
-// padding zero.
+// threads. The AMX kernels read x in whole 16-token tiles in tile order (x86::amx_tile_offset), so their xb
+// has T rounded up to 16 rows, the padding zero.
 void run_bf16_gemm(const float* x, const x86::mxfp4_panels& pw, float* y, int64_t T, act_quant act,
                    bf16_gemm kind) {
   thread_pool& pool = thread_pool::global();
@@ -84,19 +100,21 @@ void run_bf16_gemm(const float* x, const x86::mxfp4_panels& pw, float* y, int64_
   thread_local std::vector<uint16_t> xb_buf;
   float* xq = act != act_quant::NONE ? scratch(xq_buf, size_t(T * K)) : nullptr;
   uint16_t* xb = scratch(xb_buf, size_t(Tp * K));
-  std::memset(xb + T * K, 0, size_t((Tp - T) * K) * sizeof(uint16_t));
+  clear_tile_padding(xb, T, Tp, K);
   pool.run_if(T * K, kMinConvertPerThread, [&](int tid, int nt) {
     const range r = split_range(T * K, tid, nt, mx::kBlock);
     if (r.begin == r.end) return;
-    const float* src = x + r.begin;
+    const float* src = x;
     if (xq) {
-      x86::fake_quantize(act_format(act), src, size_t(r.end - r.begin), xq + r.begin);
-      src = xq + r.begin;
+      x86::fake_quantize(act_format(act), x + r.begin, size_t(r.end - r.begin), xq + r.begin);
+      src = xq;
     }
-    if (kind == bf16_gemm::AMX_EMULATED_SCALAR)
-      x86::f32_to_bf16_scalar(src, xb + r.begin, r.end - r.begin);
-    else
-      x86::f32_to_bf16_avx512bf16(src, xb + r.begin, r.end - r.begin);
+    for_blocks(r.begin, r.end, K, amx, [&](int64_t i, int64_t d, int64_t n) {
+      if (kind == bf16_gemm::AMX_EMULATED_SCALAR)
+        x86::f32_to_bf16_scalar(src + i, xb + d, n);
+      else
+        x86::f32_to_bf16_avx512bf16(src + i, xb + d, n);
+    });
   });
   const int64_t pairs = (pw.panels() + 1) / 2;
   pool.run_if(T * N * K, kMinGemmMacsPerThread, [&](int tid, int nt) {
@@ -230,6 +248,55 @@ void matmul_mxfp4_amx(const float* x, const uint8_t* blocks, const uint8_t* scal
                 tiles == amx_tiles::HARDWARE   ? bf16_gemm::AMX
                 : tiles == amx_tiles::EMULATED ? bf16_gemm::AMX_EMULATED
                                                : bf16_gemm::AMX_EMULATED_SCALAR);
+}
+
+void matmul_bf16_panels_amx(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T,
+                            int64_t N, int64_t K, amx_tiles tiles) {
+  MOXI_ASSERT(K % mx::kBlock == 0 && N >= 0 && T >= 0, "the AMX dense GEMM needs K % 32 == 0");
+  const bool hardware = tiles == amx_tiles::HARDWARE;
+  if (hardware && !mxfp4_supported(mxfp4_variant::AMX_BF16))
+    throw error(std::string("the AMX dense GEMM on hardware tiles needs AMX-BF16, not on this CPU (") +
+                x86::cpu_features_string() + ")");
+  if (T == 0 || N == 0) return;
+  thread_pool& pool = thread_pool::global();
+  const x86::bf16_panels pw{w, N, K};
+  const int64_t pairs = (pw.panels() + 1) / 2;
+  // Token blocks of kDenseAmxBlockTokens: the split of one block is the scratch (a fixed size, whatever T).
+  const int64_t Tb = std::min(T, kDenseAmxBlockTokens);
+  const int64_t Tbp = (Tb + x86::kAmxTokenPad - 1) / x86::kAmxTokenPad * x86::kAmxTokenPad;
+  thread_local std::vector<uint16_t> xs_buf;
+  uint16_t* xs = scratch(xs_buf, size_t(x86::kDenseSplits * Tbp * K));
+  for (int64_t t0 = 0; t0 < T; t0 += Tb) {
+    const int64_t tn = std::min(Tb, T - t0), tp = (tn + x86::kAmxTokenPad - 1) / x86::kAmxTokenPad * 16;
+    const float* xb = x + t0 * K;
+    float* yb = y + t0 * N;
+    for (int s = 0; s < x86::kDenseSplits; ++s) clear_tile_padding(xs + s * tp * K, tn, tp, K);
+    pool.run_if(tn * K, kMinConvertPerThread, [&](int tid, int nt) {
+      const range r = split_range(tn * K, tid, nt, mx::kBlock);
+      if (r.begin == r.end) return;
+      for_blocks(r.begin, r.end, K, true, [&](int64_t i, int64_t d, int64_t n) {
+        uint16_t* hi = xs + d;
+        if (hardware)
+          x86::split_bf16x3_avx512bf16(xb + i, n, hi, hi + tp * K, hi + 2 * tp * K);
+        else
+          x86::split_bf16x3_scalar(xb + i, n, hi, hi + tp * K, hi + 2 * tp * K);
+      });
+    });
+    pool.run_if(tn * N * K, kMinGemmMacsPerThread, [&](int tid, int nt) {
+      const range r = split_range(pairs, tid, nt);
+      if (r.begin == r.end) return;
+      thread_local std::vector<uint32_t> wbuf;
+      uint32_t* sc = scratch(wbuf, size_t(x86::mxfp4_gemm_amx_scratch_u32()));
+      if (hardware)
+        x86::matmul_bf16p_amx(xs, tn, pw, r.begin, r.end, yb, sc);
+      else
+        x86::matmul_bf16p_amx_emulated_scalar(xs, tn, pw, r.begin, r.end, yb, sc);
+      if (!bias) return;
+      const int64_t n0 = r.begin * 2 * x86::kPanel, n1 = std::min(N, r.end * 2 * x86::kPanel);
+      for (int64_t t = 0; t < tn; ++t)
+        for (int64_t n = n0; n < n1; ++n) yb[t * N + n] += bias[n];
+    });
+  }
 }
 
 }  // namespace detail

@@ -85,6 +85,16 @@ enum class amx_tiles : uint8_t {
 void matmul_mxfp4_amx(const float* x, const uint8_t* blocks, const uint8_t* scales, float* y, int64_t T,
                       int64_t N, int64_t K, act_quant act, amx_tiles tiles);
 
+// Dense BF16 weights in the panel layout (ref::bf16_panel_index) on AMX tiles, in blocks of
+// kDenseAmxBlockTokens tokens: a block's x split into three exact bf16 terms (mxfp4-x86.h, over the pool by
+// elements; this thread keeps that split, 3 x block x K bf16, as its scratch), panel pairs split over the
+// pool, bias added per row; every output within fp32 rounding of x . w. K % 32 == 0; EMULATED is taken as
+// EMULATED_SCALAR. The x86 AMX backend's path for T >= its threshold, and the tests' hook. Throws moxi::error
+// if the tiles need what the CPU lacks.
+inline constexpr int64_t kDenseAmxBlockTokens = 256;
+void matmul_bf16_panels_amx(const float* x, const uint16_t* w, const float* bias, float* y, int64_t T,
+                            int64_t N, int64_t K, amx_tiles tiles);
+
 }  // namespace detail
 
 }  // namespace moxi::kernels::x86

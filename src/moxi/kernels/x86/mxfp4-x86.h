@@ -1,6 +1,7 @@
 // The packed MXFP4 weight layout shared by the x86 kernels, and their entry points. Plain C++ (no
-// intrinsics) so the baseline x86 backend code can include it; the kernels themselves live in translation units built with
-// their own -m flags and are only called after kernels::x86::cpu() says the CPU has those features.
+// intrinsics) so the baseline x86 backend code can include it; the kernels themselves live in translation
+// units built with their own -m flags and are only called after kernels::x86::cpu() says the CPU has those
+// features.
 //
 // Packed layout ("panel-16"), built once at load by kernels::pack_mxfp4: rows are grouped in panels of 16
 // (the last panel zero-padded). For panel P, group g of 8 consecutive elements (k = 8g .. 8g + 7) and row r
@@ -64,14 +65,21 @@ void mxfp4_gemm_avx512bf16(const uint16_t* xb, int64_t T, const mxfp4_panels& w,
                            float* y, uint32_t* scratch);
 
 // ---- AMX-BF16 (mxfp4-gemm-amx.cpp; body in mxfp4-gemm-amx.h, emulated twin in mxfp4-gemm-amx-emu.cpp) ----
-// The AMX GEMM reads x in whole 16-token tiles: xb holds T rounded up to this, the padding rows zero.
+// The AMX GEMMs read x in whole 16-token tiles: xb holds T rounded up to this, the padding rows zero, in
+// tile order: each 16-token x 32-element block is one A tile, 1 KiB contiguous (row stride 64 bytes), so a
+// tile load reads 16 consecutive cache lines instead of 16 rows 2K bytes apart (row-major x put all of
+// them in two L1 sets once K is a multiple of 2048 bytes' worth, and the loads stalled on the conflicts).
 inline constexpr int64_t kAmxTokenPad = 16;
+// Where element (t, k) of x [T, K] sits in the tile order (K % 32 == 0).
+inline int64_t amx_tile_offset(int64_t t, int64_t k, int64_t K) {
+  return ((t / 16) * (K / 32) + k / 32) * 512 + (t % 16) * 32 + k % 32;
+}
 // Scratch the AMX GEMM needs per thread (its decoded weights), in uint32 units.
 int64_t mxfp4_gemm_amx_scratch_u32();
-// As mxfp4_gemm_avx512bf16 (same panel pairs, same bf16 activations, exact bf16 weights) on AMX tiles:
-// TDPBF16PS on 16 x 32 bf16 x-tiles and 16-pair x 16-row weight tiles into 16 x 16 fp32 y-tiles. Needs
-// cpu().amx_bf16 (and AVX512-BF16 for its weight decode); configures and releases the calling thread's
-// tiles.
+// As mxfp4_gemm_avx512bf16 (same panel pairs, same bf16 activations but in tile order, amx_tile_offset,
+// T padded to kAmxTokenPad; exact bf16 weights) on AMX tiles: TDPBF16PS on 16 x 32 bf16 x-tiles and 16-pair x
+// 16-row weight tiles into 16 x 16 fp32 y-tiles. Needs cpu().amx_bf16 (and AVX512-BF16 for its weight
+// decode); configures and releases the calling thread's tiles.
 void mxfp4_gemm_amx(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0, int64_t pp1, float* y,
                     uint32_t* scratch);
 // The same kernel with its tile instructions run by the scalar emulator (amx-emu.h), for tests on CPUs
@@ -81,6 +89,33 @@ void mxfp4_gemm_amx_emulated(const uint16_t* xb, int64_t T, const mxfp4_panels& 
 // ... or with a scalar decode, bit-identical to it (any CPU).
 void mxfp4_gemm_amx_emulated_scalar(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0,
                                     int64_t pp1, float* y, uint32_t* scratch);
+// ---- Dense BF16 panels on AMX-BF16 (matmul-bf16-amx in mxfp4-gemm-amx.cpp, scalar twin in -emu.cpp) ----
+// Dense weights in the x86 backends' panel layout (ref::bf16_panel_index: element (n, k) of panel P = n / 16
+// at (P * K + k) * 16 + n % 16, rows past N zero).
+struct bf16_panels {
+  const uint16_t* w;
+  int64_t N, K;
+  int64_t panels() const { return (N + kPanel - 1) / kPanel; }
+};
+// The dense AMX GEMM runs on activations split into three bf16 terms, x = hi + lo + lo2 exactly for every
+// finite fp32 x with |x| >= 2^-100: hi = bf16(x), lo = bf16(x - hi), lo2 = bf16(x - hi - lo) (round to
+// nearest even; each difference is exact in fp32 and the last one has at most 8 significant bits; below
+// 2^-100 a term would be subnormal, which the conversion flushes to zero: an absolute error < 2^-126).
+// With exact BF16 weights every product w * term is exact in fp32, so the three tile products sum to
+// x . w within fp32 rounding, like the FMA kernels, not to BF16 precision. n % 16 == 0.
+inline constexpr int kDenseSplits = 3;
+void split_bf16x3_avx512bf16(const float* x, int64_t n, uint16_t* hi, uint16_t* lo, uint16_t* lo2);
+void split_bf16x3_scalar(const float* x, int64_t n, uint16_t* hi, uint16_t* lo, uint16_t* lo2);
+// y[T, rows of panel pairs [pp0, pp1)] = x . W^T, xs = the three terms, each bf16 [Tpad, K] in tile order
+// (amx_tile_offset; Tpad = T rounded up to kAmxTokenPad, padding rows zero), Tpad * K elements apart; K % 32
+// == 0; no bias. The MXFP4 AMX GEMM's body (mxfp4-gemm-amx.h) with a decode that interleaves two panel rows
+// (k = 2p, 2p + 1) into B-tile rows and three TDPBF16PS per tile step. scratch: mxfp4_gemm_amx_scratch_u32()
+// uint32.
+void matmul_bf16p_amx(const uint16_t* xs, int64_t T, const bf16_panels& w, int64_t pp0, int64_t pp1, float* y,
+                      uint32_t* scratch);
+// The same on the tile emulator with a scalar decode (any CPU), for the tests.
+void matmul_bf16p_amx_emulated_scalar(const uint16_t* xs, int64_t T, const bf16_panels& w, int64_t pp0,
+                                      int64_t pp1, float* y, uint32_t* scratch);
 // x f32 [n] -> bf16 [n] as VCVTNEPS2BF16 does it (SDM: RNE, denormals to signed zero, NaN quieted), in
 // scalar code: bit-identical to f32_to_bf16_avx512bf16, for the emulated path on any CPU.
 void f32_to_bf16_scalar(const float* x, uint16_t* out, int64_t n);
