@@ -332,8 +332,10 @@ double fma_peak() {
   return best;
 }
 
-// The dense layers' GEMM (BF16 weights in the default backend's layout) against the fp32 FMA peak, with
-// the row-layout kernel beside it on an x86 backend.
+// The dense layers' GEMM (BF16 weights in the default backend's layout) against the fp32 FMA peak, or,
+// where the backend runs this many tokens on AMX tiles, against the TDPBF16PS peak (useful flops: the tiles
+// multiply three bf16 terms of x, docs/kernels.md "Prefill on AMX tiles"); the row-layout kernel beside it
+// on an x86 backend.
 gemm_result run_gemm_bf16(int64_t m, int64_t kk, int64_t n, int reps) {
   gemm_result r;
   r.m = m;
@@ -343,8 +345,13 @@ gemm_result run_gemm_bf16(int64_t m, int64_t kk, int64_t n, int reps) {
   const std::vector<uint16_t> w = random_bf16(m, kk, 3), wp = dense_layout(w, m, kk);
   const std::vector<float> x = random_x(size_t(n * kk), 4);
   std::vector<float> y(size_t(n * m));
-  r.peak_gflops = fma_peak();
-  r.peak_kind = "fp32 vfmadd (register-resident)";
+  if (k::x86::dense_tile_min_tokens(k::default_backend()) <= n && kk % 32 == 0) {
+    std::tie(r.peak_gflops, r.peak_kind) = compute_peak();
+    r.peak_kind += "; the tiles run 3 bf16 terms of x, so 1/3 is their ceiling";
+  } else {
+    r.peak_gflops = fma_peak();
+    r.peak_kind = "fp32 vfmadd (register-resident)";
+  }
   const bool rows_too = k::default_backend().packs_bf16_panels() && k::x86::cpu().avx512;
   dense_matmul(x.data(), wp, y.data(), n, m, kk);
   std::vector<double> ms, rows_ms;
