@@ -337,6 +337,99 @@ void fake_quantize(const k::backend& be) {
     }
 }
 
+// ---- elementwise ----
+
+// Arguments across sigmoid's range: both tails (exp overflow and underflow, subnormal results), zeros of
+// both signs, infinities, NaN, and n that is not a multiple of the 16 lanes.
+Vec elementwise_inputs(uint64_t seed, size_t n) {
+  std::mt19937_64 gen(seed);
+  Vec x = uniform(gen, n, -30, 30);
+  const float special[] = {0.0f,
+                           -0.0f,
+                           1e-30f,
+                           -1e-30f,
+                           88.0f,
+                           -88.0f,
+                           104.0f,
+                           -104.0f,
+                           200.0f,
+                           -200.0f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN()};
+  for (size_t i = 0; i < std::size(special) && i < n; ++i) x[i * 7 % n] = special[i];
+  return x;
+}
+
+// sigmoid, swiglu, mul_sigmoid and the sigmoid-gated RMSNorm: the reference's bits, in place too.
+void elementwise(const k::backend& be) {
+  for (const int64_t D : {1, 16, 100, 128}) {  // gated_rms_norm over 3 rows of D
+    const Vec x = elementwise_inputs(uint64_t(D) + 50, size_t(3 * D)),
+              g = elementwise_inputs(uint64_t(D), size_t(3 * D));
+    std::mt19937_64 gen{uint64_t(D)};
+    Vec xs = uniform(gen, size_t(3 * D), -4, 4);  // finite rows (a NaN or inf row is NaN whatever the order)
+    const Vec w = uniform(gen, size_t(D), 0.5f, 1.5f);
+    for (const Vec* in : std::vector<const Vec*>{&xs, &x}) {
+      Vec want(size_t(3 * D)), got(want.size(), 7.0f);
+      ref::gated_rms_norm(in->data(), g.data(), w.data(), want.data(), 3, D, 1e-6f);
+      be.gated_rms_norm(in->data(), g.data(), w.data(), got.data(), 3, D, 1e-6f);
+      EXPECT_TRUE(same_bits(want, got)) << "gated_rms_norm D=" << D;
+    }
+  }
+  for (const size_t n : {size_t(1), size_t(15), size_t(16), size_t(100), size_t(4099)}) {
+    const Vec a = elementwise_inputs(n, n), b = elementwise_inputs(n + 1, n);
+    Vec want(n), got(n, 7.0f);
+    ref::sigmoid(a.data(), want.data(), int64_t(n));
+    be.sigmoid(a.data(), got.data(), int64_t(n));
+    EXPECT_TRUE(same_bits(want, got)) << "sigmoid n=" << n;
+    ref::swiglu(a.data(), b.data(), want.data(), int64_t(n));
+    be.swiglu(a.data(), b.data(), got.data(), int64_t(n));
+    EXPECT_TRUE(same_bits(want, got)) << "swiglu n=" << n;
+    Vec inplace = a;
+    be.swiglu(inplace.data(), b.data(), inplace.data(), int64_t(n));
+    EXPECT_TRUE(same_bits(want, inplace)) << "swiglu in place n=" << n;
+    ref::mul_sigmoid(a.data(), b.data(), want.data(), int64_t(n));
+    be.mul_sigmoid(a.data(), b.data(), got.data(), int64_t(n));
+    EXPECT_TRUE(same_bits(want, got)) << "mul_sigmoid n=" << n;
+  }
+}
+
+// The KDA short convolution with its SiLU: outputs and the carried state, with and without a state, one
+// token (decode) and a chunk, channel counts across the 16 lanes, kernel widths 1 to 4.
+void causal_conv1d_silu(const k::backend& be) {
+  uint64_t seed = 40;
+  for (const int64_t T : {1, 3, 37})
+    for (const int64_t C : {5, 16, 50})
+      for (const int64_t W : {1, 2, 4})
+        for (const bool with_state : {false, true}) {
+          std::mt19937_64 gen(seed++);
+          const Vec x = uniform(gen, size_t(T * C), -3, 3), w = uniform(gen, size_t(C * W), -1, 1);
+          Vec want_state = uniform(gen, size_t((W - 1) * C), -3, 3), got_state = want_state;
+          Vec want(size_t(T * C)), got(want.size(), 7.0f);
+          ref::causal_conv1d_silu(x.data(), w.data(), with_state ? want_state.data() : nullptr, want.data(),
+                                  T, C, W);
+          be.causal_conv1d_silu(x.data(), w.data(), with_state ? got_state.data() : nullptr, got.data(), T, C,
+                                W);
+          EXPECT_TRUE(same_bits(want, got))
+              << "T=" << T << " C=" << C << " W=" << W << " state " << with_state;
+          EXPECT_TRUE(same_bits(want_state, got_state)) << "state T=" << T << " C=" << C << " W=" << W;
+        }
+  // The lower-bound decay gate, with and without A_log and dt_bias, K across the lanes.
+  for (const int64_t K : {5, 16, 64})
+    for (const bool params : {false, true}) {
+      std::mt19937_64 gen{uint64_t(K) + params};
+      const int64_t T = 3, H = 2;
+      const Vec graw = elementwise_inputs(uint64_t(K), size_t(T * H * K)),
+                A_log = uniform(gen, size_t(H), -2, 2), bias = uniform(gen, size_t(H * K), -1, 1);
+      Vec want(size_t(T * H * K)), got(want.size(), 7.0f);
+      ref::kda_gate_lower_bound(graw.data(), params ? A_log.data() : nullptr, params ? bias.data() : nullptr,
+                                -5.0f, want.data(), T, H, K);
+      be.kda_gate_lower_bound(graw.data(), params ? A_log.data() : nullptr, params ? bias.data() : nullptr,
+                              -5.0f, got.data(), T, H, K);
+      EXPECT_TRUE(same_bits(want, got)) << "kda_gate_lower_bound K=" << K << " params " << params;
+    }
+}
+
 // ---- KDA ----
 
 struct kda_shape {
@@ -653,6 +746,8 @@ const op_case kCases[] = {
     {"kda_recurrent", k::op::kda_recurrent, k::wformat::F32, kda_recurrent},
     {"kda_chunked", k::op::kda_chunked, k::wformat::F32, kda_chunked},
     {"kda_cores", k::op::kda_chunked, k::wformat::F32, kda_cores},
+    {"elementwise", k::op::elementwise, k::wformat::F32, elementwise},
+    {"causal_conv1d_silu", k::op::kda_conv, k::wformat::F32, causal_conv1d_silu},
     {"mla_attention", k::op::mla_attention, k::wformat::F32, mla_attention},
     {"mla_sparse", k::op::mla_sparse, k::wformat::F32, mla_sparse},
     {"mla_absorb", k::op::mla_absorb, k::wformat::F32, mla_absorb},

@@ -46,6 +46,10 @@ void matmul_bf16_panels(const float* x,     // f32 [T, K]
 
 // RMSNorm in fp32 (HF LlamaRMSNorm / KimiRMSNorm): y = w * x * rsqrt(mean(x^2) + eps). w may be nullptr
 // (no affine weight). Rows are normalized independently.
+// Σ x[d]² for d = 0..D-1, summed in order in fp32: the norms' statistic (their AVX-512 twins call it too, so
+// their sums are the same bits).
+float sum_of_squares(const float* x, int64_t D);
+
 void rms_norm(const float* x,  // f32 [rows, D]
               const float* w,  // f32 [D], or nullptr
               float* y,        // f32 [rows, D]

@@ -1,4 +1,5 @@
-// moxi's own fp32 exp, shared by the KDA kernels (ref/kda.cpp and its AVX-512 twin x86/kda-avx512.cpp).
+// moxi's own fp32 exp, shared by the KDA kernels (ref/kda.cpp and its AVX-512 twin x86/kda-avx512.cpp) and
+// the sigmoid the elementwise ops are built on (ref/basic.cpp and x86/elementwise-avx512.cpp).
 // libm's expf is a scalar call the AVX-512 twin could not vectorize without giving up bit-identity with the
 // reference; this exp is written as one fixed sequence of IEEE fp32 operations, here for one float and in
 // kda-avx512.cpp (exp16) for 16 lanes, so both forms give the same bits by construction. Every multiply-add
@@ -44,7 +45,7 @@ inline constexpr float kC5 = 0x1.1239e2p-7f;
 inline constexpr float kC6 = 0x1.6a2434p-10f;
 }  // namespace exp_const
 
-// e^x in fp32, bit-identical lane by lane to exp16 in x86/kda-avx512.cpp (see above for accuracy and special
+// e^x in fp32, bit-identical lane by lane to exp16 in x86/exp16-inl.h (see above for accuracy and special
 // values). Integer steps run on uint32_t so that the garbage exponent a NaN input produces wraps instead of
 // overflowing; the result is NaN either way.
 inline float exp_f32(float x) {

@@ -222,8 +222,7 @@ void gated_rms_norm(const float* x, const float* gate, const float* w, float* y,
     const float* xr = x + r * D;
     const float* gr = gate + r * D;
     float* yr = y + r * D;
-    float ss = 0.0f;
-    for (int64_t d = 0; d < D; ++d) ss += xr[d] * xr[d];
+    const float ss = sum_of_squares(xr, D);
     const float inv = 1.0f / std::sqrt(ss / float(D) + eps);
     for (int64_t d = 0; d < D; ++d) yr[d] = xr[d] * inv * w[d] * sigmoid(gr[d]);
   }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -42,6 +43,16 @@ double fma_f32_peak_avx512(int64_t iters);
 void indexer_scores_avx512(const float* q, const uint8_t* k, const float* w, float* scores, int64_t T,
                            int64_t S, int64_t HI, int64_t D, float* kt, int64_t s_begin, int64_t s_end);
 int64_t indexer_next_above_avx512(const float* row, int64_t from, int64_t to, float thr);
+// elementwise-avx512.cpp: the reference's operations lane by lane (bit-identical).
+void sigmoid_avx512(const float* x, float* y, int64_t n);
+void swiglu_avx512(const float* gate, const float* up, float* y, int64_t n);
+void mul_sigmoid_avx512(const float* x, const float* gate, float* y, int64_t n);
+void causal_conv1d_silu_avx512(const float* x, const float* wt, float* state, float* y, int64_t T, int64_t C,
+                               int64_t W);
+void kda_gate_lower_bound_avx512(const float* graw, const float* a, const float* dt_bias, float lb, float* g,
+                                 int64_t T, int64_t H, int64_t K);
+void gated_rms_norm_avx512(const float* x, const float* gate, const float* w, float* y, int64_t rows,
+                           int64_t D, float eps);
 // mx-avx512.cpp: x f32 [n], scales u8 [n / 32] from mx::block_scale.
 void fake_quantize_fp8_avx512(bool e4m3, const float* x, const uint8_t* scales, int64_t n, float* out);
 
@@ -125,6 +136,8 @@ class avx512_backend final : public backend {
       case op::matmul_mxfp4:
         return f == wformat::MXFP4;
       case op::fake_quantize:
+      case op::elementwise:
+      case op::kda_conv:  // the convolution and the lower-bound gate; the softplus gate stays the reference's
       case op::kda_recurrent:
       case op::kda_chunked:
       case op::mla_absorb:
@@ -188,6 +201,33 @@ class avx512_backend final : public backend {
   }
   void fake_quantize(mx::elem_format f, const float* x, size_t n, float* out) const override {
     x86::fake_quantize(f, x, n, out);
+  }
+  void sigmoid(const float* x, float* y, int64_t n) const override { sigmoid_avx512(x, y, n); }
+  void swiglu(const float* gate, const float* up, float* y, int64_t n) const override {
+    swiglu_avx512(gate, up, y, n);
+  }
+  void mul_sigmoid(const float* x, const float* gate, float* y, int64_t n) const override {
+    mul_sigmoid_avx512(x, gate, y, n);
+  }
+  void causal_conv1d_silu(const float* x, const float* w, float* state, float* y, int64_t T, int64_t C,
+                          int64_t W) const override {
+    MOXI_ASSERT(W >= 1);
+    thread_local std::vector<float> wt_buf;
+    float* wt = scratch(wt_buf, size_t(C * W));
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t j = 0; j < W; ++j) wt[j * C + c] = w[c * W + j];
+    causal_conv1d_silu_avx512(x, wt, state, y, T, C, W);
+  }
+  void kda_gate_lower_bound(const float* graw, const float* A_log, const float* dt_bias, float lb, float* g,
+                            int64_t T, int64_t H, int64_t K) const override {
+    thread_local std::vector<float> a_buf;
+    float* a = scratch(a_buf, size_t(H));
+    for (int64_t h = 0; h < H; ++h) a[h] = A_log ? std::exp(A_log[h]) : 1.0f;  // the reference's libm exp
+    kda_gate_lower_bound_avx512(graw, a, dt_bias, lb, g, T, H, K);
+  }
+  void gated_rms_norm(const float* x, const float* gate, const float* w, float* y, int64_t rows, int64_t D,
+                      float eps) const override {
+    gated_rms_norm_avx512(x, gate, w, y, rows, D, eps);
   }
 
   void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,

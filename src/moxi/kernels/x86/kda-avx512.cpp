@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "moxi/kernels/ref/exp.h"
+#include "moxi/kernels/x86/exp16-inl.h"
 #include "moxi/kernels/x86/kda-x86.h"
 
 namespace moxi::kernels::x86 {
@@ -23,30 +24,6 @@ namespace {
 
 inline __mmask16 tail_mask(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
-}
-
-// ref::exp_f32 on 16 lanes: its operations one for one, in its order (see ref/exp.h for the method).
-inline __m512 exp16(__m512 x) {
-  namespace c = ref::exp_const;
-  x = _mm512_max_ps(_mm512_set1_ps(c::kMin), x);  // kMin > x ? kMin : x, NaN passes
-  x = _mm512_min_ps(_mm512_set1_ps(c::kMax), x);  // kMax < x ? kMax : x
-  const __m512 round = _mm512_set1_ps(c::kRound);
-  const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(c::kLog2e), round);
-  const __m512 n = _mm512_sub_ps(t, round);
-  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-c::kLn2Hi), x);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-c::kLn2Lo), r);
-  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(c::kC6), r, _mm512_set1_ps(c::kC5));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c::kC4));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c::kC3));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c::kC2));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(round));
-  const __m512i a = _mm512_srai_epi32(ni, 1), b = _mm512_sub_epi32(ni, a);
-  const __m512i bias = _mm512_set1_epi32(127);
-  const __m512 sa = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(a, bias), 23));
-  const __m512 sb = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(b, bias), 23));
-  return _mm512_mul_ps(_mm512_mul_ps(p, sa), sb);
 }
 
 // float(x[i]) for 16 fp64 values (masked lanes read 0).
