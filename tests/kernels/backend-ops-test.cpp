@@ -394,6 +394,30 @@ void elementwise(const k::backend& be) {
   }
 }
 
+// RMSNorm (with and without a weight), L2 norm and LayerNorm: the reference's bits.
+void norms(const k::backend& be) {
+  for (const int64_t D : {1, 16, 100, 1024}) {
+    std::mt19937_64 gen{uint64_t(D) + 7};
+    const Vec x = uniform(gen, size_t(3 * D), -4, 4), w = uniform(gen, size_t(D), 0.5f, 1.5f),
+              b = uniform(gen, size_t(D), -1, 1);
+    Vec want(x.size()), got(x.size(), 7.0f);
+    for (const float* wt : {w.data(), static_cast<const float*>(nullptr)}) {
+      ref::rms_norm(x.data(), wt, want.data(), 3, D, 1e-5f);
+      be.rms_norm(x.data(), wt, got.data(), 3, D, 1e-5f);
+      EXPECT_TRUE(same_bits(want, got)) << "rms_norm D=" << D << (wt ? "" : " no weight");
+    }
+    ref::l2norm(x.data(), want.data(), 3, D);
+    be.l2norm(x.data(), got.data(), 3, D);
+    EXPECT_TRUE(same_bits(want, got)) << "l2norm D=" << D;
+    Vec inplace = x;
+    be.l2norm(inplace.data(), inplace.data(), 3, D);
+    EXPECT_TRUE(same_bits(want, inplace)) << "l2norm in place D=" << D;
+    ref::layer_norm(x.data(), w.data(), b.data(), want.data(), 3, D, 1e-5f);
+    be.layer_norm(x.data(), w.data(), b.data(), got.data(), 3, D, 1e-5f);
+    EXPECT_TRUE(same_bits(want, got)) << "layer_norm D=" << D;
+  }
+}
+
 // The KDA short convolution with its SiLU: outputs and the carried state, with and without a state, one
 // token (decode) and a chunk, channel counts across the 16 lanes, kernel widths 1 to 4.
 void causal_conv1d_silu(const k::backend& be) {
@@ -746,6 +770,7 @@ const op_case kCases[] = {
     {"kda_recurrent", k::op::kda_recurrent, k::wformat::F32, kda_recurrent},
     {"kda_chunked", k::op::kda_chunked, k::wformat::F32, kda_chunked},
     {"kda_cores", k::op::kda_chunked, k::wformat::F32, kda_cores},
+    {"norms", k::op::norms, k::wformat::F32, norms},
     {"elementwise", k::op::elementwise, k::wformat::F32, elementwise},
     {"causal_conv1d_silu", k::op::kda_conv, k::wformat::F32, causal_conv1d_silu},
     {"mla_attention", k::op::mla_attention, k::wformat::F32, mla_attention},

@@ -53,6 +53,8 @@ void kda_gate_lower_bound_avx512(const float* graw, const float* a, const float*
                                  int64_t T, int64_t H, int64_t K);
 void gated_rms_norm_avx512(const float* x, const float* gate, const float* w, float* y, int64_t rows,
                            int64_t D, float eps);
+void rms_norm_avx512(const float* x, const float* w, float* y, int64_t rows, int64_t D, float eps);
+void l2norm_avx512(const float* x, float* y, int64_t rows, int64_t D, float eps);
 // mx-avx512.cpp: x f32 [n], scales u8 [n / 32] from mx::block_scale.
 void fake_quantize_fp8_avx512(bool e4m3, const float* x, const uint8_t* scales, int64_t n, float* out);
 
@@ -136,6 +138,7 @@ class avx512_backend final : public backend {
       case op::matmul_mxfp4:
         return f == wformat::MXFP4;
       case op::fake_quantize:
+      case op::norms:  // rms_norm, l2norm and gated_rms_norm; layer_norm (vision) stays the reference's
       case op::elementwise:
       case op::kda_conv:  // the convolution and the lower-bound gate; the softplus gate stays the reference's
       case op::kda_recurrent:
@@ -228,6 +231,12 @@ class avx512_backend final : public backend {
   void gated_rms_norm(const float* x, const float* gate, const float* w, float* y, int64_t rows, int64_t D,
                       float eps) const override {
     gated_rms_norm_avx512(x, gate, w, y, rows, D, eps);
+  }
+  void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t D, float eps) const override {
+    rms_norm_avx512(x, w, y, rows, D, eps);
+  }
+  void l2norm(const float* x, float* y, int64_t rows, int64_t D) const override {
+    l2norm_avx512(x, y, rows, D, 1e-6f);  // ref::l2norm's default eps, as backend::l2norm passes it
   }
 
   void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,

@@ -1,8 +1,8 @@
-// Elementwise ops on AVX-512 F/DQ: sigmoid, SwiGLU, x * sigmoid(gate), the sigmoid-gated RMSNorm, and the
-// KDA short convolution with its SiLU and its lower-bound decay gate. Each performs the scalar reference's
-// fp32 operations (ref/basic.cpp, ref/kda.cpp) lane by lane and in the same order: exp is exp16 (ref::exp_f32
-// on 16 lanes), 1 / (1 + e) one IEEE division, products and sums separate instructions (this file is built
-// with -ffp-contract=off), so every output is bit-identical to the reference's
+// Elementwise ops on AVX-512 F/DQ: sigmoid, SwiGLU, x * sigmoid(gate), RMSNorm, L2 norm, the sigmoid-gated
+// RMSNorm, and the KDA short convolution with its SiLU and its lower-bound decay gate. Each performs the
+// scalar reference's fp32 operations (ref/basic.cpp, ref/kda.cpp) lane by lane and in the same order: exp is
+// exp16 (ref::exp_f32 on 16 lanes), 1 / (1 + e) one IEEE division, products and sums separate instructions
+// (this file is built with -ffp-contract=off), so every output is bit-identical to the reference's
 // (tests/kernels/backend-ops-test.cpp).
 //
 // Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq (kernels/CMakeLists.txt); called only after
@@ -91,6 +91,34 @@ void gated_rms_norm_avx512(const float* x, const float* gate, const float* w, fl
       const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + d), inv),
                                      _mm512_maskz_loadu_ps(m, w + d));
       _mm512_mask_storeu_ps(yr + d, m, _mm512_mul_ps(v, sigmoid16(_mm512_maskz_loadu_ps(m, gr + d))));
+    }
+  }
+}
+
+// ref::rms_norm (w may be null) and ref::l2norm: the reference's ordered sum of squares, then the row scaled
+// lane by lane, w * (x * inv) and x * inv as the reference multiplies.
+void rms_norm_avx512(const float* x, const float* w, float* y, int64_t rows, int64_t D, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * D;
+    float* yr = y + r * D;
+    const float ss = ref::sum_of_squares(xr, D);
+    const __m512 inv = _mm512_set1_ps(1.0f / __builtin_sqrtf(ss / float(D) + eps));
+    for (int64_t d = 0; d < D; d += 16) {
+      const __mmask16 m = tail(D - d);
+      const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + d), inv);
+      _mm512_mask_storeu_ps(yr + d, m, w ? _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + d), v) : v);
+    }
+  }
+}
+
+void l2norm_avx512(const float* x, float* y, int64_t rows, int64_t D, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * D;
+    float* yr = y + r * D;
+    const __m512 inv = _mm512_set1_ps(1.0f / __builtin_sqrtf(ref::sum_of_squares(xr, D) + eps));
+    for (int64_t d = 0; d < D; d += 16) {
+      const __mmask16 m = tail(D - d);
+      _mm512_mask_storeu_ps(yr + d, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + d), inv));
     }
   }
 }
