@@ -42,12 +42,8 @@ void counted_free(void* p) {
 
 }  // namespace
 
-void* operator new(size_t n) {
-  return counted_alloc(n);
-}
-void* operator new[](size_t n) {
-  return counted_alloc(n);
-}
+void* operator new(size_t n) { return counted_alloc(n); }
+void* operator new[](size_t n) { return counted_alloc(n); }
 void* operator new(size_t n, const std::nothrow_t&) noexcept {
   try {
     return counted_alloc(n);
@@ -62,18 +58,10 @@ void* operator new[](size_t n, const std::nothrow_t&) noexcept {
     return nullptr;
   }
 }
-void operator delete(void* p) noexcept {
-  counted_free(p);
-}
-void operator delete[](void* p) noexcept {
-  counted_free(p);
-}
-void operator delete(void* p, size_t) noexcept {
-  counted_free(p);
-}
-void operator delete[](void* p, size_t) noexcept {
-  counted_free(p);
-}
+void operator delete(void* p) noexcept { counted_free(p); }
+void operator delete[](void* p) noexcept { counted_free(p); }
+void operator delete(void* p, size_t) noexcept { counted_free(p); }
+void operator delete[](void* p, size_t) noexcept { counted_free(p); }
 
 namespace {
 
@@ -127,8 +115,8 @@ measured chunk_activations(const std::string& config_name, int64_t before, int64
 // The plan counts the buffers of the layer code (hidden rows, the heaviest attention or FFN); what it leaves
 // out (RoPE tables per sequence, index lists, kernel-internal packs) is a small share.
 TEST(ActivationPlan, PredictsTheHeapOfAPrefillChunk) {
-  for (const char* name :
-       {"tiny-seed.json", "tiny-kimi-linear.json", "tiny-deepseek-v3.2.json", "tiny-hybrid-swa.json"})
+  for (const char* name : {"tiny-seed.json", "tiny-kimi-linear.json", "tiny-deepseek-v3.2.json",
+                           "tiny-hybrid-swa.json"})
     for (int64_t rows : {128, 512}) {
       const measured r = chunk_activations(name, rows, rows);
       EXPECT_GT(r.plan_bytes, 0.85 * r.heap_bytes) << name << " rows " << rows;
