@@ -40,9 +40,11 @@ TEST(KdaCore, ChunkedEqualsRecurrentInValueAndGradient) {
     double gmax;
   };
   // Strong decays (up to -5 per step, the lower-bound gate's range) and mild ones; T below, at and above
-  // the chunk size.
+  // the chunk size; both forms of the intra-chunk products (factored while -min(g) (C - 1) <= 80).
   for (const auto c :
-       {cse{1, 16, 5.0}, cse{16, 16, 0.1}, cse{37, 16, 5.0}, cse{45, 8, 1.0}, cse{70, 64, 0.5}}) {
+       {cse{1, 16, 5.0}, cse{16, 16, 0.1}, cse{37, 16, 5.0}, cse{45, 8, 1.0}, cse{70, 64, 0.5},
+        // decays too strong for the factored intra-chunk form: the exp-of-differences form
+        cse{40, 16, 8.0}, cse{50, 32, 5.0}}) {
     const auto in = random_inputs(2, c.T, 3, 8, 6, c.gmax, uint64_t(c.T));
     const double scale = 1.0 / std::sqrt(8.0);
     const auto ref = train::kda_recurrent(in.q, in.k, in.v, in.g, in.beta, scale);

@@ -1,7 +1,8 @@
-// y = x W^T on oneDNN with a matching backward (see dense.h).
+// y = x W^T on OpenBLAS, or on oneDNN with a matching backward (see dense.h).
 #include "moxi/train/dense.h"
 
 #include <ATen/Context.h>
+#include <dlfcn.h>
 
 namespace moxi::train {
 
@@ -30,10 +31,17 @@ struct onednn_linear : torch::autograd::Function<onednn_linear> {
   }
 };
 
+// Whether libtorch's BLAS (libblas.so.3, chosen by Debian's alternatives) is OpenBLAS: its own entry points
+// are then loaded in the process.
+bool blas_is_openblas() {
+  static const bool yes = dlsym(RTLD_DEFAULT, "openblas_get_config") != nullptr;
+  return yes;
+}
+
 }  // namespace
 
 torch::Tensor linear_nt(const torch::Tensor& x, const torch::Tensor& w) {
-  if (!at::hasMKLDNN()) return torch::matmul(x, w.t());
+  if (blas_is_openblas() || !at::hasMKLDNN()) return torch::matmul(x, w.t());
   auto shape = x.sizes().vec();
   shape.back() = w.size(0);
   return onednn_linear::apply(x.reshape({-1, x.size(-1)}), w).view(shape);

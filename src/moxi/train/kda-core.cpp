@@ -8,6 +8,11 @@
 
 namespace moxi::train {
 
+namespace {
+// The factored intra-chunk form runs while -min(g) (C - 1) stays below this: exp(80) < FLT_MAX ~ exp(88.7).
+constexpr double kFactoredSpan = 80.0;
+}  // namespace
+
 torch::Tensor kda_recurrent(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const torch::Tensor& g, const torch::Tensor& beta, double scale) {
   const int64_t B = q.size(0), T = q.size(1), H = q.size(2), K = q.size(3), V = v.size(3);
@@ -41,17 +46,34 @@ torch::Tensor kda_chunked(const torch::Tensor& q, const torch::Tensor& k, const 
   const auto bc = blocks(beta.unsqueeze(-1)).squeeze(-1);  // [B, H, N, C]
   const auto G = gc.cumsum(3);                             // inclusive, [B, H, N, C, K]
 
-  // exp(G_r - G_c) for c <= r (<= 1 since g <= 0); above the diagonal masked to exp(-inf) = 0 before the
-  // exp, so that a large positive difference never overflows.
-  const auto causal = torch::ones({C, C}, torch::kBool).tril();  // [r, c]
-  const auto diff = G.unsqueeze(4) - G.unsqueeze(3);             // [B,H,N,r,c,K]
-  const auto E = torch::exp(diff.masked_fill(causal.logical_not().view({1, 1, 1, C, C, 1}),
-                                             -std::numeric_limits<float>::infinity()));
-  const auto Ek = E * kc.unsqueeze(3);                                      // exp(G_r-G_c) k_c
-  const auto Aqk = torch::einsum("bhnrd,bhnrcd->bhnrc", {qc, Ek}) * scale;  // c <= r
+  // The intra-chunk products A_qk[r,c] = q_r . (exp(G_r - G_c) k_c) and K_kk[r,c] = k_r . (exp(G_r - G_c) k_c).
+  const auto causal = torch::ones({C, C}, torch::kBool).tril();  // [r, c], c <= r
   const auto strict = torch::ones({C, C}, torch::kBool).tril(-1);
-  const auto L = (torch::einsum("bhnrd,bhnrcd->bhnrc", {kc, Ek}) * bc.unsqueeze(-1))
-                     .masked_fill(strict.logical_not(), 0.0f);  // [B, H, N, C, C], strictly lower
+  torch::Tensor Aqk, Kkk;
+  const double gmin = g.numel() ? g.min().item<double>() : 0.0;
+  if (-gmin * double(C - 1) <= kFactoredSpan) {
+    // Factored about the chunk's middle row m: exp(G_r - G_c) = exp(G_r - G_m) exp(G_m - G_c), so both are
+    // one batched C x K by K x C product per chunk (FLA's chunk_kda splits it likewise). With every decay
+    // >= gmin a factor is at most exp(-gmin ceil((C - 1) / 2)), about exp(43), and a masked entry (c > r) at
+    // most exp(-gmin (C - 1)) <= exp(80) times |q_r| |k_c|: finite in fp32, and replaced by 0 anyway. Each
+    // kept term is a product of two rounded factors, as accurate as exp of the difference.
+    const auto Gm = G.select(3, (C - 1) / 2).unsqueeze(3);  // [B, H, N, 1, K]
+    const auto up = torch::exp(G - Gm), down = torch::exp(Gm - G);
+    const auto Kc = (kc * down).transpose(-1, -2);  // [B, H, N, K, C]
+    Aqk = torch::matmul(qc * up, Kc).masked_fill(causal.logical_not(), 0.0f) * scale;
+    Kkk = torch::matmul(kc * up, Kc);
+  } else {
+    // Decays too strong for the factors: exp of each difference, above the diagonal masked to exp(-inf) = 0
+    // before the exp, so that a large positive difference never overflows.
+    const auto diff = G.unsqueeze(4) - G.unsqueeze(3);  // [B,H,N,r,c,K]
+    const auto E = torch::exp(diff.masked_fill(causal.logical_not().view({1, 1, 1, C, C, 1}),
+                                               -std::numeric_limits<float>::infinity()));
+    const auto Ek = E * kc.unsqueeze(3);  // exp(G_r-G_c) k_c
+    // As a product and a sum, not an einsum: libtorch runs that einsum as one tiny bmm per (row, chunk).
+    Aqk = (Ek * qc.unsqueeze(4)).sum(-1) * scale;  // c <= r
+    Kkk = (Ek * kc.unsqueeze(4)).sum(-1);
+  }
+  const auto L = (Kkk * bc.unsqueeze(-1)).masked_fill(strict.logical_not(), 0.0f);  // strictly lower
   const auto I = torch::eye(C, torch::kFloat32);
   const auto A = I + L;  // unit lower triangular
   const auto W = torch::linalg_solve_triangular(A, bc.unsqueeze(-1) * torch::exp(G) * kc, /*upper=*/false,
