@@ -175,12 +175,14 @@ void matmul_bf16_panels(const k::backend& be) {
       Vec wf = randn_outliers(size_t(s.N * s.K), seed++);
       const std::vector<uint16_t> wb = truncate_to_bf16(wf);
       const int64_t P = (s.N + 15) / 16;
-      ASSERT_EQ(ref::bf16_panels_size(s.N, s.K), P * 16 * s.K);
-      std::vector<uint16_t> wp(size_t(P * 16 * s.K), 0xFFFF);
+      const int64_t K2 = s.K + s.K % 2;  // K-pairs of 16 rows x 2 columns, an odd K's last one half zero
+      ASSERT_EQ(ref::bf16_panels_size(s.N, s.K), P * 16 * K2);
+      std::vector<uint16_t> wp(size_t(P * 16 * K2), 0xFFFF);
       ref::pack_bf16_panels(wb.data(), s.N, s.K, wp.data());
       for (int64_t n = 0; n < P * 16; ++n)
-        for (int64_t kk = 0; kk < s.K; ++kk)
-          ASSERT_EQ(wp[size_t(((n / 16) * s.K + kk) * 16 + n % 16)], n < s.N ? wb[size_t(n * s.K + kk)] : 0)
+        for (int64_t kk = 0; kk < K2; ++kk)
+          ASSERT_EQ(wp[size_t(((n / 16) * K2 / 2 + kk / 2) * 32 + (n % 16) * 2 + kk % 2)],
+                    n < s.N && kk < s.K ? wb[size_t(n * s.K + kk)] : 0)
               << "n=" << n << " k=" << kk;
       const float* bias = with_bias ? b.data() : nullptr;
       Vec want(size_t(s.T * s.N)), got(want.size(), -1.0f);

@@ -59,13 +59,20 @@ TEST(Basic, MatmulBf16EqualsF32MatmulOnWidenedWeights) {
 }
 
 TEST(Basic, MatmulBf16PanelsEqualsTheRowLayout) {
-  const int64_t T = 3, N = 37, K = 19;  // N: two whole panels and a padded one
+  // N: two whole panels and a padded one; K odd: the last K-pair holds one column and a zero
+  const int64_t T = 3, N = 37, K = 19;
   const Vec x = normal(size_t(T * K), 11), w = normal(size_t(N * K), 12), b = normal(size_t(N), 13);
   std::vector<uint16_t> wb(w.size());
   for (size_t i = 0; i < w.size(); ++i) wb[i] = moxi::f32_to_bf16(w[i]);
-  std::vector<uint16_t> wp(size_t(ref::bf16_panels_size(N, K)));
-  ASSERT_EQ(wp.size(), size_t(48 * K));
+  std::vector<uint16_t> wp(size_t(ref::bf16_panels_size(N, K)), 0xFFFF);
+  ASSERT_EQ(wp.size(), size_t(48 * (K + 1)));
   ref::pack_bf16_panels(wb.data(), N, K, wp.data());
+  // Panel p, K-pair j: 16 rows x 2 columns (2j, 2j + 1), 32 elements.
+  for (int64_t n = 0; n < 48; ++n)
+    for (int64_t k = 0; k < K + 1; ++k)
+      ASSERT_EQ(wp[size_t(((n / 16) * (K + 1) / 2 + k / 2) * 32 + (n % 16) * 2 + k % 2)],
+                n < N && k < K ? wb[size_t(n * K + k)] : 0)
+          << "n=" << n << " k=" << k;
   for (const float* bias : {static_cast<const float*>(nullptr), b.data()}) {
     Vec y1(size_t(T * N)), y2(size_t(T * N));
     ref::matmul_bf16(x.data(), wb.data(), bias, y1.data(), T, N, K);

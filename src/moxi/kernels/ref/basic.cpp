@@ -52,12 +52,12 @@ void matmul_bf16(const float* x, const uint16_t* w, const float* bias, float* y,
 }
 
 void pack_bf16_panels(const uint16_t* w, int64_t N, int64_t K, uint16_t* out) {
-  const int64_t P = (N + kBf16PanelRows - 1) / kBf16PanelRows;
+  const int64_t P = (N + kBf16PanelRows - 1) / kBf16PanelRows, K2 = bf16_panel_k2(K);
   for (int64_t p = 0; p < P; ++p)
-    for (int64_t k = 0; k < K; ++k)
+    for (int64_t k = 0; k < K2; ++k)
       for (int64_t r = 0; r < kBf16PanelRows; ++r) {
         const int64_t n = p * kBf16PanelRows + r;
-        out[(p * K + k) * kBf16PanelRows + r] = n < N ? w[n * K + k] : uint16_t(0);
+        out[bf16_panel_index(n, k, K)] = n < N && k < K ? w[n * K + k] : uint16_t(0);
       }
 }
 

@@ -22,16 +22,22 @@ void matmul_bf16(const float* x,     // f32 [T, K]
                  float* y,           // f32 [T, N]
                  int64_t T, int64_t N, int64_t K);
 
-// BF16 weights in 16-row panels (the layout the x86 backends keep dense layers in): W [N, K] as ceil(N / 16)
-// panels of [K, 16], element (n, k) at bf16_panel_index(n, k, K), the rows past N zero. A GEMM reads a
-// panel's 16 outputs' weights at one k as one contiguous 32-byte vector (docs/kernels.md "Dense layers").
+// BF16 weights in 16-row panels of K-pairs (the layout the x86 backends keep dense layers in): W [N, K] as
+// ceil(N / 16) panels, each K2 / 2 K-pairs (K2 = K rounded up to even) of 16 rows x 2 elements: element
+// (n, k) at bf16_panel_index(n, k, K), the rows past N and the column past an odd K zero. One K-pair of a
+// panel is 64 contiguous bytes: a GEMM reads both k's 16 weights in one load, and 16 consecutive K-pairs
+// are one AMX-BF16 B tile as stored (docs/kernels.md "Dense layers").
 constexpr int64_t kBf16PanelRows = 16;
-inline int64_t bf16_panel_index(int64_t n, int64_t k, int64_t K) {
-  return ((n / kBf16PanelRows) * K + k) * kBf16PanelRows + n % kBf16PanelRows;
+inline int64_t bf16_panel_k2(int64_t K) {
+  return K + (K & 1);
 }
-// Elements of a panel-layout W [N, K] (N rounded up to whole panels).
+inline int64_t bf16_panel_index(int64_t n, int64_t k, int64_t K) {
+  return ((n / kBf16PanelRows) * bf16_panel_k2(K) + (k & ~int64_t(1))) * kBf16PanelRows +
+         (n % kBf16PanelRows) * 2 + (k & 1);
+}
+// Elements of a panel-layout W [N, K] (N rounded up to whole panels, K to even).
 inline int64_t bf16_panels_size(int64_t N, int64_t K) {
-  return (N + kBf16PanelRows - 1) / kBf16PanelRows * kBf16PanelRows * K;
+  return (N + kBf16PanelRows - 1) / kBf16PanelRows * kBf16PanelRows * bf16_panel_k2(K);
 }
 
 // Copies W bf16 [N, K] (rows) into the panel layout, out bf16_panels_size(N, K) elements.

@@ -147,18 +147,24 @@ void matmul_rows(const float* x, const Wt* w, const float* bias, float* y, int64
   }
 }
 
-// ---- BF16 weights in 16-row panels (kernels::pack_bf16_panels: element (n, k) at ((n / 16) * K + k) * 16
-// + n % 16) ----
-// The outer-product form of a GEMM micro-kernel: at each k, B panels' 16 weights are widened once and
-// multiplied by each of TT tokens' x[t][k] broadcast, so a zmm accumulator holds 16 outputs of one token and
-// no horizontal sum is needed. Each output is one FMA chain over k = 0..K-1 in order, whatever B, TT, T or
+// ---- BF16 weights in 16-row panels of K-pairs (kernels::ref::bf16_panel_index: element (n, k) at
+// ((n / 16) * K2 + k - k % 2) * 16 + (n % 16) * 2 + k % 2, K2 = K rounded up to even) ----
+// The outer-product form of a GEMM micro-kernel: per K-pair, B panels' 64-byte pairs are loaded once and
+// split into the 16 weights of k (low halves shifted up) and of k + 1 (high halves masked), each multiplied
+// by each of TT tokens' x[t][k] broadcast, so a zmm accumulator holds 16 outputs of one token and no
+// horizontal sum is needed. Each output is one FMA chain over k = 0..K-1 in order, whatever B, TT, T or
 // the thread split, so results do not depend on the batch (what greedy speculation and the batched forward
 // rely on). B = 3 panels x TT = 8 tokens: 24 accumulators, 3 weight registers, 1 broadcast. `moxi bench gemm
 // --format bf16` times it beside the row-layout tiles above (1.5x their GFLOP/s at 16 and 512 tokens,
 // docs/kernels.md "Dense layers"), whose x loads and horizontal sums cost more than the widening.
-inline __m512 load_panel(const uint16_t* p) {
-  const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+inline __m512i load_pair(const uint16_t* p) {
+  return _mm512_loadu_si512(p);
+}
+inline __m512 even_of(__m512i v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+inline __m512 odd_of(__m512i v) {
+  return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xFFFF0000u))));
 }
 
 template <int B, int TT>
@@ -169,22 +175,35 @@ void panel_tile(const float* x, const uint16_t* w, const float* bias, float* y, 
   for (int b = 0; b < B; ++b)
 #pragma GCC unroll 8
     for (int j = 0; j < TT; ++j) acc[b][j] = _mm512_setzero_ps();
-  const uint16_t* wp = w + p * K * 16;
+  const int64_t K2 = K + (K & 1);
+  const uint16_t* wp = w + p * K2 * 16;
   const float* xr = x + t * K;
-  for (int64_t k = 0; k < K; ++k) {
-    __m512 wv[B];
+  for (int64_t k = 0; k < K; k += 2) {
+    __m512i wv[B];
 #pragma GCC unroll 8
-    for (int b = 0; b < B; ++b) wv[b] = load_panel(wp + (b * K + k) * 16);
-    // One 64-byte line holds two k steps of a panel: prefetch a later group's line every other step.
-    if (pf && (k & 1) == 0)
+    for (int b = 0; b < B; ++b) wv[b] = load_pair(wp + (b * K2 + k) * 16);
+    // One 64-byte line holds a K-pair of a panel: prefetch a later group's line.
+    if (pf)
 #pragma GCC unroll 8
       for (int b = 0; b < B; ++b)
-        _mm_prefetch(reinterpret_cast<const char*>(pf + (b * K + k) * 16), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(pf + (b * K2 + k) * 16), _MM_HINT_T0);
+    __m512 we[B];
+#pragma GCC unroll 8
+    for (int b = 0; b < B; ++b) we[b] = even_of(wv[b]);
 #pragma GCC unroll 8
     for (int j = 0; j < TT; ++j) {
       const __m512 xv = _mm512_set1_ps(xr[j * K + k]);
 #pragma GCC unroll 8
-      for (int b = 0; b < B; ++b) acc[b][j] = _mm512_fmadd_ps(wv[b], xv, acc[b][j]);
+      for (int b = 0; b < B; ++b) acc[b][j] = _mm512_fmadd_ps(we[b], xv, acc[b][j]);
+    }
+    if (k + 1 == K) break;  // an odd K's last pair holds one column
+#pragma GCC unroll 8
+    for (int b = 0; b < B; ++b) we[b] = odd_of(wv[b]);
+#pragma GCC unroll 8
+    for (int j = 0; j < TT; ++j) {
+      const __m512 xv = _mm512_set1_ps(xr[j * K + k + 1]);
+#pragma GCC unroll 8
+      for (int b = 0; b < B; ++b) acc[b][j] = _mm512_fmadd_ps(we[b], xv, acc[b][j]);
     }
   }
 #pragma GCC unroll 8
@@ -261,7 +280,7 @@ void matmul_bf16p_avx512(const float* x, const uint16_t* w, const float* bias, f
     for (int64_t p = p0; p < p1;) {
       const int64_t b = p1 - p < group ? p1 - p : group;
       // Prefetch two groups ahead while the first token tile streams this one (later tiles hit the cache).
-      const uint16_t* pf = p + 3 * group <= p1 ? w + (p + 2 * group) * K * 16 : nullptr;
+      const uint16_t* pf = p + 3 * group <= p1 ? w + (p + 2 * group) * (K + (K & 1)) * 16 : nullptr;
       for (int64_t t = tc; t < te; t += kPanelTokens) {
         const int64_t tn = te - t < kPanelTokens ? te - t : kPanelTokens;
         panel_group(x, w, bias, y, N, K, p, b, t, tn, t == tc ? pf : nullptr);

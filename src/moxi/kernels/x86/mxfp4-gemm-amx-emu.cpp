@@ -36,17 +36,6 @@ struct scalar_decode {
   }
 };
 
-// Dense panels: out[pair * stride + r] = w(2p, r) | w(2p + 1, r) << 16, as the AVX-512 decode's VPERMW.
-struct dense_scalar_decode {
-  static void panel(const bf16_panels& w, int64_t P, int64_t kc, int64_t kn, uint32_t* out, int64_t stride) {
-    for (int64_t p = kc / 2; p < (kc + kn) / 2; ++p) {
-      const uint16_t* src = w.w + (P * w.K + 2 * p) * 16;
-      for (int r = 0; r < 16; ++r) out[r] = uint32_t(src[r]) | uint32_t(src[16 + r]) << 16;
-      out += stride;
-    }
-  }
-};
-
 // SDM VCVTNEPS2BF16 convert_fp32_to_bfloat16: zero or denormal -> signed zero, infinity kept, NaN
 // truncated and quieted (bit 6), normal numbers rounded to nearest even by adding 0x7FFF + lsb.
 uint16_t f32_to_bf16_sdm(float f) {
@@ -87,14 +76,14 @@ void matmul_bf16p_amx_emulated_scalar(const uint16_t* xs, int64_t T, const bf16_
   const int64_t Tp = (T + kAmxTokenPad - 1) / kAmxTokenPad * kAmxTokenPad;
   amx_emu emu;
   emu_tiles tl{emu};
-  amx_gemm<dense_scalar_decode, kDenseSplits>(tl, xs, T, w, pp0, pp1, y, scratch, Tp * w.K);
+  amx_gemm<dense_weights, kDenseSplits>(tl, xs, T, w, pp0, pp1, y, scratch, Tp * w.K);
 }
 
 void mxfp4_gemm_amx_emulated_scalar(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0,
                                     int64_t pp1, float* y, uint32_t* scratch) {
   amx_emu emu;
   emu_tiles tl{emu};
-  amx_gemm<scalar_decode>(tl, xb, T, w, pp0, pp1, y, scratch);
+  amx_gemm<decoded<scalar_decode>>(tl, xb, T, w, pp0, pp1, y, scratch);
 }
 
 }  // namespace moxi::kernels::x86

@@ -94,23 +94,6 @@ struct avx512_decode {
   }
 };
 
-// Dense panels, pairs [kc/2, (kc+kn)/2) of panel P: the panel's rows k = 2p and 2p + 1 (16 bf16 each,
-// adjacent in memory) interleaved by one VPERMW into out[pair * stride + r] = w(2p, r) | w(2p + 1, r) << 16.
-struct dense_decode {
-  static void panel(const bf16_panels& w, int64_t P, int64_t kc, int64_t kn, uint32_t* out, int64_t stride) {
-    alignas(64) static constexpr uint16_t kIdx[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
-                                                      21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
-                                                      11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i idx = _mm512_load_si512(kIdx);
-    const uint16_t* src = w.w + (P * w.K + kc) * 16;
-    for (int64_t p = 0; p < kn / 2; ++p) {
-      _mm512_storeu_si512(out, _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(src)));
-      src += 32;
-      out += stride;
-    }
-  }
-};
-
 }  // namespace
 
 void split_bf16x3_avx512bf16(const float* x, int64_t n, uint16_t* hi, uint16_t* lo, uint16_t* lo2) {
@@ -137,20 +120,20 @@ void matmul_bf16p_amx(const uint16_t* xs, int64_t T, const bf16_panels& w, int64
                       uint32_t* scratch) {
   const int64_t Tp = (T + kAmxTokenPad - 1) / kAmxTokenPad * kAmxTokenPad;
   hw_tiles tl;
-  amx_gemm<dense_decode, kDenseSplits>(tl, xs, T, w, pp0, pp1, y, scratch, Tp * w.K);
+  amx_gemm<dense_weights, kDenseSplits>(tl, xs, T, w, pp0, pp1, y, scratch, Tp * w.K);
 }
 
 void mxfp4_gemm_amx(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0, int64_t pp1, float* y,
                     uint32_t* scratch) {
   hw_tiles tl;
-  amx_gemm<avx512_decode>(tl, xb, T, w, pp0, pp1, y, scratch);
+  amx_gemm<decoded<avx512_decode>>(tl, xb, T, w, pp0, pp1, y, scratch);
 }
 
 void mxfp4_gemm_amx_emulated(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0, int64_t pp1,
                              float* y, uint32_t* scratch) {
   amx_emu emu;
   emu_tiles tl{emu};
-  amx_gemm<avx512_decode>(tl, xb, T, w, pp0, pp1, y, scratch);
+  amx_gemm<decoded<avx512_decode>>(tl, xb, T, w, pp0, pp1, y, scratch);
 }
 
 double amx_bf16_peak_loop(int64_t iters) {

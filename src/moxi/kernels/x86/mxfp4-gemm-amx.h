@@ -7,15 +7,18 @@
 // Tile interface (a class Tiles with): config(const amx_tile_config&) = LDTILECFG, release() =
 // TILERELEASE, and templates on compile-time tile numbers (the hardware intrinsics take the tile number
 // as a literal): zero<T>(), load<T>(ptr, stride_bytes), store<T>(ptr, stride_bytes), dp<C, A, B>() =
-// TDPBF16PS. Decode policy (a class with): panel(w, P, kc, kn, out, stride) writing the bf16 pairs of
-// panel P, K range [kc, kc + kn), as in the layout below.
+// TDPBF16PS. Weight policy (a class with): b_rows tiles(w, P, two, kc, kn, buf): where the B-tile rows of
+// panel P (and P + 1 when two) for K range [kc, kc + kn) are, decoded into buf (kAmxDecodeU32 uint32) when
+// the weights are not bf16 pairs already, as in the layout below.
 //
 // Layout. The packed "panel-16" weights (mxfp4-x86.h) hold, per panel, each K-pair p of 16 rows. Decoded
 // (scale folded in, exact) to a dword per row = (bf16 of element 2p) | (bf16 of
 // element 2p+1) << 16, those 16 dwords are one 64-byte row of a TDPBF16PS B tile in its "VNNI" layout: B
 // row k holds K-pair k for 16 output rows (the tile's columns), low half paired with A's even element
 // (SDM: temp[2n+0] += A[m].bf16[2k+0] * B[k].bf16[2n+0]). So a B tile is 16 consecutive K-pairs of one
-// panel; the decode buffer interleaves the two panels of a pair, 128 bytes per K-pair (stride 128). The
+// panel; the decode buffer interleaves the two panels of a pair, 128 bytes per K-pair (stride 128). Dense
+// BF16 panels (ref::bf16_panel_index) hold exactly those rows, so their B tiles load from the weights
+// themselves, 64 bytes per K-pair of one panel. The
 // A tile is 16 tokens x 32 bf16 of x (1 KiB contiguous: x is kept in tile order, amx_tile_offset), and C = 16
 // tokens x 16 rows of y in fp32, which is y's own layout (row stride 4N bytes).
 //
@@ -42,6 +45,34 @@ constexpr int64_t kAmxKc = 512;  // K-chunk (multiple of 32): decoded panel pair
 constexpr int64_t kAmxTb = 256;  // token block (multiple of 32): x block 256 x 512 bf16 = 256 KiB
 constexpr int64_t kAmxDecodeU32 = (kAmxKc / 2) * 32;
 static_assert(kAmxKc % 32 == 0 && kAmxTb % 32 == 0);
+
+// Where the B-tile rows of a panel pair's K-chunk are: K-pair p of panel P at b0 + p * stride bytes, of
+// panel P + 1 at b1 + p * stride.
+struct b_rows {
+  const char* b0;
+  const char* b1;
+  int64_t stride;
+};
+
+// MXFP4 weights: a Decode (panel(w, P, kc, kn, out, stride) writes panel P's bf16 pairs for the K range,
+// K-pair p at out + p * stride uint32) decodes the pair into buf, the two panels interleaved.
+template <class Decode>
+struct decoded {
+  template <class W>
+  static b_rows tiles(const W& w, int64_t P, bool two, int64_t kc, int64_t kn, uint32_t* buf) {
+    Decode::panel(w, P, kc, kn, buf, 32);
+    if (two) Decode::panel(w, P + 1, kc, kn, buf + 16, 32);
+    return {reinterpret_cast<const char*>(buf), reinterpret_cast<const char*>(buf + 16), 128};
+  }
+};
+
+// Dense BF16 panels: the B-tile rows are the weights as stored (K % 32 == 0, so a panel is K / 2 pairs).
+struct dense_weights {
+  static b_rows tiles(const bf16_panels& w, int64_t P, bool two, int64_t kc, int64_t, uint32_t*) {
+    const char* p0 = reinterpret_cast<const char*>(w.w + (P * w.K + kc) * kPanel);
+    return {p0, two ? p0 + w.K * kPanel * 2 : p0, 64};
+  }
+};
 
 // Palette 1, all 8 tiles 16 rows x 64 bytes (C: 16 x 16 fp32; A: 16 x 32 bf16; B: 16 K-pairs x 16 rows).
 inline amx_tile_config gemm_tile_config() {
@@ -108,10 +139,10 @@ inline int64_t clamp16(int64_t n) {
 // (NB = 1), all npairs K-pairs of the chunk. xt: x in tile order (mxfp4-x86.h amx_tile_offset) at the
 // step's first token and the chunk's first element, and S copies of it (the bf16 terms of a split
 // activation, S = 3 for the dense GEMM) split_stride elements apart, all multiplied by the same weights
-// into the same C tiles; the next token tile's A tiles are KP = K / 32 tiles further. wb: the decode
-// buffer; yt: y at (t0, row0). tv/nv: valid tokens/rows of the step.
+// into the same C tiles; the next token tile's A tiles are KP = K / 32 tiles further. wb: the B-tile rows;
+// yt: y at (t0, row0). tv/nv: valid tokens/rows of the step.
 template <int NA, int NB, int S, class Tiles>
-void tile_step(Tiles& tl, const uint16_t* xt, int64_t KP, int64_t split_stride, const uint32_t* wb,
+void tile_step(Tiles& tl, const uint16_t* xt, int64_t KP, int64_t split_stride, const b_rows& wb,
                int64_t npairs, float* yt, int64_t N, int64_t tv, int64_t nv, bool accumulate, float* bounce) {
   const int64_t tv0 = clamp16(tv), tv1 = clamp16(tv - 16), nv0 = clamp16(nv), nv1 = clamp16(nv - 16);
   if (accumulate) {
@@ -126,8 +157,8 @@ void tile_step(Tiles& tl, const uint16_t* xt, int64_t KP, int64_t split_stride, 
     if constexpr (NA == 2 && NB == 2) tl.template zero<3>();
   }
   for (int64_t p = 0; p < npairs; p += 16) {
-    tl.template load<6>(wb + p * 32, 128);
-    if constexpr (NB == 2) tl.template load<7>(wb + p * 32 + 16, 128);
+    tl.template load<6>(wb.b0 + p * wb.stride, wb.stride);
+    if constexpr (NB == 2) tl.template load<7>(wb.b1 + p * wb.stride, wb.stride);
     for (int s = 0; s < S; ++s) {
       const uint16_t* xs = xt + s * split_stride + (p / 16) * 512;
       tl.template load<4>(xs, 64);
@@ -147,13 +178,12 @@ void tile_step(Tiles& tl, const uint16_t* xt, int64_t KP, int64_t split_stride, 
 // y[T, rows of panel pairs [pp0, pp1)] = xb . W^T; xb bf16 [Tpad, K] in tile order (amx_tile_offset) with
 // Tpad = T rounded up to 16 and the padding rows zero (S such arrays split_stride elements apart, summed:
 // see tile_step); scratch:
-// kAmxDecodeU32 uint32 (the decoded weights). W: the weights the Decode policy reads (K, N, panels()).
+// kAmxDecodeU32 uint32 (the decoded weights). W: the weights the Weights policy reads (K, N, panels()).
 // Configures the tiles on entry and releases them on return (tile state is per thread).
-template <class Decode, int S = 1, class Tiles, class W>
+template <class Weights, int S = 1, class Tiles, class W>
 void amx_gemm(Tiles& tl, const uint16_t* xb, int64_t T, const W& w, int64_t pp0, int64_t pp1, float* y,
               uint32_t* scratch, int64_t split_stride = 0) {
   const int64_t K = w.K, N = w.N, panels = w.panels();
-  uint32_t* wb = scratch;
   alignas(64) float bounce[16 * 16];
   tl.config(gemm_tile_config());
   for (int64_t tb = 0; tb < T; tb += kAmxTb) {
@@ -163,8 +193,7 @@ void amx_gemm(Tiles& tl, const uint16_t* xb, int64_t T, const W& w, int64_t pp0,
       for (int64_t pp = pp0; pp < pp1; ++pp) {
         const int64_t P = 2 * pp, row0 = P * kPanel;
         const bool two = P + 1 < panels;
-        Decode::panel(w, P, kc, kn, wb, 32);
-        if (two) Decode::panel(w, P + 1, kc, kn, wb + 16, 32);
+        const b_rows wb = Weights::tiles(w, P, two, kc, kn, scratch);
         for (int64_t t0 = tb; t0 < te; t0 += 32) {
           const uint16_t* xa = xb + amx_tile_offset(t0, kc, K);
           float* yt = y + t0 * N + row0;

@@ -91,7 +91,7 @@ void mxfp4_gemm_amx_emulated_scalar(const uint16_t* xb, int64_t T, const mxfp4_p
                                     int64_t pp1, float* y, uint32_t* scratch);
 // ---- Dense BF16 panels on AMX-BF16 (matmul-bf16-amx in mxfp4-gemm-amx.cpp, scalar twin in -emu.cpp) ----
 // Dense weights in the x86 backends' panel layout (ref::bf16_panel_index: element (n, k) of panel P = n / 16
-// at (P * K + k) * 16 + n % 16, rows past N zero).
+// at (P * K + k - k % 2) * 16 + (n % 16) * 2 + k % 2 for an even K, rows past N zero).
 struct bf16_panels {
   const uint16_t* w;
   int64_t N, K;
@@ -108,9 +108,9 @@ void split_bf16x3_avx512bf16(const float* x, int64_t n, uint16_t* hi, uint16_t* 
 void split_bf16x3_scalar(const float* x, int64_t n, uint16_t* hi, uint16_t* lo, uint16_t* lo2);
 // y[T, rows of panel pairs [pp0, pp1)] = x . W^T, xs = the three terms, each bf16 [Tpad, K] in tile order
 // (amx_tile_offset; Tpad = T rounded up to kAmxTokenPad, padding rows zero), Tpad * K elements apart; K % 32
-// == 0; no bias. The MXFP4 AMX GEMM's body (mxfp4-gemm-amx.h) with a decode that interleaves two panel rows
-// (k = 2p, 2p + 1) into B-tile rows and three TDPBF16PS per tile step. scratch: mxfp4_gemm_amx_scratch_u32()
-// uint32.
+// == 0; no bias. The MXFP4 AMX GEMM's body (mxfp4-gemm-amx.h), its B tiles loaded from the panels as stored
+// (a K-pair of a panel is a B-tile row) and three TDPBF16PS per tile step. scratch:
+// mxfp4_gemm_amx_scratch_u32() uint32 (unused by the dense GEMM).
 void matmul_bf16p_amx(const uint16_t* xs, int64_t T, const bf16_panels& w, int64_t pp0, int64_t pp1, float* y,
                       uint32_t* scratch);
 // The same on the tile emulator with a scalar decode (any CPU), for the tests.
