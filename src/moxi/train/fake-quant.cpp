@@ -2,6 +2,7 @@
 #include "moxi/train/fake-quant.h"
 
 #include "moxi/base/error.h"
+#include "moxi/kernels/backend.h"
 
 namespace moxi::train {
 
@@ -12,8 +13,10 @@ struct mx_fake_quant_fn : torch::autograd::Function<mx_fake_quant_fn> {
                                int64_t format) {
     const auto xc = x.detach().to(torch::kFloat32).contiguous();
     auto out = torch::empty_like(xc);
-    mx::fake_quantize(static_cast<mx::elem_format>(format), xc.data_ptr<float>(), size_t(xc.numel()),
-                      out.data_ptr<float>());
+    // The active kernel backend's fake-quant: mx::fake_quantize bit for bit (the op table's
+    // `fake_quantize` row), on AVX-512 where the CPU has it.
+    kernels::active().fake_quantize(static_cast<mx::elem_format>(format), xc.data_ptr<float>(),
+                                    size_t(xc.numel()), out.data_ptr<float>());
     return out;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* /*ctx*/,
