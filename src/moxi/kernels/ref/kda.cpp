@@ -119,6 +119,8 @@ void kda_chunked(const float* q, const float* k, const float* v, const float* g,
   std::vector<float> Wm(size_t(C * K));     // [C, K] W = T diag(beta) (exp(G) * K)
   std::vector<float> U(size_t(C * V));      // [C, V] U = T diag(beta) V, then the pseudo-values U - W S
   std::vector<float> decay(size_t(C * K));  // [C, K] exp(G_last - G_c), the per-key weight into S'
+  std::vector<float> KF(size_t(C * K));     // [C, K] exp(G_e - G_c) k_c, e the end of c's sub-chunk
+  std::vector<float> QE(size_t(C * K)), KE(size_t(C * K));  // [C / sub-chunk, K] per row: q_r, k_r x exp(G_r - G_e)
 
   for (int64_t h = 0; h < H; ++h) {
     float* S = state + h * K * V;  // [K, V]
@@ -134,18 +136,50 @@ void kda_chunked(const float* q, const float* k, const float* v, const float* g,
         for (int64_t d = 0; d < K; ++d) G[size_t(r * K + d)] = (r ? G[size_t((r - 1) * K + d)] : 0.0) + gr[d];
       }
 
-      // Aqk and L share the factor exp(G_r - G_c) (<= 1 for g <= 0), computed once per (r, c, d).
+      // Aqk and L share the factor exp(G_r - G_c) (<= 1 for g <= 0). Inside a sub-chunk of
+      // kda_sub_chunk tokens it is computed per (r, c, d). A column c of an earlier sub-chunk than r's
+      // factors through e, the last token of c's sub-chunk (c <= e < r): exp(G_r - G_c) = exp(G_r - G_e)
+      // exp(G_e - G_c), both factors <= 1 whatever the decays (nothing overflows; an underflow drops a term
+      // below 1e-38), so those pairs take one exp per (r, sub-chunk, d) and one per (c, d) instead of one per
+      // (r, c, d), FLA's sub-chunk split of chunk_kda. KF[c] = exp(G_e - G_c) k_c; per row, QE[j] / KE[j] =
+      // q_r / k_r times exp(G_r - G_e) for sub-chunk j's e.
+      const int64_t SC = kda_sub_chunk;
+      for (int64_t c = 0; c < (n - 1) / SC * SC; ++c) {
+        const int64_t e = c / SC * SC + SC - 1;
+        const float* kc = Kr(c);
+        for (int64_t d = 0; d < K; ++d)
+          KF[size_t(c * K + d)] = exp_f32(float(G[size_t(e * K + d)] - G[size_t(c * K + d)])) * kc[d];
+      }
       for (int64_t r = 0; r < n; ++r) {
         const float* qr = Q(r);
         const float* kr = Kr(r);
-        for (int64_t c = 0; c <= r; ++c) {
-          const float* kc = Kr(c);
-          float a = 0.0f, b = 0.0f;
+        const int64_t r0 = r / SC * SC;  // r's sub-chunk starts here
+        for (int64_t j = 0; j < r0 / SC; ++j) {
+          const int64_t e = j * SC + SC - 1;
           for (int64_t d = 0; d < K; ++d) {
-            const float e = exp_f32(float(G[size_t(r * K + d)] - G[size_t(c * K + d)]));
-            const float ek = e * kc[d];
-            a += kr[d] * ek;
-            b += qr[d] * ek;
+            const float x = exp_f32(float(G[size_t(r * K + d)] - G[size_t(e * K + d)]));
+            QE[size_t(j * K + d)] = qr[d] * x;
+            KE[size_t(j * K + d)] = kr[d] * x;
+          }
+        }
+        for (int64_t c = 0; c <= r; ++c) {
+          float a = 0.0f, b = 0.0f;
+          if (c < r0) {
+            const float* kf = &KF[size_t(c * K)];
+            const float* qe = &QE[size_t(c / SC * K)];
+            const float* ke = &KE[size_t(c / SC * K)];
+            for (int64_t d = 0; d < K; ++d) {
+              a += ke[d] * kf[d];
+              b += qe[d] * kf[d];
+            }
+          } else {
+            const float* kc = Kr(c);
+            for (int64_t d = 0; d < K; ++d) {
+              const float e = exp_f32(float(G[size_t(r * K + d)] - G[size_t(c * K + d)]));
+              const float ek = e * kc[d];
+              a += kr[d] * ek;
+              b += qr[d] * ek;
+            }
           }
           Aqk[size_t(r * C + c)] = scale * b;
           L[size_t(r * C + c)] = c < r ? B(r) * a : 0.0f;

@@ -59,6 +59,8 @@ void kda_recurrent(const float* q,     // f32 [T, H, K], L2-normalized, unscaled
 
 // Chunk length of the chunkwise kernel (FLA's BT).
 inline constexpr int64_t kda_chunk_size = 64;
+// Inside a chunk, pairs of tokens in different sub-chunks of this many take the factored decay (kda.cpp).
+inline constexpr int64_t kda_sub_chunk = 16;
 
 // Chunkwise-parallel KDA (FLA naive_chunk_kda, the WY/UT-transform form, docs/kimi-linear.md §2.1), chunks of
 // kda_chunk_size tokens with a shorter last chunk (any T >= 0). Same semantics, inputs and state as

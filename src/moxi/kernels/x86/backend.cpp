@@ -59,6 +59,7 @@ void l2norm_avx512(const float* x, float* y, int64_t rows, int64_t D, float eps)
 void fake_quantize_fp8_avx512(bool e4m3, const float* x, const uint8_t* scales, int64_t n, float* out);
 
 static_assert(kKdaChunk == ref::kda_chunk_size, "the AVX-512 chunked prefill must use the same chunks");
+static_assert(kKdaSubChunk == ref::kda_sub_chunk, "and the same sub-chunks");
 
 namespace {
 
@@ -250,10 +251,12 @@ class avx512_backend final : public backend {
                    int64_t V) const override {
     const size_t C = size_t(ref::kda_chunk_size), Ks = size_t(K), Vs = size_t(V);
     thread_local std::vector<double> G, GT;
-    thread_local std::vector<float> KT, Aqk, L, Wm, U, decay;
-    const kda_chunk_scratch w{scratch(G, C * Ks),  scratch(GT, Ks * C),   scratch(KT, Ks * C),
-                              scratch(Aqk, C * C), scratch(L, C * C),     scratch(Wm, C * Ks),
-                              scratch(U, C * Vs),  scratch(decay, C * Ks)};
+    thread_local std::vector<float> KT, Aqk, L, Wm, U, decay, KFT, QE, KE;
+    const size_t subs = C / size_t(ref::kda_sub_chunk);
+    const kda_chunk_scratch w{scratch(G, C * Ks),      scratch(GT, Ks * C),   scratch(KT, Ks * C),
+                              scratch(Aqk, C * C),     scratch(L, C * C),     scratch(Wm, C * Ks),
+                              scratch(U, C * Vs),      scratch(decay, C * Ks), scratch(KFT, Ks * C),
+                              scratch(QE, subs * Ks),  scratch(KE, subs * Ks)};
     kda_chunked_avx512(q, k, v, g, beta, scale, state, o, T, H, K, V, w);
   }
   void kda_cores(const kda_batch& b) const override { run_kda_cores(b, true); }

@@ -150,17 +150,48 @@ void kda_chunked_avx512(const float* q, const float* k, const float* v, const fl
       }
 
       // Aqk and L: lanes are 16 columns c <= r; each sums over d in order as the reference's scalar loop.
+      // A 16-column block is one sub-chunk (SC == 16): before r's own, the factored form (the reference's
+      // KF, QE, KE), else the exp of each difference.
+      constexpr int64_t SC = kKdaSubChunk;
+      static_assert(SC == 16, "a column block of 16 lanes is one sub-chunk");
+      for (int64_t cb = 0; cb < (n - 1) / SC * SC; cb += SC) {
+        const int64_t e = cb + SC - 1;
+        for (int64_t d = 0; d < K; ++d)
+          _mm512_storeu_ps(w.KFT + d * C + cb,
+                           _mm512_mul_ps(exp16(gate_diff16(w.G[e * K + d], w.GT + d * C + cb, 0xFFFF)),
+                                         _mm512_loadu_ps(w.KT + d * C + cb)));
+      }
       for (int64_t r = 0; r < n; ++r) {
         const float* qr = Q(r);
         const float* kr = Kr(r);
+        const int64_t r0 = r / SC * SC;
+        for (int64_t j = 0; j < r0 / SC; ++j) {
+          const int64_t e = j * SC + SC - 1;
+          for (int64_t d = 0; d < K; d += 16) {
+            const __mmask16 m = tail_mask(K - d);
+            const __m512 x = exp16(diff_pd16_ps(w.G + r * K + d, w.G + e * K + d, m));
+            _mm512_mask_storeu_ps(w.QE + j * K + d, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, qr + d), x));
+            _mm512_mask_storeu_ps(w.KE + j * K + d, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, kr + d), x));
+          }
+        }
         for (int64_t cb = 0; cb <= r; cb += 16) {
           const __mmask16 m = tail_mask(r + 1 - cb);
           __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
-          for (int64_t d = 0; d < K; ++d) {
-            const __m512 e = exp16(gate_diff16(w.G[r * K + d], w.GT + d * C + cb, m));
-            const __m512 ek = _mm512_mul_ps(e, _mm512_maskz_loadu_ps(m, w.KT + d * C + cb));
-            a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(kr[d]), ek));
-            b = _mm512_add_ps(b, _mm512_mul_ps(_mm512_set1_ps(qr[d]), ek));
+          if (cb < r0) {
+            const float* qe = w.QE + cb / SC * K;
+            const float* ke = w.KE + cb / SC * K;
+            for (int64_t d = 0; d < K; ++d) {
+              const __m512 kf = _mm512_loadu_ps(w.KFT + d * C + cb);
+              a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(ke[d]), kf));
+              b = _mm512_add_ps(b, _mm512_mul_ps(_mm512_set1_ps(qe[d]), kf));
+            }
+          } else {
+            for (int64_t d = 0; d < K; ++d) {
+              const __m512 e = exp16(gate_diff16(w.G[r * K + d], w.GT + d * C + cb, m));
+              const __m512 ek = _mm512_mul_ps(e, _mm512_maskz_loadu_ps(m, w.KT + d * C + cb));
+              a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(kr[d]), ek));
+              b = _mm512_add_ps(b, _mm512_mul_ps(_mm512_set1_ps(qr[d]), ek));
+            }
           }
           alignas(64) float av[16], bv[16];
           _mm512_store_ps(av, a);

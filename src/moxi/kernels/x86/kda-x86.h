@@ -8,6 +8,7 @@
 namespace moxi::kernels::x86 {
 
 inline constexpr int64_t kKdaChunk = 64;  // = ref::kda_chunk_size (checked in backend.cpp)
+inline constexpr int64_t kKdaSubChunk = 16;  // ref::kda_sub_chunk
 
 // As ref::kda_recurrent; delta f32 [V] scratch.
 void kda_recurrent_avx512(const float* q, const float* k, const float* v, const float* g, const float* beta,
@@ -24,6 +25,9 @@ struct kda_chunk_scratch {
   float* Wm;     // [C, K]
   float* U;      // [C, V]
   float* decay;  // [C, K]
+  float* KFT;    // [K, C] exp(G_e - G_c) k_c transposed, e the end of c's sub-chunk
+  float* QE;     // [C / kKdaSubChunk, K] one row's q_r exp(G_r - G_e) per earlier sub-chunk
+  float* KE;     // [C / kKdaSubChunk, K] the same with k_r
 };
 
 // As ref::kda_chunked, bit-identical to it.
