@@ -279,16 +279,19 @@ std::vector<double> conv_plain(const Vec& x, const Vec& w, int64_t T, int64_t C,
 TEST(KdaConv, MatchesPlainLoopAndStateSplitEqualsOneShot) {
   const int64_t T = 23, C = 6, W = 4;
   Rng rng(11);
-  const Vec x = rng.normal(size_t(T * C)), w = rng.normal(size_t(C * W));
+  const Vec x = rng.normal(size_t(T * C)), w = rng.normal(size_t(C * W));  // [C, W], as the checkpoint
+  Vec wt(w.size());  // the kernel's tap-major [W, C]
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t j = 0; j < W; ++j) wt[size_t(j * C + c)] = w[size_t(c * W + j)];
   Vec y(size_t(T * C));
-  ref::causal_conv1d_silu(x.data(), w.data(), nullptr, y.data(), T, C, W);
+  ref::causal_conv1d_silu(x.data(), wt.data(), nullptr, y.data(), T, C, W);
   expect_close("conv vs plain", conv_plain(x, w, T, C, W), y, 1e-6);
   // Splits include pieces shorter than W-1 (state shifts partly) and single-token decode steps.
   for (std::vector<int64_t> pieces : {std::vector<int64_t>{1, 1, 1, 20}, {2, 5, 1, 15}, {10, 13}, {23}}) {
     Vec state(size_t((W - 1) * C), 0.0f), ys(size_t(T * C));
     int64_t t0 = 0;
     for (int64_t n : pieces) {
-      ref::causal_conv1d_silu(x.data() + t0 * C, w.data(), state.data(), ys.data() + t0 * C, n, C, W);
+      ref::causal_conv1d_silu(x.data() + t0 * C, wt.data(), state.data(), ys.data() + t0 * C, n, C, W);
       t0 += n;
     }
     ASSERT_EQ(t0, T);

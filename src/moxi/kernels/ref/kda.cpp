@@ -28,7 +28,7 @@ void causal_conv1d_silu(const float* x, const float* w, float* state, float* y, 
         } else if (state) {
           xv = state[(P + src) * C + c];
         }
-        acc += w[c * W + j] * xv;
+        acc += w[j * C + c] * xv;
       }
       y[t * C + c] = silu(acc);
     }

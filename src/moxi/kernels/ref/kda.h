@@ -16,12 +16,13 @@
 namespace moxi::kernels::ref {
 
 // Depthwise causal conv1d + SiLU (fla ShortConvolution, activation 'silu', no bias):
-//   y[t,c] = SiLU(sum_{j<W} w[c,j] * x[t-W+1+j, c]), the newest token times w[c, W-1];
+//   y[t,c] = SiLU(sum_{j<W} w[j,c] * x[t-W+1+j, c]), the newest token times w[W-1, c];
 // inputs before t=0 come from `state` (the previous W-1 inputs, oldest first). On return `state` holds
 // the last W-1 inputs of the extended sequence, so calls can be chained (prefill, then decode steps).
 // state == nullptr means a fresh sequence (zeros) and no state is returned. y must not alias x.
 void causal_conv1d_silu(const float* x,  // f32 [T, C]
-                        const float* w,  // f32 [C, W] (checkpoint [C, 1, W] viewed [C, W])
+                        const float* w,  // f32 [W, C]: tap-major, the checkpoint's [C, 1, W] transposed
+                                         // (at load, model/layers/kda.cpp), so a tap's weights are a row
                         float* state,    // f32 [W-1, C], in/out, or nullptr
                         float* y,        // f32 [T, C]
                         int64_t T, int64_t C, int64_t W);

@@ -216,11 +216,7 @@ class avx512_backend final : public backend {
   void causal_conv1d_silu(const float* x, const float* w, float* state, float* y, int64_t T, int64_t C,
                           int64_t W) const override {
     MOXI_ASSERT(W >= 1);
-    thread_local std::vector<float> wt_buf;
-    float* wt = scratch(wt_buf, size_t(C * W));
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t j = 0; j < W; ++j) wt[j * C + c] = w[c * W + j];
-    causal_conv1d_silu_avx512(x, wt, state, y, T, C, W);
+    causal_conv1d_silu_avx512(x, w, state, y, T, C, W);
   }
   void kda_gate_lower_bound(const float* graw, const float* A_log, const float* dt_bias, float lb, float* g,
                             int64_t T, int64_t H, int64_t K) const override {

@@ -125,7 +125,7 @@ void l2norm_avx512(const float* x, float* y, int64_t rows, int64_t D, float eps)
 
 // ref::causal_conv1d_silu over 16 channels at a time: per output, acc = 0, then acc += w[c][j] * x[t - P + j]
 // for j = 0..W-1 in order (rows before the chunk from the state, or zero without one), then silu(acc).
-// wt: the weights transposed by the caller, wt[j * C + c] = w[c * W + j].
+// wt: the tap-major weights, wt[j * C + c] (ref::causal_conv1d_silu).
 void causal_conv1d_silu_avx512(const float* x, const float* wt, float* state, float* y, int64_t T, int64_t C,
                                int64_t W) {
   const int64_t P = W - 1;

@@ -31,9 +31,17 @@ kda_weights load_kda(weight_loader& ld, const std::string& p) {
   const int64_t h = c.hidden_size, P = k.proj_dim(), D = k.head_dim, H = k.num_heads, W = k.conv_kernel;
   kda_weights w;
   linear qp = ld.lin(p + ".q_proj", P, h), kp = ld.lin(p + ".k_proj", P, h), vp = ld.lin(p + ".v_proj", P, h);
-  w.q_conv = ld.f32(p + ".q_conv1d.weight", {P, 1, W});
-  w.k_conv = ld.f32(p + ".k_conv1d.weight", {P, 1, W});
-  w.v_conv = ld.f32(p + ".v_conv1d.weight", {P, 1, W});
+  // The kernels take the convolution weights tap-major, [W, P] (ref::causal_conv1d_silu).
+  auto conv_weights = [&](const std::string& name) {
+    const std::vector<float> cw = ld.f32(p + name, {P, 1, W});
+    std::vector<float> t(cw.size());
+    for (int64_t ch = 0; ch < P; ++ch)
+      for (int64_t j = 0; j < W; ++j) t[size_t(j * P + ch)] = cw[size_t(ch * W + j)];
+    return t;
+  };
+  w.q_conv = conv_weights(".q_conv1d.weight");
+  w.k_conv = conv_weights(".k_conv1d.weight");
+  w.v_conv = conv_weights(".v_conv1d.weight");
   linear f_a = ld.lin(p + ".f_a_proj", D, h);
   w.f_b = ld.lin(p + ".f_b_proj", P, D);
   linear b = ld.lin(p + ".b_proj", H, h);

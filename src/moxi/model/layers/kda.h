@@ -17,7 +17,7 @@ struct kda_weights {
   // [D, hidden], b_proj [H, hidden], then the full-rank output gate g_proj [P, hidden] or the low-rank
   // g_a_proj [D, hidden].
   stacked_linear in_proj;
-  std::vector<float> q_conv, k_conv, v_conv;  // f32 [P, W] (checkpoint [P, 1, W])
+  std::vector<float> q_conv, k_conv, v_conv;  // f32 [W, P], tap-major (checkpoint [P, 1, W] transposed)
   linear f_b;                                 // [P, D]
   std::vector<float> A_log;                   // f32 [H] (checkpoint [1, 1, H, 1])
   std::vector<float> dt_bias;                 // f32 [P]
