@@ -72,11 +72,11 @@ void split_bf16x3_scalar(const float* x, int64_t n, uint16_t* hi, uint16_t* lo, 
 }
 
 void matmul_bf16p_amx_emulated_scalar(const uint16_t* xs, int64_t T, const bf16_panels& w, int64_t pp0,
-                                      int64_t pp1, float* y, uint32_t* scratch) {
+                                      int64_t pp1, float* y) {
   const int64_t Tp = (T + kAmxTokenPad - 1) / kAmxTokenPad * kAmxTokenPad;
   amx_emu emu;
   emu_tiles tl{emu};
-  amx_gemm<dense_weights, kDenseSplits>(tl, xs, T, w, pp0, pp1, y, scratch, Tp * w.K);
+  amx_gemm<dense_weights, kDenseSplits>(tl, xs, T, w, pp0, pp1, y, nullptr, Tp * w.K);
 }
 
 void mxfp4_gemm_amx_emulated_scalar(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0,

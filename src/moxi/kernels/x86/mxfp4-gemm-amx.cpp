@@ -116,11 +116,10 @@ void split_bf16x3_avx512bf16(const float* x, int64_t n, uint16_t* hi, uint16_t* 
   }
 }
 
-void matmul_bf16p_amx(const uint16_t* xs, int64_t T, const bf16_panels& w, int64_t pp0, int64_t pp1, float* y,
-                      uint32_t* scratch) {
+void matmul_bf16p_amx(const uint16_t* xs, int64_t T, const bf16_panels& w, int64_t pp0, int64_t pp1, float* y) {
   const int64_t Tp = (T + kAmxTokenPad - 1) / kAmxTokenPad * kAmxTokenPad;
   hw_tiles tl;
-  amx_gemm<dense_weights, kDenseSplits>(tl, xs, T, w, pp0, pp1, y, scratch, Tp * w.K);
+  amx_gemm<dense_weights, kDenseSplits>(tl, xs, T, w, pp0, pp1, y, nullptr, Tp * w.K);
 }
 
 void mxfp4_gemm_amx(const uint16_t* xb, int64_t T, const mxfp4_panels& w, int64_t pp0, int64_t pp1, float* y,

@@ -178,7 +178,8 @@ void tile_step(Tiles& tl, const uint16_t* xt, int64_t KP, int64_t split_stride, 
 // y[T, rows of panel pairs [pp0, pp1)] = xb . W^T; xb bf16 [Tpad, K] in tile order (amx_tile_offset) with
 // Tpad = T rounded up to 16 and the padding rows zero (S such arrays split_stride elements apart, summed:
 // see tile_step); scratch:
-// kAmxDecodeU32 uint32 (the decoded weights). W: the weights the Weights policy reads (K, N, panels()).
+// kAmxDecodeU32 uint32 for a Weights policy that decodes (null for dense_weights). W: the weights the
+// Weights policy reads (K, N, panels()).
 // Configures the tiles on entry and releases them on return (tile state is per thread).
 template <class Weights, int S = 1, class Tiles, class W>
 void amx_gemm(Tiles& tl, const uint16_t* xb, int64_t T, const W& w, int64_t pp0, int64_t pp1, float* y,

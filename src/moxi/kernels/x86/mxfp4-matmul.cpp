@@ -285,12 +285,10 @@ void matmul_bf16_panels_amx(const float* x, const uint16_t* w, const float* bias
     pool.run_if(tn * N * K, kMinGemmMacsPerThread, [&](int tid, int nt) {
       const range r = split_range(pairs, tid, nt);
       if (r.begin == r.end) return;
-      thread_local std::vector<uint32_t> wbuf;
-      uint32_t* sc = scratch(wbuf, size_t(x86::mxfp4_gemm_amx_scratch_u32()));
       if (hardware)
-        x86::matmul_bf16p_amx(xs, tn, pw, r.begin, r.end, yb, sc);
+        x86::matmul_bf16p_amx(xs, tn, pw, r.begin, r.end, yb);
       else
-        x86::matmul_bf16p_amx_emulated_scalar(xs, tn, pw, r.begin, r.end, yb, sc);
+        x86::matmul_bf16p_amx_emulated_scalar(xs, tn, pw, r.begin, r.end, yb);
       if (!bias) return;
       const int64_t n0 = r.begin * 2 * x86::kPanel, n1 = std::min(N, r.end * 2 * x86::kPanel);
       for (int64_t t = 0; t < tn; ++t)

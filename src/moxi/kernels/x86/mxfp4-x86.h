@@ -109,13 +109,11 @@ void split_bf16x3_scalar(const float* x, int64_t n, uint16_t* hi, uint16_t* lo, 
 // y[T, rows of panel pairs [pp0, pp1)] = x . W^T, xs = the three terms, each bf16 [Tpad, K] in tile order
 // (amx_tile_offset; Tpad = T rounded up to kAmxTokenPad, padding rows zero), Tpad * K elements apart; K % 32
 // == 0; no bias. The MXFP4 AMX GEMM's body (mxfp4-gemm-amx.h), its B tiles loaded from the panels as stored
-// (a K-pair of a panel is a B-tile row) and three TDPBF16PS per tile step. scratch:
-// mxfp4_gemm_amx_scratch_u32() uint32 (unused by the dense GEMM).
-void matmul_bf16p_amx(const uint16_t* xs, int64_t T, const bf16_panels& w, int64_t pp0, int64_t pp1, float* y,
-                      uint32_t* scratch);
+// (a K-pair of a panel is a B-tile row) and three TDPBF16PS per tile step; no scratch (nothing to decode).
+void matmul_bf16p_amx(const uint16_t* xs, int64_t T, const bf16_panels& w, int64_t pp0, int64_t pp1, float* y);
 // The same on the tile emulator with a scalar decode (any CPU), for the tests.
 void matmul_bf16p_amx_emulated_scalar(const uint16_t* xs, int64_t T, const bf16_panels& w, int64_t pp0,
-                                      int64_t pp1, float* y, uint32_t* scratch);
+                                      int64_t pp1, float* y);
 // x f32 [n] -> bf16 [n] as VCVTNEPS2BF16 does it (SDM: RNE, denormals to signed zero, NaN quieted), in
 // scalar code: bit-identical to f32_to_bf16_avx512bf16, for the emulated path on any CPU.
 void f32_to_bf16_scalar(const float* x, uint16_t* out, int64_t n);
