@@ -116,6 +116,10 @@ cases terminal_cases(const task& t) {
     if (op == "count_lines" || op == "word_count" || op == "unique_count") wrong.push_back("cat " + f);
     return {wrong, right};
   }
+  if (n == "show_file")  // at least 3 lines, so neither wrong command prints the whole file
+    return {{"head -n 1 " + f, "tail -n 2 " + f}, {"cat < " + f, "awk 1 " + f}};
+  if (n == "list_by_size")  // at least 2 files of distinct sizes, no directory
+    return {{"ls -Sr", "ls -S | head -n 1"}, {"ls -S -1", "ls -lS | awk 'NR > 1 {print $NF}'"}};
   if (n == "largest_file")
     return {{"ls -S | tail -n 1", "ls"}, {"ls -S | head -1", "ls -S -p | grep -v / | head -n 1"}};
   ADD_FAILURE() << "no cases for template " << n;

@@ -83,6 +83,8 @@ const std::map<std::string, rule>& rules() {
       {"unique_count", {{"distinct"}, {{2, 3}, {7, 8}}, {{4, 6}}}},
       {"delete_ext", {{"files"}, {{1, 2}, {5, 6}}, {{3, 4}}}},
       {"replace_word", {{"matches"}, {{1, 2}, {5, 6}}, {{3, 4}}}},
+      {"show_file", {{"lines"}, {{3, 10}, {21, 30}}, {{11, 20}}}},
+      {"list_by_size", {{"files"}, {{2, 3}, {6, 7}}, {{4, 5}}}},
       {"followup", {{}, {}, {}}},  // held out by phrasing family and file names only
       // code
       {"sum_to", {{"n"}, {{2, 30}, {101, 200}}, {{31, 100}}}},

@@ -24,6 +24,7 @@ const std::vector<template_info>& math_templates() {
       {"shop", false, kMathHoldout},
       {"travel", false, kMathHoldout},
       {"wallet", false, kMathHoldout},
+      {"share", false, kMathHoldout},
       {"div", true, "test only (train operand sizes)"},
       {"ages", true, "test only (train operand sizes)"},
   };
@@ -43,7 +44,8 @@ bool math_combo_is_test(const std::string& tmpl, int64_t a, int64_t b, int64_t c
   return h % 100 < 15;
 }
 
-// Operand sizes. train/test: 1-3 digits (1: 20 %, 2: 40 %, 3: 40 %); multipliers (b of mul, travel, div)
+// Operand sizes. train/test: 1-3 digits (1: 20 %, 2: 40 %, 3: 40 %); multipliers (b of mul, travel, div,
+// share; the quotient of div and share is a)
 // 1-2 digits (2/3, 1/3), with a two-digit multiplier only times a 1-2 digit number; the multiplier of
 // shop and mixed 1 digit. length: the operands 4-5 digits, multipliers as in train.
 int64_t with_digits(rng& r, int64_t d) {
@@ -261,6 +263,16 @@ const std::map<std::string, std::vector<family>>& math_families() {
          false,
          {"{n} starts with {a} dollars, takes out {b} dollars and puts in {c} dollars. How many dollars are "
           "there now?"}}}},
+      {"share",
+       {{"friends",
+         false,
+         true,
+         {"{p} {item} are shared equally among {b} friends. How many {item} does each friend get?"}},
+        {"boxes", false, false, {"{p} {item} are packed into {b} equal boxes. How many {item} go in each box?"}},
+        {"groups",
+         true,
+         false,
+         {"{n} puts {p} {item} into {b} groups of the same size. How many {item} are in each group?"}}}},
       {"div",
        {{"divided", true, true, {"What is {p} divided by {b}?", "Compute {p} / {b}."}},
         {"split", true, false, {"{p} split into {b} equal parts is how much each?"}}}},
@@ -294,7 +306,7 @@ task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template
     c = draw_operand(r, length);
     // A two-digit multiplier only for single products of at most two digits (mul, travel, div); the
     // worked form of larger products would cost long replies.
-    if (tmpl == "mul" || tmpl == "travel" || tmpl == "div") {
+    if (tmpl == "mul" || tmpl == "travel" || tmpl == "div" || tmpl == "share") {
       b = draw_multiplier(r);
       if (!length && b >= 10 && a >= 100) a = with_digits(r, r.range(1, 2));
     }
@@ -357,7 +369,7 @@ task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template
     expr = S(a) + " - " + S(b) + " + " + S(c);
     steps = {{a, '-', b}, {a - b, '+', c}};
     answer = a - b + c;
-  } else if (tmpl == "div") {
+  } else if (tmpl == "div" || tmpl == "share") {
     expr = S(a * b) + " / " + S(b);
     answer = a;
   } else if (tmpl == "ages") {
@@ -391,8 +403,9 @@ task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template
   t.expression = expr;
   t.answer = S(answer);
   t.params = params;
-  if (tmpl == "div") {
-    // Checked by the inverse multiplication (division is test only, so never trained).
+  if (tmpl == "div" || tmpl == "share") {
+    // Exact division, worked as its check: the quotient times the divisor, column by column, gives the
+    // dividend (share teaches it; div asks the same operation in words train never uses).
     std::vector<std::string> lines = {expr};
     worked_op(a, '*', b, lines);
     std::string out;

@@ -120,6 +120,8 @@ const std::vector<template_info>& terminal_templates() {
       {"unique_count", false, "distinct lines: train 2..3 and 7..8, test 4..6"},
       {"delete_ext", false, "files to delete: train 1..2 and 5..6, test 3..4"},
       {"replace_word", false, "lines with the word: train 1..2 and 5..6, test 3..4"},
+      {"show_file", false, "lines of the file: train 3..10 and 21..30, test 11..20"},
+      {"list_by_size", false, "files in the directory: train 2..3 and 6..7, test 4..5"},
       {"followup", false, "phrasing family only (a second request about the first one's tree)"},
       {"largest_file", true, "test only"},
       {"total_lines", true, "test only"},
@@ -314,6 +316,30 @@ const phrasing_table& terminal_phrasings() {
          {"I need every {a} in {f} changed to {b}, in the file itself.",
           "I want {f} edited so that it says {b} wherever it says {a}."}},
         {"casual", {"hey swap {a} for {b} everywhere in {f}", "fix {f}: every {a} should be {b}"}}}},
+      {"show_file",
+       {{"imperative",
+         {"Print the contents of {f}.", "Show what is in {f}.", "Display {f} in the terminal."}},
+        {"question",
+         {"What does {f} contain?", "Can you show me the contents of {f}?", "What is inside {f}?"}},
+        {"terse", {"show {f}", "print {f}", "contents of {f}"}},
+        {"polite", {"Please print {f} for me.", "Could you show the contents of {f}, please?"}},
+        {"indirect", {"I need to see everything that is in {f}.", "I want to read the whole of {f}."}},
+        {"casual", {"hey whats in {f}", "lemme see {f}"}}}},
+      {"list_by_size",
+       {{"imperative",
+         {"List the files in this directory by size, largest first.",
+          "Show the files here sorted by size, biggest first."}},
+        {"question",
+         {"Can you list the files here from largest to smallest?",
+          "How do I list this directory's files sorted by size, biggest first?"}},
+        {"terse", {"list files by size", "files here by size, largest first", "ls sorted by size"}},
+        {"polite",
+         {"Please list the files in this directory from biggest to smallest.",
+          "Could you show me the files here ordered by size, largest first?"}},
+        {"indirect",
+         {"I need this folder's files ordered from the biggest to the smallest.",
+          "I want to see the files here ranked by how big they are."}},
+        {"casual", {"hey list the files here by size, big ones first", "which files here are big? sort em by size"}}}},
       {"largest_file",
        {{"imperative",
          {"Print the name of the largest file in this directory (not in subdirectories).",
@@ -618,6 +644,7 @@ std::string single_file_command(const std::string& tmpl, const std::string& file
   const std::string wc_arg = file.find(' ') == std::string::npos ? f : "< " + f;
   if (tmpl == "count_lines") return "wc -l " + wc_arg;
   if (tmpl == "word_count") return "wc -w " + wc_arg;
+  if (tmpl == "show_file") return "cat " + f;
   if (tmpl == "head_n") return "head -n " + S(k) + " " + f;
   if (tmpl == "tail_n") return "tail -n " + S(k) + " " + f;
   if (tmpl == "sort_lines") return "sort " + f;
@@ -639,14 +666,14 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
   auto rg = [&](const ranges& train, const ranges& test) { return draw(r, test_range ? test : train); };
   terminal_parts p;
   if (tmpl == "count_lines" || tmpl == "word_count" || tmpl == "head_n" || tmpl == "tail_n" ||
-      tmpl == "sort_lines") {
+      tmpl == "sort_lines" || tmpl == "show_file") {
     tb.base(kExts);
     int64_t n = 0, k = 0;
     if (tmpl == "head_n" || tmpl == "tail_n") {
       k = rg({{1, 5}, {11, 20}}, {{6, 10}});
       n = k + r.range(2, 10);
       p.params = {{"k", k}};
-    } else if (tmpl == "sort_lines") {
+    } else if (tmpl == "sort_lines" || tmpl == "show_file") {
       n = rg({{3, 10}, {21, 30}}, {{11, 20}});
       p.params = {{"lines", n}};
     } else {
@@ -773,7 +800,24 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     p.compare = compare_mode::files;
     p.vars = {{"f", shown(f)}, {"a", a}, {"b", b}};
     p.reference = "sed -i 's/" + a + "/" + b + "/g' " + shell_quote(f);
+  } else if (tmpl == "list_by_size") {
+    // Top-level files only, of distinct sizes: a directory's size (4096 bytes on ext4, a few dozen on tmpfs)
+    // would otherwise take a place in the order that depends on the file system.
+    const int64_t n = rg({{2, 3}, {6, 7}}, {{4, 5}});
+    std::set<size_t> sizes;
+    for (int64_t i = 0; i < n; ++i) {
+      std::string c;
+      do {
+        c = content_of_size(r, size_t(r.range(50, 6000)));
+      } while (sizes.count(c.size()));
+      sizes.insert(c.size());
+      tb.add("", kExts, std::move(c));
+    }
+    p.params = {{"files", n}};
+    p.compare = compare_mode::stdout_text;
+    p.reference = "ls -S";
   } else if (tmpl == "largest_file") {
+    // Composed from what train teaches: ls -S (list_by_size) and head -n (head_n).
     tb.subdir = pool_pick(r, s, &name_pools::dirs);
     // The largest file is over 6000 bytes so that directories (4096 bytes on most file systems) never
     // compete in `ls -S`; the others are distinct and smaller.
@@ -792,7 +836,8 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     p.compare = compare_mode::lines;
     p.reference = "ls -S | head -n 1";
   } else if (tmpl == "total_lines") {
-    // Composed from what train teaches: a glob (mkdir_copy, delete_ext) and a pipe into wc -l.
+    // Composed from what train teaches: cat (show_file), a glob (mkdir_copy, delete_ext) and a pipe into
+    // wc -l (count_ext, unique_count).
     const std::string e = r.pick(kExts);
     tb.base(exts_except({e}));
     const int64_t n = r.range(2, 4);
