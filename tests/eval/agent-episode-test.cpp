@@ -551,7 +551,11 @@ namespace {
 // turn added: the observation and the template's markers, whenever the reply's text encodes back to the
 // reply's tokens.
 TEST_F(Episode, AModelAgentRecordsTheEpisodesExactTokens) {
-  const auto t = load_agent_task(make_task(dir_, "count"));
+  auto t = load_agent_task(make_task(dir_, "count"));
+  // Worded like moxi-small's training requests, so that its replies are short commands that end with a stop
+  // token (the property below needs a turn that follows a finished reply; an instruction the model never saw
+  // can make every reply run to max_tokens).
+  t.instruction = "How many lines are in in.txt? Reply with one shell command.";
   const auto lm = moxi::runtime::local_model::load(std::string(MOXI_SOURCE_DIR) + "/models/moxi-small");
   const eval_model m = eval_model_of(lm);
   model_agent_options mo;
