@@ -44,10 +44,10 @@ bool math_combo_is_test(const std::string& tmpl, int64_t a, int64_t b, int64_t c
   return h % 100 < 15;
 }
 
-// Operand sizes. train/test: 1-3 digits (1: 20 %, 2: 40 %, 3: 40 %); multipliers (b of mul, travel, div,
-// share; the quotient of div and share is a)
-// 1-2 digits (2/3, 1/3), with a two-digit multiplier only times a 1-2 digit number; the multiplier of
-// shop and mixed 1 digit. length: the operands 4-5 digits, multipliers as in train.
+// Operand sizes. train/test: 1-3 digits (1: 20 %, 2: 40 %, 3: 40 %); multipliers (b of mul and travel, the
+// divisor b of share and div, whose quotient is a) 1-2 digits (2/3, 1/3), with a two-digit multiplier only
+// times a 1-2 digit number; the multiplier of shop and mixed 1 digit. length: the operands 4-5 digits,
+// multipliers as in train.
 int64_t with_digits(rng& r, int64_t d) {
   int64_t lo = 1;
   for (int64_t i = 1; i < d; ++i) lo *= 10;
@@ -304,7 +304,7 @@ task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template
     a = draw_operand(r, length);
     b = draw_operand(r, length);
     c = draw_operand(r, length);
-    // A two-digit multiplier only for single products of at most two digits (mul, travel, div); the
+    // A two-digit multiplier only for single products of at most two digits (mul, travel, share, div); the
     // worked form of larger products would cost long replies.
     if (tmpl == "mul" || tmpl == "travel" || tmpl == "div" || tmpl == "share") {
       b = draw_multiplier(r);

@@ -628,6 +628,16 @@ std::string content_of_size(rng& r, size_t target) {
   return s;
 }
 
+// Filler of lo..hi bytes whose size is in none of `sizes` (then added to it), so that `ls -S` has one order.
+std::string content_of_new_size(rng& r, int64_t lo, int64_t hi, std::set<size_t>& sizes) {
+  std::string c;
+  do {
+    c = content_of_size(r, size_t(r.range(lo, hi)));
+  } while (sizes.count(c.size()));
+  sizes.insert(c.size());
+  return c;
+}
+
 // A terminal request before it is worded: the values its phrasings name, the reference command, and how
 // outcomes are compared. params["file"] is the file a single-file request is about.
 struct terminal_parts {
@@ -805,14 +815,7 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     // would otherwise take a place in the order that depends on the file system.
     const int64_t n = rg({{2, 3}, {6, 7}}, {{4, 5}});
     std::set<size_t> sizes;
-    for (int64_t i = 0; i < n; ++i) {
-      std::string c;
-      do {
-        c = content_of_size(r, size_t(r.range(50, 6000)));
-      } while (sizes.count(c.size()));
-      sizes.insert(c.size());
-      tb.add("", kExts, std::move(c));
-    }
+    for (int64_t i = 0; i < n; ++i) tb.add("", kExts, content_of_new_size(r, 50, 6000, sizes));
     p.params = {{"files", n}};
     p.compare = compare_mode::stdout_text;
     p.reference = "ls -S";
@@ -824,14 +827,7 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     const std::string big = tb.add("", kExts, content_of_size(r, size_t(r.range(6200, 9000))));
     const int64_t n = r.range(2, 4);
     std::set<size_t> sizes = {tb.get(big).content.size()};
-    for (int64_t i = 0; i < n; ++i) {
-      std::string c;
-      do {
-        c = content_of_size(r, size_t(r.range(50, 5000)));
-      } while (sizes.count(c.size()));
-      sizes.insert(c.size());
-      tb.add(i == 0 ? tb.subdir : "", kExts, std::move(c));
-    }
+    for (int64_t i = 0; i < n; ++i) tb.add(i == 0 ? tb.subdir : "", kExts, content_of_new_size(r, 50, 5000, sizes));
     p.params = json::object();
     p.compare = compare_mode::lines;
     p.reference = "ls -S | head -n 1";
