@@ -14,6 +14,8 @@
 #include "common/int-expression.h"
 #include "common/temp-dir.h"
 #include "moxi/base/error.h"
+#include "moxi/formats/bpe-trainer.h"
+#include "moxi/formats/tokenizer.h"
 
 namespace {
 
@@ -245,8 +247,8 @@ std::set<std::string> path_letter_pairs(split s, size_t n) {
   return out;
 }
 
-// The letter pairs of test names (real words: `metrics`, `agenda`) all occur in train names, so the
-// tokenizer pieces a test name splits into have been copied in training (the made-up words use all letters).
+// The letter pairs of test names (real words: `metrics`, `agenda`) all occur in train names: no test name
+// needs a letter sequence training never wrote (the made-up words use all letters).
 TEST(TaskGenerator, TrainNamesCoverTheLetterPairsOfTestNames) {
   const auto train = path_letter_pairs(split::train, 3000), test = path_letter_pairs(split::test, 500);
   ASSERT_GT(test.size(), 100u);
@@ -255,6 +257,49 @@ TEST(TaskGenerator, TrainNamesCoverTheLetterPairsOfTestNames) {
     if (!train.count(p)) missing += " " + p;
   }
   EXPECT_EQ(missing, "") << "test letter pairs no train name has";
+}
+
+// Letter pairs are not enough: a BPE tokenizer trained on the conversations learns pieces from their English
+// (`ord`, `cont`, `gest`, `ers`), test names are real words that split into such pieces, and a model learns
+// to write a piece only by writing it in training. So almost every test reference must be made of pieces
+// that some train reply writes. The reference is moxi's BPE trainer, run on the train conversations as a
+// recipe trains its tokenizer (docs/train.md). With made-up words of onset-vowel-coda syllables only, 41 of
+// 300 test references had a piece no train reply writes; with two thirds of them joined from English word
+// pieces, 19.
+TEST(TaskGenerator, TestReferencesArePiecesTrainRepliesWrite) {
+  moxi::formats::bpe_train_options options;
+  options.vocab_size = 1024;
+  options.split = moxi::formats::bpe_split::llama3_digits;
+  moxi::formats::bpe_trainer trainer(options);
+  const auto train = generate_tasks(domain::terminal, split::train, 4000, 5);
+  for (const auto& t : train) {
+    for (const auto& m : t.history) trainer.add_text(m.content);
+    trainer.add_text(t.prompt);
+    trainer.add_text(t.reference);
+  }
+  const auto tok =
+      moxi::formats::tokenizer::from_hf_json(moxi::formats::bpe_to_hf_json(trainer.train()), "trained");
+  std::set<moxi::token_id> written;
+  for (const auto& t : train) {
+    for (const auto& m : t.history) {
+      if (m.role == "assistant") {
+        for (auto id : tok.encode(m.content)) written.insert(id);
+      }
+    }
+    for (auto id : tok.encode(t.reference)) written.insert(id);
+  }
+  const auto test = generate_tasks(domain::terminal, split::test, 300, 5);
+  size_t unwritten = 0;
+  std::string examples;
+  for (const auto& t : test) {
+    for (auto id : tok.encode(t.reference)) {
+      if (written.count(id)) continue;
+      ++unwritten;
+      if (unwritten <= 10) examples += " [" + t.reference + ": " + tok.decode(std::vector<moxi::token_id>{id}) + "]";
+      break;
+    }
+  }
+  EXPECT_LE(unwritten, test.size() / 10) << "test references with a piece no train reply writes:" << examples;
 }
 
 TEST(TaskGenerator, TemplatesCanBeChosen) {
