@@ -97,4 +97,8 @@ chat_parts make_repeat(rng& r, split s, const std::string& text);
 const std::vector<template_info>& vision_templates();
 task make_vision(rng& r, split s, const std::string& tmpl);
 
+// Common English words (task-generator-words.cpp) whose pieces the made-up train names join; none overlaps a
+// test name word or a filler word.
+const std::vector<std::string>& english_words();
+
 }  // namespace moxi::eval::detail

@@ -461,81 +461,11 @@ bool overlaps(const std::string& a, const std::string& b) {
   return a.find(b) != std::string::npos || b.find(a) != std::string::npos;
 }
 
-// Common English words whose pieces made-up names reuse: prefixes, stems and endings of every kind
-// (`con`, `pro`, `ment`, `ers`, `ing`, `gest`); none overlaps a test name word or a filler word.
-const std::vector<std::string> kEnglish = {
-    "about", "above", "accept", "account", "across", "action", "address", "advance", "again", "against",
-    "agree", "ahead", "allow", "almost", "alone", "along", "always", "among", "amount", "angry", "animal",
-    "answer", "anything", "appear", "apply", "area", "argue", "army", "around", "arrange", "arrive",
-    "article", "attack", "autumn", "avoid", "baby", "balance", "base", "basic", "bear", "beat", "beauty",
-    "because", "become", "before", "begin", "behind", "believe", "belong", "below", "better", "between",
-    "bill", "bird", "birth", "black", "blood", "blow", "board", "boat", "body", "bone", "book", "border",
-    "born", "both", "bottle", "boy", "brain", "branch", "brief", "bright", "bring", "broad", "brother",
-    "brown", "build", "burn", "business", "busy", "button", "buy", "cake", "call", "calm", "camera",
-    "capital", "card", "care", "careful", "carry", "case", "catch", "cause", "cell", "center", "certain",
-    "chain", "chance", "change", "chapter", "charge", "check", "chief", "child", "children", "choose",
-    "circle", "city", "claim", "class", "clean", "clear", "climb", "close", "coast", "coat", "collect",
-    "college", "color", "colour", "come", "comfort", "common", "company", "compare", "complete", "consider",
-    "contain", "control", "cook", "cool", "copy", "corn", "corner", "cost", "count", "country", "course",
-    "cover", "create", "cross", "crowd", "culture", "current", "cut", "dance", "danger", "dark", "date",
-    "dead", "deal", "dear", "decide", "deep", "degree", "deliver", "depend", "describe", "design", "desk",
-    "detail", "develop", "differ", "dinner", "direct", "discover", "distance", "divide", "doctor", "dog",
-    "door", "double", "down", "draw", "dress", "drink", "drive", "drop", "dry", "duck", "during", "dust",
-    "duty", "each", "early", "earth", "east", "easy", "eight", "either", "else", "enemy", "energy", "engine",
-    "enjoy", "enough", "enter", "entire", "equal", "escape", "evening", "every", "exact", "example", "except",
-    "exist", "expect", "explain", "express", "face", "fact", "fair", "fall", "false", "family", "farmer",
-    "fast", "father", "fear", "feed", "feel", "feeling", "few", "fight", "figure", "fill", "final", "find",
-    "fine", "finger", "finish", "fire", "firm", "fish", "five", "fix", "flat", "floor", "flower", "follow",
-    "food", "foot", "force", "forest", "forget", "form", "forward", "four", "free", "fresh", "friend",
-    "front", "fruit", "full", "further", "game", "garden", "gate", "gather", "general", "gentle", "gift",
-    "girl", "give", "glad", "glass", "goal", "good", "govern", "grand", "grass", "great", "ground", "grow",
-    "guard", "guess", "guide", "half", "hall", "hand", "hang", "happen", "hard", "head", "health", "hear",
-    "heart", "heavy", "help", "high", "hill", "history", "hole", "home", "hope", "horse", "hour", "huge",
-    "human", "hundred", "hunger", "hurry", "idea", "imagine", "inch", "include", "increase", "indicate",
-    "industry", "inform", "insect", "instead", "interest", "iron", "island", "join", "joke", "journey",
-    "judge", "jump", "just", "kick", "kind", "king", "kitchen", "knee", "knife", "knock", "know", "lady",
-    "lake", "land", "language", "large", "last", "late", "laugh", "lead", "leader", "leaf", "learn", "least",
-    "leave", "left", "lend", "length", "less", "lesson", "level", "life", "lift", "like", "line", "lion",
-    "list", "listen", "little", "live", "load", "local", "lock", "long", "look", "lose", "love", "luck",
-    "lunch", "machine", "main", "make", "male", "manage", "many", "mark", "market", "mass", "master",
-    "matter", "meal", "mean", "measure", "meat", "meet", "member", "method", "middle", "milk", "million",
-    "mind", "minor", "mirror", "miss", "modern", "moment", "money", "month", "moon", "morning", "most",
-    "mother", "mountain", "mouth", "move", "much", "must", "name", "narrow", "nation", "near", "neck", "need",
-    "never", "news", "nice", "night", "nine", "noise", "none", "nose", "note", "number", "nurse", "object",
-    "observe", "offer", "office", "once", "only", "open", "opinion", "other", "outside", "page", "pain",
-    "pair", "park", "part", "party", "pass", "past", "path", "pattern", "peace", "people", "perhaps",
-    "person", "pick", "picture", "piece", "pink", "pipe", "place", "play", "plenty", "pocket", "point",
-    "pool", "poor", "popular", "position", "possible", "post", "pound", "power", "practice", "prepare",
-    "present", "press", "pretty", "price", "print", "prize", "problem", "produce", "program", "promise",
-    "protect", "proud", "provide", "public", "pull", "push", "question", "quiet", "quite", "race", "rain",
-    "raise", "rate", "rather", "reach", "ready", "real", "reason", "receive", "reduce", "region", "remember",
-    "repeat", "require", "respond", "rest", "return", "rich", "ride", "right", "ring", "rise", "road", "rock",
-    "role", "roll", "roof", "room", "root", "rope", "rose", "round", "rule", "rush", "safe", "sail", "salt",
-    "same", "sand", "save", "scale", "school", "science", "season", "seat", "second", "section", "seed",
-    "seem", "select", "sell", "send", "sense", "sentence", "serve", "service", "settle", "seven", "several",
-    "shade", "shake", "shall", "shape", "sharp", "sheep", "sheet", "shine", "ship", "shirt", "shoe", "shoot",
-    "shop", "short", "shoulder", "show", "sick", "side", "sign", "signal", "silk", "silver", "simple",
-    "since", "sing", "single", "sink", "sister", "size", "skin", "sleep", "slow", "small", "smell", "smoke",
-    "snow", "soft", "soil", "solve", "some", "song", "soon", "sort", "south", "space", "speak", "special",
-    "speed", "spend", "spot", "spring", "square", "stand", "star", "start", "state", "station", "stay",
-    "steam", "steel", "step", "stick", "still", "stop", "store", "storm", "story", "strange", "street",
-    "strong", "student", "study", "subject", "success", "sugar", "suggest", "suit", "summer", "support",
-    "sure", "surface", "sweet", "swim", "system", "tail", "take", "talk", "tall", "taste", "teach", "teacher",
-    "team", "tell", "tend", "term", "thank", "thick", "thing", "think", "third", "thousand", "three",
-    "through", "throw", "till", "time", "tiny", "tired", "today", "together", "tomorrow", "tongue", "tonight",
-    "tooth", "total", "touch", "toward", "town", "track", "trade", "train", "travel", "tree", "trip",
-    "trouble", "true", "trust", "truth", "turn", "twelve", "twenty", "type", "uncle", "under", "unit",
-    "unless", "until", "upon", "useful", "usual", "valley", "value", "very", "view", "village", "visit",
-    "wait", "walk", "wall", "want", "warm", "wash", "waste", "watch", "wave", "weak", "wear", "weather",
-    "week", "weigh", "welcome", "well", "west", "what", "wheel", "when", "where", "whether", "which", "while",
-    "white", "whole", "wide", "wife", "wild", "wind", "window", "wine", "wing", "winter", "wire", "wise",
-    "wish", "without", "woman", "wonder", "wood", "wool", "word", "world", "worry", "write", "wrong", "yard",
-    "year", "yesterday", "young"};
 
 // A made-up word (`tavoku`, `shemblor`, `yardweak`, `valuenderel`). Two thirds of train's names and words are
 // these, so the model sees thousands of names once each and has to copy the one it is given instead of
 // recalling one of a few. A third are 2-3 syllables over every letter and the common English onsets, vowel
-// pairs and codas; two thirds join 2-3 pieces of kEnglish words (the first often a word's start), so the
+// pairs and codas; two thirds join 2-3 pieces of english_words() (the first often a word's start), so the
 // pieces a BPE tokenizer learns from English text (`ord`, `cont`, `ers`, `gest`), which real test names split
 // into, are written in training replies too, not only read in prompts (docs/tasks.md "File names"). None
 // overlaps a test word or a filler word (either way round), so no test name is ever a train name and grep/sed
@@ -563,7 +493,7 @@ std::string pseudo_word(rng& r) {
     } else {
       const int64_t pieces = r.range(2, 3);
       for (int64_t i = 0; i < pieces; ++i) {
-        const std::string& from = r.pick(kEnglish);
+        const std::string& from = r.pick(english_words());
         const int64_t len = r.range(2, std::min<int64_t>(5, int64_t(from.size())));
         const int64_t start = i == 0 && r.range(0, 1) == 0 ? 0 : r.range(0, int64_t(from.size()) - len);
         w += from.substr(size_t(start), size_t(len));
