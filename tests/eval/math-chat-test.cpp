@@ -34,6 +34,54 @@ int64_t number_after(const std::string& line, const std::string& word) {
   return at == std::string::npos ? -1 : std::stoll(line.substr(at + word.size()));
 }
 
+// A long division "X / Y" worked one quotient digit per line, "P / Y = q, q * Y = m, P - m = r, left D":
+// every clause recomputes, q is one digit and r < Y; the first P is the shortest prefix of X that reaches Y
+// (or all of X), each next P is r followed by the first digit of D and its D loses that digit, the last line
+// has no D and r = 0 (exact division), and the q digits read in order are the answer.
+void expect_long_division(const std::vector<std::string>& lines, int64_t answer) {
+  const std::string x = lines.front().substr(0, lines.front().find(" / "));
+  const int64_t y = std::stoll(lines.front().substr(x.size() + 3));
+  size_t len = 1;
+  while (len < x.size() && std::stoll(x.substr(0, len)) < y) ++len;
+  int64_t part = std::stoll(x.substr(0, len)), quotient = 0;
+  std::string left = x.substr(len);
+  ASSERT_GE(lines.size(), 3u);
+  for (size_t k = 1; k + 1 < lines.size(); ++k) {
+    const std::string& l = lines[k];
+    SCOPED_TRACE(l);
+    std::istringstream in(l);
+    int64_t p = 0, y1 = 0, q = 0, q2 = 0, y2 = 0, m = 0, p2 = 0, m2 = 0, r = 0;
+    char slash = 0, eq1 = 0, c1 = 0, star = 0, eq2 = 0, c2 = 0, minus = 0, eq3 = 0;
+    in >> p >> slash >> y1 >> eq1 >> q >> c1 >> q2 >> star >> y2 >> eq2 >> m >> c2 >> p2 >> minus >> m2 >> eq3 >> r;
+    ASSERT_FALSE(in.fail());
+    EXPECT_EQ((std::string{slash, eq1, c1, star, eq2, c2, minus, eq3}), "/=,*=,-=");
+    EXPECT_EQ(p, part);
+    EXPECT_EQ(p2, part);
+    EXPECT_EQ(y1, y);
+    EXPECT_EQ(y2, y);
+    EXPECT_EQ(q, part / y);
+    EXPECT_EQ(q2, q);
+    EXPECT_EQ(m, q * y);
+    EXPECT_EQ(m2, m);
+    EXPECT_EQ(r, part - m);
+    EXPECT_LT(r, y);
+    quotient = quotient * 10 + q;
+    std::string rest;
+    std::getline(in, rest);
+    if (k + 2 == lines.size()) {
+      EXPECT_EQ(rest, "");
+      EXPECT_TRUE(left.empty());
+      EXPECT_EQ(r, 0);
+    } else {
+      EXPECT_EQ(rest, ", left " + left);
+      ASSERT_FALSE(left.empty());
+      part = r * 10 + (left[0] - '0');
+      left = left.substr(1);
+    }
+  }
+  EXPECT_EQ(quotient, answer);
+}
+
 // Checks one worked reference line by line: the first line is the expression, a line "L = R..." has
 // eval_int_expression(L) == R, a "write w carry c" after a value v has w = v % 10 and c = v / 10 (carry
 // absent when v < 10), a "borrow 1" line has L in 10..19 range of the column, "= r" repeats the value of the
@@ -47,6 +95,10 @@ void expect_worked(const task& t) {
   ASSERT_TRUE(want.has_value()) << t.expression;
   EXPECT_EQ(std::to_string(*want), t.answer);
   EXPECT_EQ(lines.back(), "Answer: " + t.answer);
+  if (t.expression.find(" / ") != std::string::npos) {
+    expect_long_division(lines, std::stoll(t.answer));
+    return;
+  }
   std::optional<int64_t> header;
   for (size_t k = 0; k + 1 < lines.size(); ++k) {
     const std::string& l = lines[k];

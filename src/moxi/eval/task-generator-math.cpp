@@ -116,6 +116,32 @@ int64_t mul_digit_columns(int64_t x, int64_t d, std::vector<std::string>& out) {
   return x * d;
 }
 
+// Long division of x by y > 0, left to right, one quotient digit per line: the part (the leading digits of x
+// that reach y, then the remainder with the next digit brought down) divided by y, that digit times y, the
+// remainder, and the digits of x still to bring down: "11 / 4 = 2, 2 * 4 = 8, 11 - 8 = 3, left 40". Each
+// line is a one-digit quotient and one subtraction, so nothing is guessed; the next part is the remainder
+// followed by the first digit left. Returns x / y (the remainder of the last line is x % y).
+int64_t long_division(int64_t x, int64_t y, std::vector<std::string>& out) {
+  MOXI_ASSERT(x >= 0 && y > 0, "long division needs x >= 0 and y > 0");
+  const std::string d = S(x);
+  size_t used = 1;
+  int64_t part = d[0] - '0';
+  while (part < y && used < d.size()) part = part * 10 + (d[used++] - '0');
+  int64_t quotient = 0;
+  for (;;) {
+    const int64_t q = part / y, p = q * y, rest = part - p;
+    quotient = quotient * 10 + q;
+    std::string line = S(part) + " / " + S(y) + " = " + S(q) + ", " + S(q) + " * " + S(y) + " = " + S(p) +
+                       ", " + S(part) + " - " + S(p) + " = " + S(rest);
+    if (used == d.size()) {
+      out.push_back(line);
+      return quotient;
+    }
+    out.push_back(line + ", left " + d.substr(used));
+    part = rest * 10 + (d[used++] - '0');
+  }
+}
+
 // One binary operation worked out: a header line "x op y", then the column lines; a multiplication by a
 // multi-digit number is one partial product per digit ("= p" after each) and then their column sum.
 int64_t worked_op(int64_t x, char op, int64_t y, std::vector<std::string>& out) {
@@ -404,13 +430,13 @@ task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template
   t.answer = S(answer);
   t.params = params;
   if (tmpl == "div" || tmpl == "share") {
-    // Exact division, worked as its check: the quotient times the divisor, column by column, gives the
-    // dividend (share teaches it; div asks the same operation in words train never uses).
+    // Exact division worked as long division (share teaches it; div asks the same operation in words train
+    // never uses).
     std::vector<std::string> lines = {expr};
-    worked_op(a, '*', b, lines);
+    MOXI_ASSERT(long_division(a * b, b, lines) == a, "long division disagrees with the quotient");
     std::string out;
     for (const auto& l : lines) out += l + "\n";
-    t.reference = out + "= " + S(a * b) + "\nAnswer: " + S(answer);
+    t.reference = out + "Answer: " + S(answer);
   } else {
     t.reference = worked_reply(expr, steps, answer);
   }
