@@ -105,6 +105,38 @@ cases terminal_cases(const task& t) {
     return {{"find . -name '*." + e + "' | xargs cat | wc -l", "ls *." + e + " | wc -l"},
             {"cat *." + e + " | grep -c ''", "awk 'END {print NR}' *." + e}};
   }
+  if (n == "line_n") {
+    const auto k = std::to_string(param_i(t, "k"));
+    return {{"cat " + f, "sed -n '" + std::to_string(param_i(t, "k") + 1) + "p' " + f},
+            {"head -n " + k + " " + f + " | tail -n 1", "awk 'NR == " + k + "' " + f}};
+  }
+  if (n == "skip_header") return {{"cat " + f, "head -n 2 " + f}, {"sed 1d " + f, "awk 'NR > 1' " + f}};
+  if (n == "count_matching") {
+    const auto w = param_s(t, "word");
+    return {{"echo 0", "wc -l " + f}, {"grep " + w + " " + f + " | wc -l"}};
+  }
+  if (n == "touch_file") {
+    const auto g = param_s(t, "to");
+    return {{"mkdir " + g, "echo x > " + g}, {": > " + g, "> " + g}};
+  }
+  if (n == "copy_file") {
+    const auto g = param_s(t, "to");
+    return {{"mv " + f + " " + g, "touch " + g}, {"cat " + f + " > " + g}};
+  }
+  if (n == "reverse_lines") return {{"cat " + f, "tail -n 1 " + f}, {"sed '1!G;h;$!d' " + f}};
+  if (n == "char_count") return {{"wc -l " + f, "wc -w " + f}, {"cat " + f + " | wc -c", "wc -c < " + f}};
+  if (n == "delete_file") return {{"rm -f *", "true > " + f}, {"rm -f " + f, "unlink " + f}};
+  if (n == "sort_unique") return {{"sort " + f, "cat " + f}, {"sort " + f + " | uniq"}};
+  if (n == "uppercase") return {{"cat " + f, "tr A-Z a-z < " + f}, {"tr '[:lower:]' '[:upper:]' < " + f}};
+  if (n == "mkdir_nested") {
+    const auto d = param_s(t, "dir");
+    return {{"mkdir " + d + " 2>/dev/null; true", "mkdir -p " + d.substr(0, d.find('/'))},
+            {"mkdir -p " + d + "/"}};
+  }
+  if (n == "move_into") {
+    const auto d = param_s(t, "dir");
+    return {{"cp " + f + " " + d + "/", "mv " + f + " " + d + "/x"}, {"mv " + f + " " + d}};
+  }
   if (n == "followup") {
     const std::string op = param_s(t, "op");
     std::vector<std::string> right;
@@ -129,7 +161,8 @@ cases terminal_cases(const task& t) {
 TEST(Check, TerminalReferencesPassWrongCommandsFailEquivalentOnesPass) {
   std::vector<task> tasks;
   for (auto s : {split::train, split::test}) {
-    auto v = generate_tasks(domain::terminal, s, 45, 11);
+    // Train has the train-only templates too.
+    auto v = generate_tasks(domain::terminal, s, s == split::train ? 110 : 45, 11);
     tasks.insert(tasks.end(), v.begin(), v.end());
   }
   std::set<std::string> covered;

@@ -125,6 +125,19 @@ const std::vector<template_info>& terminal_templates() {
       {"followup", false, "phrasing family only (a second request about the first one's tree)"},
       {"largest_file", true, "test only"},
       {"total_lines", true, "test only"},
+      // Train only: the test split keeps its composition; the user prompt set measures these.
+      {"line_n", false, "train only", true},
+      {"skip_header", false, "train only", true},
+      {"count_matching", false, "train only", true},
+      {"touch_file", false, "train only", true},
+      {"copy_file", false, "train only", true},
+      {"reverse_lines", false, "train only", true},
+      {"char_count", false, "train only", true},
+      {"delete_file", false, "train only", true},
+      {"sort_unique", false, "train only", true},
+      {"uppercase", false, "train only", true},
+      {"mkdir_nested", false, "train only", true},
+      {"move_into", false, "train only", true},
   };
   return t;
 }
@@ -137,48 +150,84 @@ const phrasing_table& terminal_phrasings() {
   static const phrasing_table t = {
       {"count_lines",
        {{"imperative",
-         {"Count the lines of {f}.", "Print the number of lines in {f}.", "Show how many lines {f} has."}},
+         {"Count the lines of {f}.", "Print the number of lines in {f}.", "Show how many lines {f} has.",
+          "Tell me the number of lines in {f}.", "Report how many lines {f} has.",
+          "Get the line count of {f}."}},
         {"question",
-         {"How many lines are in {f}?", "How many lines does {f} have?", "What is the line count of {f}?"}},
-        {"terse", {"count lines in {f}", "line count {f}", "lines in {f}", "count the lines in {f}"}},
+         {"How many lines are in {f}?", "How many lines does {f} have?", "What is the line count of {f}?",
+          "Do you know how many lines {f} has?", "How many lines of text are in {f}?"}},
+        {"terse",
+         {"count lines in {f}", "line count {f}", "lines in {f}", "count the lines in {f}", "{f} line count",
+          "number of lines {f}"}},
         {"polite",
-         {"Could you count the lines in {f}, please?", "Please tell me how many lines {f} contains."}},
+         {"Could you count the lines in {f}, please?", "Please tell me how many lines {f} contains.",
+          "Can you tell me the line count of {f}, please?", "Would you count the lines of {f}?"}},
         {"indirect", {"I need to know how many lines {f} has.", "I'd like the number of lines in {f}."}},
         {"casual", {"hey whats the line count of {f}", "how long is {f} in lines?"}}}},
       {"word_count",
-       {{"imperative", {"Count the words in {f}.", "Print the number of words in {f}."}},
-        {"question", {"How many words does {f} contain?", "What is the word count of {f}?"}},
-        {"terse", {"count words in {f}", "word count {f}", "words in {f}"}},
-        {"polite", {"Could you count the words in {f}?", "Please tell me how many words are in {f}."}},
+       {{"imperative",
+         {"Count the words in {f}.", "Print the number of words in {f}.", "Tell me how many words {f} has.",
+          "Get the word count of {f}."}},
+        {"question",
+         {"How many words does {f} contain?", "What is the word count of {f}?", "How many words are in {f}?",
+          "What's the number of words in {f}?"}},
+        {"terse",
+         {"count words in {f}", "word count {f}", "words in {f}", "{f} word count", "number of words {f}"}},
+        {"polite",
+         {"Could you count the words in {f}?", "Please tell me how many words are in {f}.",
+          "Can you get me the word count of {f}, please?", "Would you tell me how many words {f} has?"}},
         {"indirect", {"I need the number of words in {f}.", "I want to know how many words {f} has."}},
         {"casual", {"hey how many words r in {f}", "quick one: word count of {f}?"}}}},
       {"head_n",
-       {{"imperative", {"Show the first {k} lines of {f}.", "Print the first {k} lines of {f}."}},
-        {"question", {"What are the first {k} lines of {f}?", "What do the first {k} lines of {f} say?"}},
-        {"terse", {"first {k} lines of {f}", "head {k} lines {f}", "show first {k} lines {f}"}},
+       {{"imperative",
+         {"Show the first {k} lines of {f}.", "Print the first {k} lines of {f}.",
+          "Display the top {k} lines of {f}.", "Output the first {k} lines of {f}."}},
+        {"question",
+         {"What are the first {k} lines of {f}?", "What do the first {k} lines of {f} say?",
+          "Can you print the first {k} lines of {f}?", "How does {f} start? Show the first {k} lines."}},
+        {"terse",
+         {"first {k} lines of {f}", "head {k} lines {f}", "show first {k} lines {f}", "top {k} lines {f}",
+          "{f} first {k} lines"}},
         {"polite",
-         {"Please print the first {k} lines of {f}.", "Could you show me the first {k} lines in {f}?"}},
+         {"Please print the first {k} lines of {f}.", "Could you show me the first {k} lines in {f}?",
+          "Would you show the first {k} lines of {f}?", "Can you display the top {k} lines of {f}, please?"}},
         {"indirect",
          {"I want to see the beginning of {f}, just the first {k} lines.",
           "I need the top {k} lines of {f}."}},
         {"casual", {"hey show me the first {k} lines from {f}", "lemme see the first {k} lines of {f}"}}}},
       {"tail_n",
-       {{"imperative", {"Show the last {k} lines of {f}.", "Print the last {k} lines of {f}."}},
-        {"question", {"What are the last {k} lines of {f}?", "What do the final {k} lines of {f} say?"}},
-        {"terse", {"last {k} lines of {f}", "tail {k} lines {f}", "show last {k} lines {f}"}},
+       {{"imperative",
+         {"Show the last {k} lines of {f}.", "Print the last {k} lines of {f}.",
+          "Display the bottom {k} lines of {f}.", "Output the last {k} lines of {f}."}},
+        {"question",
+         {"What are the last {k} lines of {f}?", "What do the final {k} lines of {f} say?",
+          "Can you print the last {k} lines of {f}?", "How does {f} end? Show the last {k} lines."}},
+        {"terse",
+         {"last {k} lines of {f}", "tail {k} lines {f}", "show last {k} lines {f}", "bottom {k} lines {f}",
+          "{f} last {k} lines"}},
         {"polite",
-         {"Please print the last {k} lines of {f}.", "Could you show me the last {k} lines in {f}?"}},
+         {"Please print the last {k} lines of {f}.", "Could you show me the last {k} lines in {f}?",
+          "Would you show the last {k} lines of {f}?",
+          "Can you display the final {k} lines of {f}, please?"}},
         {"indirect",
          {"I want to see the end of {f}, just the last {k} lines.", "I need the bottom {k} lines of {f}."}},
         {"casual", {"hey show me the last {k} lines from {f}", "lemme see the last {k} lines of {f}"}}}},
       {"grep_lines",
        {{"imperative",
-         {"Show the lines of {f} that contain '{w}'.", "Print every line of {f} containing the word {w}."}},
-        {"question", {"Which lines of {f} mention {w}?", "Which lines in {f} contain '{w}'?"}},
-        {"terse", {"lines with {w} in {f}", "grep {w} in {f}", "find {w} in {f}"}},
+         {"Show the lines of {f} that contain '{w}'.", "Print every line of {f} containing the word {w}.",
+          "Find the lines in {f} that mention {w}.", "Search {f} for {w} and print the matching lines.",
+          "Output the lines of {f} that have {w} in them."}},
+        {"question",
+         {"Which lines of {f} mention {w}?", "Which lines in {f} contain '{w}'?",
+          "Where does {w} appear in {f}? Print those lines.", "What lines of {f} have the word {w}?"}},
+        {"terse",
+         {"lines with {w} in {f}", "grep {w} in {f}", "find {w} in {f}", "search {f} for {w}",
+          "{w} lines in {f}", "lines of {f} matching {w}"}},
         {"polite",
          {"Please show me every line in {f} that contains {w}.",
-          "Could you print the lines of {f} with '{w}' in them?"}},
+          "Could you print the lines of {f} with '{w}' in them?",
+          "Can you find the lines of {f} that mention {w}, please?",
+          "Would you search {f} for {w} and show the matching lines?"}},
         {"indirect",
          {"I need to see every line of {f} where {w} appears.",
           "I'm looking for the lines that mention {w} in {f}."}},
@@ -186,16 +235,23 @@ const phrasing_table& terminal_phrasings() {
       {"find_larger",
        {{"imperative",
          {"List the files larger than {k} KB in this directory and its subdirectories.",
-          "Find all files bigger than {k} KB, searching subdirectories too."}},
+          "Find all files bigger than {k} KB, searching subdirectories too.",
+          "Search this directory tree for files over {k} KB.",
+          "Show every file bigger than {k} KB, subdirectories included."}},
         {"question",
          {"Which files here are bigger than {k} KB, including subdirectories?",
-          "What files over {k} KB are there in this directory tree?"}},
+          "What files over {k} KB are there in this directory tree?",
+          "Are there files larger than {k} KB here or in any subdirectory?",
+          "Can you find the files over {k} KB in this tree?"}},
         {"terse",
          {"files over {k} KB, recursive", "find files larger than {k}KB recursively",
-          "list files bigger than {k} KB incl subdirs"}},
+          "list files bigger than {k} KB incl subdirs", "files > {k} KB, subdirs too",
+          "big files over {k} KB recursive"}},
         {"polite",
          {"Please list every file above {k} KB here and in subfolders.",
-          "Could you find the files larger than {k} KB (subdirectories included)?"}},
+          "Could you find the files larger than {k} KB (subdirectories included)?",
+          "Would you list the files bigger than {k} KB here, subfolders included?",
+          "Can you search for files larger than {k} KB in this tree, please?"}},
         {"indirect",
          {"I need a list of all files bigger than {k} KB anywhere under this directory.",
           "I'm trying to find which files exceed {k} KB, subdirectories too."}},
@@ -205,16 +261,23 @@ const phrasing_table& terminal_phrasings() {
       {"count_ext",
        {{"imperative",
          {"Count the .{e} files here, including subdirectories.",
-          "Print how many .{e} files there are in this directory tree."}},
+          "Print how many .{e} files there are in this directory tree.",
+          "Tell me how many .{e} files this directory tree holds.",
+          "Count every .{e} file here and in the subdirectories."}},
         {"question",
          {"How many .{e} files are there in this directory and its subdirectories?",
-          "How many {e} files are in this directory tree?"}},
+          "How many {e} files are in this directory tree?",
+          "What is the number of .{e} files here, subdirectories included?",
+          "Can you count the .{e} files in this tree?"}},
         {"terse",
          {"count .{e} files recursively", "number of .{e} files incl subdirs",
-          "how many .{e} files, subdirs too"}},
+          "how many .{e} files, subdirs too", ".{e} file count, recursive",
+          "count *.{e} files incl subfolders"}},
         {"polite",
          {"Could you count all the .{e} files, subfolders included?",
-          "Please tell me how many .{e} files this directory tree has."}},
+          "Please tell me how many .{e} files this directory tree has.",
+          "Would you count the .{e} files here and below?",
+          "Can you tell me the number of .{e} files in this tree, please?"}},
         {"indirect",
          {"I need the total number of .{e} files here and below.",
           "I want to know how many .{e} files exist in this directory tree."}},
@@ -223,28 +286,39 @@ const phrasing_table& terminal_phrasings() {
           "quick count of .{e} files incl subfolders?"}}}},
       {"sort_lines",
        {{"imperative",
-         {"Print the lines of {f} sorted alphabetically.", "Sort the lines of {f} and print them."}},
+         {"Print the lines of {f} sorted alphabetically.", "Sort the lines of {f} and print them.",
+          "Show {f} sorted alphabetically.", "Output the lines of {f} in alphabetical order."}},
         {"question",
-         {"What does {f} look like with its lines sorted?", "Can you print {f} in sorted order?"}},
-        {"terse", {"sort {f}", "sort lines of {f}", "{f} sorted alphabetically"}},
+         {"What does {f} look like with its lines sorted?", "Can you print {f} in sorted order?",
+          "Can you show {f} sorted a to z?", "What are the lines of {f} in alphabetical order?"}},
+        {"terse",
+         {"sort {f}", "sort lines of {f}", "{f} sorted alphabetically", "alphabetize {f}",
+          "sort the lines {f}"}},
         {"polite",
-         {"Please print {f} with the lines in alphabetical order.",
-          "Could you sort the lines of {f} for me?"}},
+         {"Please print {f} with the lines in alphabetical order.", "Could you sort the lines of {f} for me?",
+          "Would you print {f} sorted, please?", "Can you show me {f} in alphabetical order?"}},
         {"indirect", {"I need the lines of {f} in alphabetical order.", "I'd like to see {f} sorted."}},
         {"casual", {"hey sort {f} alphabetically pls", "show {f} but sorted a-z"}}}},
       {"mkdir_copy",
        {{"imperative",
          {"Create a directory named {d} and copy every .txt file of this directory into it.",
-          "Make a new directory {d} and copy all .txt files from the current directory into it."}},
+          "Make a new directory {d} and copy all .txt files from the current directory into it.",
+          "Copy all .txt files here into a new directory called {d}.",
+          "Back up this directory's .txt files into a new folder {d}."}},
         {"question",
          {"Can you make a folder {d} and copy the .txt files from here into it?",
-          "How do I create {d} and copy this directory's .txt files into it?"}},
+          "How do I create {d} and copy this directory's .txt files into it?",
+          "Can you put copies of the .txt files here into a new directory {d}?",
+          "How would I copy every .txt file here into a new folder named {d}?"}},
         {"terse",
          {"mkdir {d} and copy txt files into it", "new dir {d}, copy *.txt there",
-          "copy all .txt files into new folder {d}"}},
+          "copy all .txt files into new folder {d}", "mkdir {d}, cp *.txt into it",
+          "backup txt files to new dir {d}"}},
         {"polite",
          {"Please create a directory called {d} and copy every .txt file from here into it.",
-          "Could you make a {d} directory and put copies of the .txt files here in it?"}},
+          "Could you make a {d} directory and put copies of the .txt files here in it?",
+          "Would you create a folder {d} with copies of the .txt files from here?",
+          "Can you copy the .txt files here into a new {d} directory, please?"}},
         {"indirect",
          {"I want a new folder {d} holding copies of all the .txt files in this directory.",
           "I need the .txt files from here backed up into a new directory {d}."}},
@@ -252,30 +326,52 @@ const phrasing_table& terminal_phrasings() {
          {"hey make a folder {d} and copy the txt files here into it",
           "back up the .txt files in here to a new dir {d}"}}}},
       {"rename",
-       {{"imperative", {"Rename {f} to {g}.", "Change the name of {f} to {g}."}},
-        {"question", {"How do I rename {f} to {g}?", "Can you rename {f} as {g}?"}},
-        {"terse", {"rename {f} to {g}", "mv {f} {g}", "{f} -> {g}"}},
-        {"polite", {"Please rename {f} to {g}.", "Could you change the name of {f} to {g}?"}},
+       {{"imperative",
+         {"Rename {f} to {g}.", "Change the name of {f} to {g}.", "Move {f} to {g}.",
+          "Give {f} the new name {g}.", "Make {f} be named {g}."}},
+        {"question",
+         {"How do I rename {f} to {g}?", "Can you rename {f} as {g}?",
+          "Can you change the name of {f} to {g}?", "What command renames {f} to {g}?"}},
+        {"terse",
+         {"rename {f} to {g}", "mv {f} {g}", "{f} -> {g}", "rename {f} as {g}", "{f} to {g}",
+          "change name {f} to {g}"}},
+        {"polite",
+         {"Please rename {f} to {g}.", "Could you change the name of {f} to {g}?",
+          "Would you rename {f} to {g}, please?", "Can you give {f} the name {g}?"}},
         {"indirect", {"I'd like {f} to be called {g} from now on.", "I need {f} renamed to {g}."}},
         {"casual", {"hey rename {f} to {g} pls", "call {f} {g} instead"}}}},
       {"append",
-       {{"imperative", {"Append the line '{t}' to {f}.", "Add a line saying '{t}' at the end of {f}."}},
+       {{"imperative",
+         {"Append the line '{t}' to {f}.", "Add a line saying '{t}' at the end of {f}.",
+          "Write the line '{t}' at the end of {f}.", "Add '{t}' as the last line of {f}."}},
         {"question",
-         {"Can you add the line '{t}' to the end of {f}?", "How do I append '{t}' as a new line to {f}?"}},
-        {"terse", {"append '{t}' to {f}", "add line '{t}' to {f}", "echo '{t}' onto end of {f}"}},
+         {"Can you add the line '{t}' to the end of {f}?", "How do I append '{t}' as a new line to {f}?",
+          "Can you put '{t}' at the end of {f}?",
+          "How would I add the line '{t}' after the last line of {f}?"}},
+        {"terse",
+         {"append '{t}' to {f}", "add line '{t}' to {f}", "echo '{t}' onto end of {f}", "'{t}' >> {f}",
+          "add '{t}' at end of {f}"}},
         {"polite",
-         {"Please add '{t}' as a new last line of {f}.", "Could you append the line '{t}' to {f}?"}},
+         {"Please add '{t}' as a new last line of {f}.", "Could you append the line '{t}' to {f}?",
+          "Would you append '{t}' to {f}?", "Can you add the line '{t}' at the end of {f}, please?"}},
         {"indirect",
          {"I need a new line '{t}' at the bottom of {f}.",
           "I want '{t}' added to the end of {f} as its own line."}},
         {"casual", {"hey stick '{t}' at the end of {f}", "add '{t}' to the bottom of {f} pls"}}}},
       {"unique_count",
-       {{"imperative", {"Count the unique lines of {f}.", "Print the number of distinct lines in {f}."}},
-        {"question", {"How many distinct lines are in {f}?", "How many different lines does {f} have?"}},
-        {"terse", {"count unique lines in {f}", "number of distinct lines {f}", "unique line count {f}"}},
+       {{"imperative",
+         {"Count the unique lines of {f}.", "Print the number of distinct lines in {f}.",
+          "Tell me how many different lines {f} has.", "Count the lines of {f}, each distinct line once."}},
+        {"question",
+         {"How many distinct lines are in {f}?", "How many different lines does {f} have?",
+          "What is the number of unique lines in {f}?", "How many lines of {f} are distinct?"}},
+        {"terse",
+         {"count unique lines in {f}", "number of distinct lines {f}", "unique line count {f}",
+          "distinct lines in {f}", "{f} unique lines count"}},
         {"polite",
          {"Could you count how many unique lines {f} has?",
-          "Please tell me the number of distinct lines in {f}."}},
+          "Please tell me the number of distinct lines in {f}.", "Would you count the distinct lines of {f}?",
+          "Can you tell me how many unique lines {f} has, please?"}},
         {"indirect",
          {"I need to know how many different lines {f} has, ignoring repeats.",
           "I want the count of unique lines in {f}."}},
@@ -284,16 +380,22 @@ const phrasing_table& terminal_phrasings() {
       {"delete_ext",
        {{"imperative",
          {"Delete every .{e} file in this directory, but not in its subdirectories.",
-          "Remove the .{e} files of the current directory (leave subdirectories alone)."}},
+          "Remove the .{e} files of the current directory (leave subdirectories alone).",
+          "Remove all .{e} files at the top level of this directory.",
+          "Delete the .{e} files here, not those in subdirectories."}},
         {"question",
          {"Can you delete the .{e} files here, without touching subdirectories?",
-          "How do I remove all .{e} files in this directory only (not subdirectories)?"}},
+          "How do I remove all .{e} files in this directory only (not subdirectories)?",
+          "Can you get rid of the .{e} files in this directory only?",
+          "How would I delete the .{e} files here without going into subfolders?"}},
         {"terse",
          {"delete .{e} files here, not subdirs", "rm all .{e} files in current dir only",
-          "remove *.{e} (top level only)"}},
+          "remove *.{e} (top level only)", "rm *.{e} here only", "delete *.{e}, top level"}},
         {"polite",
          {"Please delete the .{e} files in this directory and leave the subdirectories alone.",
-          "Could you remove every .{e} file here (not in subfolders)?"}},
+          "Could you remove every .{e} file here (not in subfolders)?",
+          "Would you delete the .{e} files in this directory (not subdirectories)?",
+          "Can you remove the .{e} files here, leaving subfolders alone, please?"}},
         {"indirect",
          {"I want the .{e} files in this folder gone, but keep the ones in subfolders.",
           "I need to clean up the .{e} files at the top level of this directory."}},
@@ -303,43 +405,60 @@ const phrasing_table& terminal_phrasings() {
       {"replace_word",
        {{"imperative",
          {"In {f}, replace every occurrence of '{a}' with '{b}'.",
-          "Change every '{a}' in {f} to '{b}', editing the file in place."}},
+          "Change every '{a}' in {f} to '{b}', editing the file in place.",
+          "Replace {a} with {b} everywhere in {f}, editing it in place.",
+          "Substitute '{b}' for every '{a}' in {f}."}},
         {"question",
          {"Can you replace all '{a}' with '{b}' in {f}, in place?",
-          "How do I change every {a} to {b} inside {f}?"}},
+          "How do I change every {a} to {b} inside {f}?", "Can you change all the {a} words in {f} to {b}?",
+          "What command replaces every {a} with {b} in {f}?"}},
         {"terse",
-         {"replace {a} with {b} in {f}", "sed {a} -> {b} in {f} in place", "{a} to {b} everywhere in {f}"}},
+         {"replace {a} with {b} in {f}", "sed {a} -> {b} in {f} in place", "{a} to {b} everywhere in {f}",
+          "in {f} replace {a} by {b}", "{f}: {a} -> {b}", "change {a} to {b} in {f}"}},
         {"polite",
          {"Please replace each '{a}' in {f} with '{b}' (edit the file).",
-          "Could you swap every {a} for {b} in {f}?"}},
+          "Could you swap every {a} for {b} in {f}?", "Would you replace every {a} in {f} with {b}, please?",
+          "Can you edit {f} to say {b} instead of {a}?"}},
         {"indirect",
          {"I need every {a} in {f} changed to {b}, in the file itself.",
           "I want {f} edited so that it says {b} wherever it says {a}."}},
         {"casual", {"hey swap {a} for {b} everywhere in {f}", "fix {f}: every {a} should be {b}"}}}},
       {"show_file",
        {{"imperative",
-         {"Print the contents of {f}.", "Show what is in {f}.", "Display {f} in the terminal."}},
+         {"Print the contents of {f}.", "Show what is in {f}.", "Display {f} in the terminal.", "Output {f}.",
+          "Dump the contents of {f}.", "Read {f} out to me."}},
         {"question",
-         {"What does {f} contain?", "Can you show me the contents of {f}?", "What is inside {f}?"}},
-        {"terse", {"show {f}", "print {f}", "contents of {f}"}},
-        {"polite", {"Please print {f} for me.", "Could you show the contents of {f}, please?"}},
+         {"What does {f} contain?", "Can you show me the contents of {f}?", "What is inside {f}?",
+          "What does the file {f} say?", "Can you print {f}?", "What are the contents of {f}?"}},
+        {"terse", {"show {f}", "print {f}", "contents of {f}", "cat {f}", "view {f}", "{f} contents"}},
+        {"polite",
+         {"Please print {f} for me.", "Could you show the contents of {f}, please?", "Would you display {f}?",
+          "Can you show me {f}, please?"}},
         {"indirect", {"I need to see everything that is in {f}.", "I want to read the whole of {f}."}},
         {"casual", {"hey whats in {f}", "lemme see {f}"}}}},
       {"list_by_size",
        {{"imperative",
          {"List the files in this directory by size, largest first.",
-          "Show the files here sorted by size, biggest first."}},
+          "Show the files here sorted by size, biggest first.",
+          "Sort the files here by size, biggest first, and list them.",
+          "Print this directory's files from largest to smallest."}},
         {"question",
          {"Can you list the files here from largest to smallest?",
-          "How do I list this directory's files sorted by size, biggest first?"}},
-        {"terse", {"list files by size", "files here by size, largest first", "ls sorted by size"}},
+          "How do I list this directory's files sorted by size, biggest first?",
+          "What are the files here, largest first?", "Can you show this folder's files ordered by size?"}},
+        {"terse",
+         {"list files by size", "files here by size, largest first", "ls sorted by size",
+          "files by size desc", "ls by size, biggest first"}},
         {"polite",
          {"Please list the files in this directory from biggest to smallest.",
-          "Could you show me the files here ordered by size, largest first?"}},
+          "Could you show me the files here ordered by size, largest first?",
+          "Would you list the files here from largest to smallest?",
+          "Can you sort this directory's files by size for me, biggest first?"}},
         {"indirect",
          {"I need this folder's files ordered from the biggest to the smallest.",
           "I want to see the files here ranked by how big they are."}},
-        {"casual", {"hey list the files here by size, big ones first", "which files here are big? sort em by size"}}}},
+        {"casual",
+         {"hey list the files here by size, big ones first", "which files here are big? sort em by size"}}}},
       {"largest_file",
        {{"imperative",
          {"Print the name of the largest file in this directory (not in subdirectories).",
@@ -376,6 +495,84 @@ const phrasing_table& terminal_phrasings() {
         {"casual",
          {"hey how many lines in all the .{e} files here combined",
           "total line count for the .{e} files in this dir?"}}}},
+      // Train-only templates: the train families alone (the test split never draws them).
+      {"line_n",
+       {{"imperative", {"Show line {k} of {f}.", "Print only line {k} of {f}.", "Output line number {k} of {f}."}},
+        {"question", {"What is on line {k} of {f}?", "What does line {k} of {f} say?"}},
+        {"terse", {"line {k} of {f}", "show line {k} {f}", "{f} line {k} only"}},
+        {"polite", {"Could you print line {k} of {f}?", "Please show me just line {k} of {f}."}}}},
+      {"skip_header",
+       {{"imperative",
+         {"Print {f} without its first line.", "Show {f} but skip the header line.",
+          "Output everything in {f} except the first line."}},
+        {"question",
+         {"What does {f} contain after its header line?", "Can you print {f} without the header?"}},
+        {"terse", {"{f} without header", "skip first line of {f}", "print {f} minus the header line"}},
+        {"polite",
+         {"Could you show {f} without its first line?", "Please print {f}, leaving out the header line."}}}},
+      {"count_matching",
+       {{"imperative",
+         {"Count the lines of {f} that contain {w}.", "Print how many lines in {f} mention {w}."}},
+        {"question",
+         {"How many lines of {f} contain {w}?", "In how many lines does {w} appear in {f}?"}},
+        {"terse", {"count lines with {w} in {f}", "number of {w} lines in {f}", "grep count {w} {f}"}},
+        {"polite",
+         {"Could you count the lines in {f} that have {w}?",
+          "Please tell me how many lines of {f} contain {w}."}}}},
+      {"touch_file",
+       {{"imperative", {"Create an empty file named {g}.", "Make a new empty file {g}."}},
+        {"question", {"How do I create an empty file called {g}?", "Can you make an empty file {g}?"}},
+        {"terse", {"new empty file {g}", "create {g}", "empty file {g}"}},
+        {"polite", {"Could you create an empty file called {g}?", "Please make a new, empty file named {g}."}}}},
+      {"copy_file",
+       {{"imperative", {"Copy {f} to {g}.", "Make a copy of {f} named {g}."}},
+        {"question", {"How do I copy {f} to {g}?", "Can you duplicate {f} as {g}?"}},
+        {"terse", {"copy {f} to {g}", "cp {f} as {g}", "duplicate {f} -> {g}"}},
+        {"polite", {"Could you copy {f} to {g}?", "Please make a copy of {f} called {g}."}}}},
+      {"reverse_lines",
+       {{"imperative",
+         {"Print the lines of {f} in reverse order.", "Show {f} with its last line first."}},
+        {"question",
+         {"What does {f} look like with its lines reversed?", "Can you print {f} from the bottom up?"}},
+        {"terse", {"reverse lines of {f}", "{f} lines reversed", "print {f} backwards by line"}},
+        {"polite",
+         {"Could you print {f} in reverse line order?", "Please show the lines of {f}, last one first."}}}},
+      {"char_count",
+       {{"imperative", {"Count the characters in {f}.", "Print the number of bytes in {f}."}},
+        {"question", {"How many characters does {f} have?", "What is the size of {f} in bytes?"}},
+        {"terse", {"count chars in {f}", "byte count {f}", "characters in {f}"}},
+        {"polite",
+         {"Could you count the characters in {f}?", "Please tell me how many bytes {f} contains."}}}},
+      {"delete_file",
+       {{"imperative", {"Delete {f}.", "Remove the file {f}."}},
+        {"question", {"How do I delete {f}?", "Can you remove {f}?"}},
+        {"terse", {"delete {f}", "rm {f}", "remove {f}"}},
+        {"polite", {"Could you delete {f}?", "Please remove the file {f}."}}}},
+      {"sort_unique",
+       {{"imperative",
+         {"Sort {f} and drop the duplicate lines.", "Print the lines of {f} sorted, each distinct line once."}},
+        {"question",
+         {"What are the distinct lines of {f}, sorted?", "Can you sort {f} and remove duplicates?"}},
+        {"terse", {"sort {f} unique", "sorted unique lines of {f}", "dedupe and sort {f}"}},
+        {"polite",
+         {"Could you sort {f} without the repeated lines?", "Please print {f} sorted with duplicates removed."}}}},
+      {"uppercase",
+       {{"imperative", {"Print {f} in uppercase.", "Show the contents of {f} in capital letters."}},
+        {"question", {"What does {f} look like in all caps?", "Can you print {f} converted to uppercase?"}},
+        {"terse", {"uppercase {f}", "{f} in caps", "convert {f} to upper case"}},
+        {"polite", {"Could you print {f} in uppercase?", "Please show {f} with every letter capitalized."}}}},
+      {"mkdir_nested",
+       {{"imperative",
+         {"Create the directory {d}, with its parents.", "Make the nested folders {d}."}},
+        {"question", {"How do I create the nested directories {d}?", "Can you make the folder path {d}?"}},
+        {"terse", {"mkdir {d} with parents", "nested dirs {d}", "create folders {d}"}},
+        {"polite",
+         {"Could you create the directories {d}, parents included?", "Please make the nested folders {d}."}}}},
+      {"move_into",
+       {{"imperative", {"Move {f} into the {d} folder.", "Put {f} in the directory {d}."}},
+        {"question", {"How do I move {f} into {d}?", "Can you move {f} into the {d} directory?"}},
+        {"terse", {"move {f} into {d}", "mv {f} to {d}/", "{f} into {d}"}},
+        {"polite", {"Could you move {f} into {d}?", "Please put {f} into the {d} folder."}}}},
   };
   return t;
 }
@@ -386,25 +583,39 @@ const phrasing_table& terminal_phrasings() {
 const phrasing_table& followup_phrasings() {
   static const phrasing_table t = {
       {"other_file",
-       {{"imperative", {"Now do the same for {g}.", "Do the same with {g}."}},
-        {"question", {"What about {g}?", "And for {g}?"}},
-        {"terse", {"same for {g}", "now {g}"}},
-        {"polite", {"Could you do the same for {g}, please?", "Thanks! Now the same for {g} please."}},
+       {{"imperative",
+         {"Now do the same for {g}.", "Do the same with {g}.", "Now run it on {g}.", "Repeat that for {g}."}},
+        {"question", {"What about {g}?", "And for {g}?", "Can you do that for {g} too?", "How about {g}?"}},
+        {"terse", {"same for {g}", "now {g}", "{g} too", "same, {g}"}},
+        {"polite",
+         {"Could you do the same for {g}, please?", "Thanks! Now the same for {g} please.",
+          "Would you do the same for {g}?", "Please do that for {g} as well."}},
         {"indirect", {"I need the same thing for {g} too.", "I'd like that for {g} as well."}},
         {"casual", {"cool, now {g}", "do that again but for {g}"}}}},
       {"other_count",
-       {{"imperative", {"Now count the {x} of it.", "Now count its {x} too."}},
-        {"question", {"And the {x}?", "How many {x} does it have?"}},
-        {"terse", {"and {x}", "now {x}"}},
-        {"polite", {"Could you count its {x} as well, please?", "Thanks, now the {x} please."}},
+       {{"imperative",
+         {"Now count the {x} of it.", "Now count its {x} too.", "Now count {x} instead.",
+          "Count the {x} of that file too."}},
+        {"question",
+         {"And the {x}?", "How many {x} does it have?", "What about its {x}?", "And how many {x}?"}},
+        {"terse", {"and {x}", "now {x}", "{x} now", "its {x}"}},
+        {"polite",
+         {"Could you count its {x} as well, please?", "Thanks, now the {x} please.",
+          "Would you count the {x} too?", "Please count the {x} of it as well."}},
         {"indirect",
          {"I also need the number of {x} in that file.", "I'd like the {x} of the same file too."}},
         {"casual", {"ok and the {x}?", "what about {x}"}}}},
       {"part_of_it",
-       {{"imperative", {"Now show the {p} {k} lines of it.", "Print the {p} {k} lines of that file."}},
-        {"question", {"What are the {p} {k} lines of it?", "And what about the {p} {k} lines of it?"}},
-        {"terse", {"{p} {k} lines of it", "now the {p} {k} lines"}},
-        {"polite", {"Could you also show me its {p} {k} lines?", "Thanks, now the {p} {k} lines please."}},
+       {{"imperative",
+         {"Now show the {p} {k} lines of it.", "Print the {p} {k} lines of that file.",
+          "Show its {p} {k} lines.", "Now print the {p} {k} lines."}},
+        {"question",
+         {"What are the {p} {k} lines of it?", "And what about the {p} {k} lines of it?",
+          "Can you show the {p} {k} lines of it?", "What do its {p} {k} lines say?"}},
+        {"terse", {"{p} {k} lines of it", "now the {p} {k} lines", "{p} {k} of it", "its {p} {k} lines"}},
+        {"polite",
+         {"Could you also show me its {p} {k} lines?", "Thanks, now the {p} {k} lines please.",
+          "Would you show its {p} {k} lines?", "Please print the {p} {k} lines of it."}},
         {"indirect",
          {"I also want to see the {p} {k} lines of that file.", "I need its {p} {k} lines as well."}},
         {"casual", {"ok show me the {p} {k} lines of it", "lemme see the {p} {k} lines of that one"}}}},
@@ -467,8 +678,9 @@ bool overlaps(const std::string& a, const std::string& b) {
 // recalling one of a few. A third are 2-3 syllables over every letter and the common English onsets, vowel
 // pairs and codas; two thirds join 2-3 pieces of english_words() (the first often a word's start), so the
 // pieces a BPE tokenizer learns from English text (`ord`, `cont`, `ers`, `gest`), which real test names split
-// into, are written in training replies too, not only read in prompts (docs/tasks.md "File names"). None
-// overlaps a test word or a filler word (either way round), so no test name is ever a train name and grep/sed
+// into, are written in training replies too, not only read in prompts (docs/tasks.md "File names"). A quarter
+// start with a vowel (no first onset, or a first piece from a vowel-initial word's start), as many real names
+// do (`inventory`, `orders`). None overlaps a test word or a filler word (either way round), so no test name is ever a train name and grep/sed
 // counts stay exact.
 std::string pseudo_word(rng& r) {
   static const std::vector<std::string> onsets = {
@@ -481,21 +693,31 @@ std::string pseudo_word(rng& r) {
   static const std::vector<std::string> codas = {"l",  "n",  "r",  "s",  "t",  "m",  "k",  "x",  "ck",
                                                  "ct", "ft", "ld", "mp", "nd", "ng", "nk", "nt", "rd",
                                                  "rk", "rm", "rn", "rt", "sh", "sk", "st", "th"};
+  // English words that start with a vowel: a quarter of the made-up words start like one of them.
+  static const std::vector<std::string> vowel_words = [] {
+    std::vector<std::string> v;
+    for (const auto& w : english_words()) {
+      if (std::string("aeiou").find(w[0]) != std::string::npos) v.push_back(w);
+    }
+    return v;
+  }();
   for (;;) {
     std::string w;
+    const bool vowel_first = r.range(0, 3) == 0;
     if (r.range(0, 2) == 0) {
       const int64_t syllables = r.range(2, 3);
       for (int64_t i = 0; i < syllables; ++i) {
-        w += r.pick(onsets);
+        if (i > 0 || !vowel_first) w += r.pick(onsets);
         w += r.pick(vowels);
         if (r.range(0, 2) == 0) w += r.pick(codas);
       }
     } else {
       const int64_t pieces = r.range(2, 3);
       for (int64_t i = 0; i < pieces; ++i) {
-        const std::string& from = r.pick(english_words());
+        const bool from_start = i == 0 && (vowel_first || r.range(0, 1) == 0);
+        const std::string& from = r.pick(i == 0 && vowel_first ? vowel_words : english_words());
         const int64_t len = r.range(2, std::min<int64_t>(5, int64_t(from.size())));
-        const int64_t start = i == 0 && r.range(0, 1) == 0 ? 0 : r.range(0, int64_t(from.size()) - len);
+        const int64_t start = from_start ? 0 : r.range(0, int64_t(from.size()) - len);
         w += from.substr(size_t(start), size_t(len));
       }
       if (w.size() < 5) continue;
@@ -862,6 +1084,85 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     p.compare = compare_mode::count;
     p.vars = {{"e", e}};
     p.reference = "cat *." + e + " | wc -l";
+  } else if (tmpl == "line_n" || tmpl == "skip_header" || tmpl == "reverse_lines" || tmpl == "char_count" ||
+             tmpl == "uppercase") {
+    tb.base(kExts);
+    const int64_t k = tmpl == "line_n" ? r.range(1, 12) : 0;
+    const int64_t n = std::max<int64_t>(k, 1) + r.range(2, 10);
+    const std::string f = tb.add_target(kExts, lines_text(filler_lines(r, n)));
+    const std::string q = shell_quote(f);
+    p.params = {{"lines", n}, {"file", f}};
+    if (k) p.params["k"] = k;
+    p.vars = {{"f", shown(f)}, {"k", S(k)}};
+    p.compare = tmpl == "char_count" ? compare_mode::count : compare_mode::stdout_text;
+    if (tmpl == "line_n") p.reference = "sed -n '" + S(k) + "p' " + q;
+    if (tmpl == "skip_header") p.reference = "tail -n +2 " + q;
+    if (tmpl == "reverse_lines") p.reference = "tac " + q;
+    if (tmpl == "char_count") p.reference = "wc -c " + (f.find(' ') == std::string::npos ? q : "< " + q);
+    if (tmpl == "uppercase") p.reference = "tr a-z A-Z < " + q;
+  } else if (tmpl == "count_matching") {
+    tb.base(kExts);
+    const int64_t m = r.range(1, 6);
+    const std::string w = pool_pick(r, s, &name_pools::words);
+    auto lines = filler_lines(r, m + r.range(2, 10));
+    std::vector<size_t> idx(lines.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    r.shuffle(idx);
+    for (int64_t i = 0; i < m; ++i) lines[idx[size_t(i)]] += " " + w;
+    const std::string f = tb.add_target(kExts, lines_text(lines));
+    p.params = {{"matches", m}, {"word", w}, {"file", f}};
+    p.compare = compare_mode::count;
+    p.vars = {{"f", shown(f)}, {"w", w}};
+    p.reference = "grep -c " + w + " " + shell_quote(f);
+  } else if (tmpl == "touch_file") {
+    tb.base(kExts);
+    const std::string g = tb.fresh("", kExts);
+    p.params = {{"to", g}};
+    p.compare = compare_mode::files;
+    p.vars = {{"g", g}};
+    p.reference = "touch " + g;
+  } else if (tmpl == "copy_file" || tmpl == "delete_file") {
+    tb.base(kExts);
+    const std::string f = tb.files[size_t(r.range(0, 1))].path;
+    p.params = {{"file", f}};
+    p.compare = compare_mode::files;
+    p.vars = {{"f", shown(f)}};
+    if (tmpl == "delete_file") {
+      p.reference = "rm " + shell_quote(f);
+    } else {
+      const std::string g = r.range(0, 1) ? f + ".bak" : tb.fresh("", kExts);
+      p.params["to"] = g;
+      p.vars["g"] = g;
+      p.reference = "cp " + shell_quote(f) + " " + g;
+    }
+  } else if (tmpl == "sort_unique") {
+    tb.base(kExts);
+    const auto pool = filler_lines(r, r.range(2, 8));
+    std::vector<std::string> lines = pool;
+    for (int64_t i = r.range(2, 8); i > 0; --i) lines.push_back(r.pick(pool));
+    r.shuffle(lines);
+    const std::string f = tb.add_target(kExts, lines_text(lines));
+    p.params = {{"distinct", int64_t(pool.size())}, {"file", f}};
+    p.compare = compare_mode::stdout_text;
+    p.vars = {{"f", shown(f)}};
+    p.reference = "sort -u " + shell_quote(f);
+  } else if (tmpl == "mkdir_nested") {
+    tb.base(kExts);
+    std::string d = pool_pick(r, s, &name_pools::new_dirs);
+    for (int64_t i = r.range(1, 2); i > 0; --i) {
+      d += "/" + (r.range(0, 2) == 0 ? S(r.range(2015, 2026)) : pool_pick(r, s, &name_pools::new_dirs));
+    }
+    p.params = {{"dir", d}};
+    p.compare = compare_mode::files;
+    p.vars = {{"d", d}};
+    p.reference = "mkdir -p " + d;
+  } else if (tmpl == "move_into") {
+    tb.base(kExts);
+    const std::string f = tb.files[size_t(r.range(0, 1))].path;
+    p.params = {{"file", f}, {"dir", tb.subdir}};
+    p.compare = compare_mode::files;
+    p.vars = {{"f", shown(f)}, {"d", tb.subdir}};
+    p.reference = "mv " + shell_quote(f) + " " + tb.subdir + "/";
   } else {
     MOXI_ASSERT(false, "unknown terminal template");
   }
@@ -1310,7 +1611,7 @@ std::string repeat_text(rng& r, split s) {
 std::vector<std::string> names_for(const std::vector<template_info>& all, split s) {
   std::vector<std::string> v;
   for (const auto& t : all) {
-    if (s == split::test || !t.test_only) v.push_back(t.name);
+    if (s == split::test ? !t.train_only : !t.test_only) v.push_back(t.name);
   }
   return v;
 }

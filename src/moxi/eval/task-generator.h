@@ -22,11 +22,14 @@ std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed,
 
 // A generator template and where it appears: `shared` templates appear in both splits, with the test
 // split drawing the parameters named in `holdout` from a range train never uses; `test_only` templates
-// never appear in train (they use train's parameter ranges, so that they measure the template alone).
+// never appear in train (they use train's parameter ranges, so that they measure the template alone);
+// `train_only` templates never appear in the test split (commands the hand-written user prompts ask for,
+// taught so that the test split's composition stays what it was; tasks/user-prompts.jsonl measures them).
 struct template_info {
   std::string name;
   bool test_only = false;
   std::string holdout;  // the held-out rule, in words (docs/tasks.md lists the same)
+  bool train_only = false;
 };
 std::vector<template_info> templates(domain d);
 
