@@ -52,7 +52,8 @@ void expect_long_division(const std::vector<std::string>& lines, int64_t answer)
     std::istringstream in(l);
     int64_t p = 0, y1 = 0, q = 0, q2 = 0, y2 = 0, m = 0, p2 = 0, m2 = 0, r = 0;
     char slash = 0, eq1 = 0, c1 = 0, star = 0, eq2 = 0, c2 = 0, minus = 0, eq3 = 0;
-    in >> p >> slash >> y1 >> eq1 >> q >> c1 >> q2 >> star >> y2 >> eq2 >> m >> c2 >> p2 >> minus >> m2 >> eq3 >> r;
+    in >> p >> slash >> y1 >> eq1 >> q >> c1 >> q2 >> star >> y2 >> eq2 >> m >> c2 >> p2 >> minus >> m2 >>
+        eq3 >> r;
     ASSERT_FALSE(in.fail());
     EXPECT_EQ((std::string{slash, eq1, c1, star, eq2, c2, minus, eq3}), "/=,*=,-=");
     EXPECT_EQ(p, part);
