@@ -682,8 +682,8 @@ bool overlaps(const std::string& a, const std::string& b) {
 // pieces a BPE tokenizer learns from English text (`ord`, `cont`, `ers`, `gest`), which real test names split
 // into, are written in training replies too, not only read in prompts (docs/tasks.md "File names"). A quarter
 // start with a vowel (no first onset, or a first piece from a vowel-initial word's start), as many real names
-// do (`inventory`, `orders`). None overlaps a test word or a filler word (either way round), so no test name is ever a train name and grep/sed
-// counts stay exact.
+// do (`inventory`, `orders`). None overlaps a test word or a filler word (either way round), so no test name
+// is ever a train name and grep/sed counts stay exact.
 std::string pseudo_word(rng& r) {
   static const std::vector<std::string> onsets = {
       "b",  "c",  "d",  "f",  "g",  "h",  "j",  "k",  "l",  "m",  "n",  "p",  "qu", "r",  "s",  "t",
