@@ -431,8 +431,10 @@ TEST(DistRl, ARankWithoutRowsChangesNothingBitForBit) {
 // Four prompts, two per rank: the same rollouts and keep decisions at every step, the same update up to
 // float rounding. Each rank's forward runs on its own rows (other shapes, so other GEMM blockings and
 // summation orders); the gradients are summed across ranks and the loss shares make the sum the single
-// process's. With QAT off the trainer's graph is smooth and the runs stay within rounding: measured
-// parameters 3.2e-8 apart relative to their norm, grad norms within 4e-6.
+// process's. With QAT off the runs stay within rounding, up to the graph's few discontinuities (the
+// routers' and the DSA indexer's top-k, where a score moved by rounding can pick another expert or key):
+// measured parameters 3.2e-8 apart relative to their norm and grad norms within 4e-6 on one draw of the
+// prompts, 1.3e-6 and 1.5e-4 on another (the generator's current one).
 void check_two_ranks_of_half_the_prompts(bool qat, double param_bound, double grad_norm_bound) {
   moxi::testing::temp_dir tmp("moxi-dist-rl");
   const auto [one, two] = one_and_two(tmp, write_rl_recipe(tmp.path(), 3, 4, 4, qat));
@@ -462,7 +464,7 @@ void check_two_ranks_of_half_the_prompts(bool qat, double param_bound, double gr
 }
 
 TEST(DistRl, TwoRanksOfHalfThePromptsEqualOneProcessOfAllOfThem) {
-  check_two_ranks_of_half_the_prompts(false, 1e-6, 1e-4);
+  check_two_ranks_of_half_the_prompts(false, 5e-6, 1e-3);
 }
 
 // With QAT on (as RL runs by default) the expert inputs are rounded to MXFP8 in the forward, and an input
