@@ -876,6 +876,16 @@ std::string content_of_new_size(rng& r, int64_t lo, int64_t hi, std::set<size_t>
   return c;
 }
 
+// n filler lines, m of them (at random places) ending in " w": the files of grep_lines and count_matching.
+std::vector<std::string> lines_with_word(rng& r, const std::string& w, int64_t m, int64_t n) {
+  auto lines = filler_lines(r, n);
+  std::vector<size_t> idx(lines.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  r.shuffle(idx);
+  for (int64_t i = 0; i < m; ++i) lines[idx[size_t(i)]] += " " + w;
+  return lines;
+}
+
 // A terminal request before it is worded: the values its phrasings name, the reference command, and how
 // outcomes are compared. params["file"] is the file a single-file request is about.
 struct terminal_parts {
@@ -937,12 +947,7 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     tb.base(kExts);
     const int64_t m = rg({{1, 2}, {5, 6}}, {{3, 4}});
     const std::string w = pool_pick(r, s, &name_pools::words);
-    auto lines = filler_lines(r, m + r.range(3, 10));
-    std::vector<size_t> idx(lines.size());
-    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-    r.shuffle(idx);
-    for (int64_t i = 0; i < m; ++i) lines[idx[size_t(i)]] += " " + w;
-    const std::string f = tb.add_target(kExts, lines_text(lines));
+    const std::string f = tb.add_target(kExts, lines_text(lines_with_word(r, w, m, m + r.range(3, 10))));
     p.params = {{"matches", m}, {"word", w}, {"file", f}};
     p.compare = compare_mode::stdout_text;
     p.vars = {{"f", shown(f)}, {"w", w}};
@@ -1106,12 +1111,7 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     tb.base(kExts);
     const int64_t m = r.range(1, 6);
     const std::string w = pool_pick(r, s, &name_pools::words);
-    auto lines = filler_lines(r, m + r.range(2, 10));
-    std::vector<size_t> idx(lines.size());
-    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-    r.shuffle(idx);
-    for (int64_t i = 0; i < m; ++i) lines[idx[size_t(i)]] += " " + w;
-    const std::string f = tb.add_target(kExts, lines_text(lines));
+    const std::string f = tb.add_target(kExts, lines_text(lines_with_word(r, w, m, m + r.range(2, 10))));
     p.params = {{"matches", m}, {"word", w}, {"file", f}};
     p.compare = compare_mode::count;
     p.vars = {{"f", shown(f)}, {"w", w}};
