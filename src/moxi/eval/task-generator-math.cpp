@@ -433,7 +433,8 @@ task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template
     // Exact division worked as long division (share teaches it; div asks the same operation in words train
     // never uses).
     std::vector<std::string> lines = {expr};
-    MOXI_ASSERT(long_division(a * b, b, lines) == a, "long division disagrees with the quotient");
+    const int64_t quotient = long_division(a * b, b, lines);
+    MOXI_ASSERT(quotient == a, "long division disagrees with the quotient");
     std::string out;
     for (const auto& l : lines) out += l + "\n";
     t.reference = out + "Answer: " + S(answer);
