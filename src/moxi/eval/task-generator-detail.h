@@ -101,4 +101,12 @@ task make_vision(rng& r, split s, const std::string& tmpl);
 // test name word or a filler word.
 const std::vector<std::string>& english_words();
 
+// The terminal phrasing families (task-generator-phrasings.cpp): template -> family -> phrasings.
+// Placeholders: {f} file, {g} second file or new name, {k} number, {w} word, {e} extension, {d} directory,
+// {t} text, {a} and {b} words, {x} lines/words, {p} first/last.
+using phrasing_table = std::map<std::string, std::map<std::string, std::vector<std::string>>>;
+const phrasing_table& terminal_phrasings();
+// Follow-up requests: kind (other_file, other_count, part_of_it) -> family -> phrasings.
+const phrasing_table& followup_phrasings();
+
 }  // namespace moxi::eval::detail
