@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cctype>
 #include <fstream>
 #include <map>
@@ -14,6 +16,7 @@
 #include "common/int-expression.h"
 #include "common/temp-dir.h"
 #include "moxi/base/error.h"
+#include "moxi/eval/task-generator-detail.h"
 #include "moxi/formats/bpe-trainer.h"
 #include "moxi/formats/tokenizer.h"
 
@@ -517,6 +520,180 @@ TEST(TaskGenerator, HistoryRoundTripsAndBadHistoryIsRejected) {
 
 // The hand-written prompt set: large enough, well formed, and worded unlike anything the generator makes
 // (its references are run through their checkers in check-test.cpp).
+// Casual rewrites and docstring-free programs are train only, leave the test split as it is, and keep what
+// the reply copies: the file names (FileNamesAreVariedQuotedAndNamedInTheRequest), the operands
+// (MathAnswersAreTheValueOfTheirExpressionAndPrompt) and the program (checked here).
+TEST(TaskGenerator, CasualRewritesAreTrainOnly) {
+  for (auto d : kDomains) {
+    SCOPED_TRACE(to_string(d));
+    int rewritten = 0, casual = 0, no_doc = 0;
+    const int n = 1500;
+    for (const auto& t : generate_tasks(d, split::train, n, 12)) {
+      rewritten += t.params.value("rewritten", false);
+      casual += t.params.value("casual", false);
+      if (t.params.value("docstring", true)) continue;
+      ++no_doc;
+      EXPECT_EQ(t.program.find("\"\"\""), std::string::npos) << t.id;
+      EXPECT_EQ(t.reference.find("\"\"\""), std::string::npos) << t.id;
+      EXPECT_NE(t.program, t.reference) << t.id;
+      EXPECT_NE(t.prompt.find("\n\n" + t.program), std::string::npos) << t.id;
+      // The program and its fix differ in one place, as with the docstring.
+      size_t a = 0;
+      while (a < t.program.size() && t.program[a] == t.reference[a]) ++a;
+      EXPECT_GT(a, t.program.find('\n')) << t.id << ": the def line changed";
+    }
+    // A third rewritten (the stream decides: 1/3 within a few standard deviations), two fifths of the
+    // math phrasings casual (every train math template has casual phrasings), a third of the programs without a docstring.
+    EXPECT_NEAR(rewritten, n / 3, 80);
+    EXPECT_NEAR(casual, d == domain::math ? n * 2 / 5 : 0, 90);
+    EXPECT_NEAR(no_doc, d == domain::code ? n / 3 : 0, 80);
+    for (auto s : {split::test, split::length}) {
+      if (s == split::length && d != domain::math) continue;
+      for (const auto& t : generate_tasks(d, s, 500, 12)) {
+        EXPECT_FALSE(t.params.contains("rewritten") || t.params.contains("casual") ||
+                     t.params.contains("docstring"))
+            << t.id;
+      }
+    }
+  }
+}
+
+// Words of a phrasing: lowercase letter runs.
+std::set<std::string> words_of(const std::string& text) {
+  std::set<std::string> w;
+  std::string cur;
+  for (char c : text + " ") {
+    if (std::isalpha(static_cast<unsigned char>(c))) {
+      cur += char(std::tolower(static_cast<unsigned char>(c)));
+    } else if (!cur.empty()) {
+      w.insert(cur);
+      cur.clear();
+    }
+  }
+  return w;
+}
+
+// The casual markers and the casual math phrasings use no word that only a held-out family uses, so a
+// held-out family stays a way of asking that train never shows (families restated in family_rules and
+// below).
+TEST(TaskGenerator, CasualWordsAreNoHeldOutFamilysOwn) {
+  namespace dt = moxi::eval::detail;
+  std::set<std::string> train_words, test_words;
+  auto add = [](std::set<std::string>& to, const std::string& text) {
+    for (const auto& w : words_of(text)) to.insert(w);
+  };
+  const auto& terminal_rule = family_rules().at(domain::terminal);
+  for (const auto* table : {&dt::terminal_phrasings(), &dt::followup_phrasings()}) {
+    for (const auto& [tmpl, fams] : *table) {
+      for (const auto& [fam, phrasings] : fams) {
+        for (const auto& p : phrasings) add(terminal_rule.second.count(fam) ? test_words : train_words, p);
+      }
+    }
+  }
+  const auto& code_rule = family_rules().at(domain::code);
+  for (const auto& [fam, phrasings] : dt::code_phrasings()) {
+    for (const auto& p : phrasings) add(code_rule.second.count(fam) ? test_words : train_words, p);
+  }
+  std::set<std::string> all_test = test_words, all_train = train_words;
+  // Math: per template, as its families are held out per template (the test-only templates div and ages
+  // are held out whole and, as docs/tasks.md says, made of pieces train teaches).
+  const std::set<std::string> math_test_families = {"sum_of",     "bare",     "difference", "product_of",
+                                                    "evaluate",   "gives",    "trip",       "bank",
+                                                    "groups"};
+  std::map<std::string, std::pair<std::set<std::string>, std::set<std::string>>> math_words;  // train, test
+  for (const auto& [tmpl, fams] : dt::math_families()) {
+    for (const auto& f : fams) {
+      const bool test_only = math_test_families.count(f.name) || tmpl == "div" || tmpl == "ages";
+      for (const auto& p : f.phrasings) {
+        add(test_only ? math_words[tmpl].second : math_words[tmpl].first, p);
+        add(test_only ? all_test : all_train, p);
+      }
+    }
+  }
+  auto held_out_only = [](const std::set<std::string>& test, const std::set<std::string>& train) {
+    std::set<std::string> only;
+    for (const auto& w : test) {
+      if (!train.count(w)) only.insert(w);
+    }
+    return only;
+  };
+  const auto everywhere = held_out_only(all_test, all_train);
+  ASSERT_TRUE(everywhere.count("whats") && everywhere.count("hey")) << "the restated families lost their words";
+  for (const auto* markers : {&dt::casual_prefixes(), &dt::casual_suffixes()}) {
+    for (const auto& m : *markers) {
+      for (const auto& w : words_of(m)) EXPECT_FALSE(everywhere.count(w)) << "'" << m << "' uses " << w;
+    }
+  }
+  ASSERT_TRUE(held_out_only(math_words["add"].second, math_words["add"].first).count("sum"));
+  for (const auto& [tmpl, phrasings] : dt::math_casual_phrasings()) {
+    const auto only = held_out_only(math_words[tmpl].second, math_words[tmpl].first);
+    for (const auto& p : phrasings) {
+      for (const auto& w : words_of(p)) EXPECT_FALSE(only.count(w)) << tmpl << ": '" << p << "' uses " << w;
+    }
+  }
+}
+
+// The request up to the case of word initials and a final punctuation mark.
+bool same_surface(const std::string& request, const std::string& body) {
+  std::string want = request;
+  if (body.size() + 1 == want.size() && std::string(".?!").find(want.back()) != std::string::npos) {
+    want.pop_back();
+  }
+  if (body.size() != want.size()) return false;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const bool initial = i == 0 || want[i - 1] == ' ';
+    if (initial ? std::tolower(static_cast<unsigned char>(body[i])) !=
+                      std::tolower(static_cast<unsigned char>(want[i]))
+                : body[i] != want[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// casualize changes only the surface: taken apart into marker, body and marker, the body is the request up
+// to the case of word initials and a final punctuation mark, and words the reply copies keep their case.
+TEST(TaskGenerator, CasualRewriteChangesOnlyTheSurface) {
+  namespace dt = moxi::eval::detail;
+  dt::rng r(5);
+  int prefixed = 0, suffixed = 0;
+  for (auto d : {domain::terminal, domain::code}) {
+    for (const auto& t : generate_tasks(d, split::test, 400, 21)) {
+      const std::string request = t.prompt.substr(0, t.prompt.find("\n\n"));
+      std::string keep = t.reference + "\n" + t.test;
+      for (const auto& f : t.files) keep += "\n" + f.path;
+      const std::string out = dt::casualize(r, request, keep);
+      ASSERT_NE(out, request);
+      // Some marker (or none) before and after, around the request's surface.
+      bool matched = false;
+      std::vector<std::string> prefixes = dt::casual_prefixes(), suffixes = dt::casual_suffixes();
+      prefixes.push_back("");
+      suffixes.push_back("");
+      for (const auto& p : prefixes) {
+        for (const auto& x : suffixes) {
+          if (matched || out.size() < p.size() + x.size() || out.rfind(p, 0) != 0 ||
+              out.compare(out.size() - x.size(), x.size(), x) != 0) {
+            continue;
+          }
+          if (same_surface(request, out.substr(p.size(), out.size() - p.size() - x.size()))) {
+            matched = true;
+            prefixed += !p.empty();
+            suffixed += !x.empty();
+          }
+        }
+      }
+      EXPECT_TRUE(matched) << request << " -> " << out;
+      for (const auto& f : t.files) {
+        if (request.find(f.path) != std::string::npos) {
+          EXPECT_NE(out.find(f.path), std::string::npos) << out;
+        }
+      }
+    }
+  }
+  EXPECT_GT(prefixed, 100);
+  EXPECT_GT(suffixed, 200);
+}
+
 TEST(TaskGenerator, UserPromptSetLoadsAndIsNotGenerated) {
   const auto tasks = read_jsonl(std::string(MOXI_SOURCE_DIR) + "/tasks/user-prompts.jsonl");
   std::map<domain, int> per_domain;

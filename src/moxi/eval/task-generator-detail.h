@@ -108,5 +108,18 @@ using phrasing_table = std::map<std::string, std::map<std::string, std::vector<s
 const phrasing_table& terminal_phrasings();
 // Follow-up requests: kind (other_file, other_count, part_of_it) -> family -> phrasings.
 const phrasing_table& followup_phrasings();
+// Code requests: family -> phrasings with {desc} (what the program should do), {ex} (a call), {want} (its value).
+const std::map<std::string, std::vector<std::string>>& code_phrasings();
+
+// Math phrasing families per template (task-generator-math.cpp), and the casual phrasings only train uses,
+// per template (same placeholders, plus {et}: the expression without spaces).
+const std::map<std::string, std::vector<family>>& math_families();
+const std::map<std::string, std::vector<std::string>>& math_casual_phrasings();
+
+// Casual rewrites (task-generator-casual.cpp), train only: lowercased words, no final punctuation, a
+// greeting before or a "pls" after. Words of `keep` (the names and values the reply copies) stay as they are.
+std::string casualize(rng& r, const std::string& text, const std::string& keep);
+const std::vector<std::string>& casual_prefixes();
+const std::vector<std::string>& casual_suffixes();
 
 }  // namespace moxi::eval::detail

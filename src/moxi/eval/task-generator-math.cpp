@@ -311,6 +311,37 @@ const std::map<std::string, std::vector<family>>& math_families() {
   return f;
 }
 
+// Train only, for a share of train items: requests typed the way people type them. No word here is one
+// that only a held-out family uses (task-generator-test.cpp checks).
+const std::map<std::string, std::vector<std::string>>& math_casual_phrasings() {
+  static const std::map<std::string, std::vector<std::string>> p = {
+      {"add",
+       {"whats {a} plus {b}", "{a} plus {b} pls", "how much is {a} + {b}", "can you add {a} and {b}",
+        "add {a} to {b} for me", "{a}+{b}?", "need {a} plus {b}", "how much is {a} and {b} together"}},
+      {"sub",
+       {"whats {a} minus {b}", "{a} minus {b} pls", "how much is {a} - {b}", "{a}-{b}?",
+        "subtract {b} from {a} for me", "what do i get if i subtract {b} from {a}", "{a} minus {b}, how much"}},
+      {"mul",
+       {"whats {a} times {b}", "{a} times {b} pls", "how much is {a} * {b}", "{a}*{b}?", "{a} x {b}?",
+        "multiply {a} by {b} for me", "what do i get for {a} times {b}"}},
+      {"mixed", {"whats {e}", "{et}?", "how much is {et}", "what is {et}", "compute {et}", "{e} pls"}},
+      {"shop",
+       {"i have {a} boxes of {b} {item}. i sell {c}, how many {item} are left",
+        "{a} boxes with {b} {item} in each, {c} {item} sold. how many left?"}},
+      {"travel",
+       {"a {v} goes {a} km an hour for {b} hours. how many km is that",
+        "if a {v} does {a} km per hour, how far does it get in {b} hours"}},
+      {"wallet",
+       {"{n} had {a} dollars, spent {b} and then got {c}. how much does {n} have now",
+        "i have {a} dollars, spend {b} and earn {c}. how much do i have"}},
+      {"share",
+       {"{p} {item} shared equally by {b} friends, how many each?",
+        "{b} friends share {p} {item} equally. how many does each get",
+        "if {p} {item} go into {b} equal boxes how many per box"}},
+  };
+  return p;
+}
+
 std::vector<std::string> math_family_names(const std::string& tmpl, bool test_only) {
   std::vector<std::string> v;
   for (const auto& f : math_families().at(tmpl)) {
@@ -421,8 +452,22 @@ task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template
       {"item", r.pick(std::vector<std::string>{"pencils", "apples", "eggs", "cards", "cups"})},
       {"v", r.pick(std::vector<std::string>{"train", "car", "bus", "boat"})}};
   task t;
-  t.prompt = fill(r.pick(F->phrasings), vars);
-  if (F->suffix) {
+  // A train item is sometimes asked casually instead (its family stays recorded: the operands and the
+  // reference are the family's).
+  const auto casual = math_casual_phrasings().find(tmpl);
+  if (s == split::train && casual != math_casual_phrasings().end() && r.range(0, 4) < 2) {
+    std::string tight;
+    for (char ch : expr) {
+      if (ch != ' ') tight += ch;
+    }
+    auto with_tight = vars;
+    with_tight["et"] = tight;
+    t.prompt = fill(r.pick(casual->second), with_tight);
+    params["casual"] = true;
+  } else {
+    t.prompt = fill(r.pick(F->phrasings), vars);
+  }
+  if (F->suffix && !params.contains("casual")) {
     if (std::string(".?!").find(t.prompt.back()) == std::string::npos) t.prompt += '.';
     t.prompt += " Answer with a number.";
   }

@@ -484,4 +484,39 @@ const phrasing_table& followup_phrasings() {
   return t;
 }
 
+// family -> ways to ask for the fix; the program follows the request. {desc} is what the program should
+// do, {ex} a call and {want} its value (a tested value, so the held-out range shows in the prompt too).
+const std::map<std::string, std::vector<std::string>>& code_phrasings() {
+  static const std::map<std::string, std::vector<std::string>> t = {
+      {"formal",
+       {"This Python program should {desc} (for example, {ex} should return {want}), but it has one bug. Fix "
+        "it "
+        "and reply with the whole corrected program.",
+        "The following Python function is meant to {desc}; {ex} should return {want}. It contains one bug. "
+        "Correct it and give the complete program."}},
+      {"imperative",
+       {"Fix the bug in this function. It should {desc}, and {ex} should return {want}. Reply with the whole "
+        "program.",
+        "Find and fix the bug: this code should {desc} ({ex} must return {want}). Return the full corrected "
+        "code."}},
+      {"terse",
+       {"fix the bug. should {desc}, {ex} -> {want}", "fix this code ({ex} should be {want})",
+        "bug fix pls: {ex} should return {want}"}},
+      {"question",
+       {"Can you find the bug in this function? It is supposed to {desc}, e.g. {ex} == {want}. Please give "
+        "me "
+        "the corrected program.",
+        "What is wrong with this code? It should {desc}, so {ex} ought to return {want}. Could you send the "
+        "fixed version?"}},
+      {"story",
+       {"I wrote this to {desc} but {ex} doesn't give {want}. What did I get wrong? Send the fixed code.",
+        "My function should {desc}. When I call {ex} I expect {want}, but I get something else. Please fix "
+        "it."}},
+      {"casual",
+       {"hey my code is broken, it's supposed to {desc}. {ex} should give {want}. can u fix it",
+        "this doesnt work lol, {ex} should be {want}. fix?"}},
+  };
+  return t;
+}
+
 }  // namespace moxi::eval::detail

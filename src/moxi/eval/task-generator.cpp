@@ -1042,41 +1042,6 @@ code_parts make_code(rng& r, bool test_range, const std::string& tmpl) {
   return c;
 }
 
-// family -> ways to ask for the fix; the program follows the request. {desc} is what the program should
-// do, {ex} a call and {want} its value (a tested value, so the held-out range shows in the prompt too).
-const std::map<std::string, std::vector<std::string>>& code_phrasings() {
-  static const std::map<std::string, std::vector<std::string>> t = {
-      {"formal",
-       {"This Python program should {desc} (for example, {ex} should return {want}), but it has one bug. Fix "
-        "it "
-        "and reply with the whole corrected program.",
-        "The following Python function is meant to {desc}; {ex} should return {want}. It contains one bug. "
-        "Correct it and give the complete program."}},
-      {"imperative",
-       {"Fix the bug in this function. It should {desc}, and {ex} should return {want}. Reply with the whole "
-        "program.",
-        "Find and fix the bug: this code should {desc} ({ex} must return {want}). Return the full corrected "
-        "code."}},
-      {"terse",
-       {"fix the bug. should {desc}, {ex} -> {want}", "fix this code ({ex} should be {want})",
-        "bug fix pls: {ex} should return {want}"}},
-      {"question",
-       {"Can you find the bug in this function? It is supposed to {desc}, e.g. {ex} == {want}. Please give "
-        "me "
-        "the corrected program.",
-        "What is wrong with this code? It should {desc}, so {ex} ought to return {want}. Could you send the "
-        "fixed version?"}},
-      {"story",
-       {"I wrote this to {desc} but {ex} doesn't give {want}. What did I get wrong? Send the fixed code.",
-        "My function should {desc}. When I call {ex} I expect {want}, but I get something else. Please fix "
-        "it."}},
-      {"casual",
-       {"hey my code is broken, it's supposed to {desc}. {ex} should give {want}. can u fix it",
-        "this doesnt work lol, {ex} should be {want}. fix?"}},
-  };
-  return t;
-}
-
 // The test reads a one-line nonce from stdin before importing the candidate and prints it after every
 // assertion held: an exit status of 0 alone would also reward a solution that exits early on import.
 std::string python_test(const std::string& fn, const code_parts& c) {
@@ -1161,6 +1126,36 @@ const std::vector<family_info>& all_families(domain d) {
     default:
       return none;
   }
+}
+
+// Train items only, from a stream of their own (so the rest of the item is drawn as without it): a third
+// of the requests get a casual rewrite (docs/tasks.md "Casual rewrites"), and a third of the code programs
+// come without their docstring, as users paste code, so a fix is read from the program, not recalled.
+void roughen(uint64_t item_seed, domain d, task& t) {
+  rng c(mix(item_seed, 0xCA5Aull));
+  const size_t code_at = d == domain::code ? t.prompt.find("\n\n") : std::string::npos;
+  std::string request = t.prompt.substr(0, code_at);
+  const std::string rest = code_at == std::string::npos ? "" : t.prompt.substr(code_at);
+  if (c.range(0, 2) == 0) {
+    // What the reply copies stays as it is: the files, the reference, a code item's tested calls.
+    std::string keep = t.reference + "\n" + t.test;
+    for (const auto& f : t.files) keep += "\n" + f.path;
+    request = casualize(c, request, keep);
+    t.params["rewritten"] = true;
+  }
+  t.prompt = request + rest;
+  if (d != domain::code || c.range(0, 2) != 0) return;
+  // The docstring is the program's second line; the fix never touches it.
+  const size_t b = t.program.find("\n    \"\"\"");
+  if (b == std::string::npos) return;
+  const size_t e = t.program.find('\n', b + 1);
+  const std::string doc = t.program.substr(b, e - b);
+  MOXI_ASSERT(t.reference.find(doc) != std::string::npos, "the docstring differs in the fixed program");
+  auto drop = [&](std::string& text) { text.erase(text.find(doc), doc.size()); };
+  drop(t.program);
+  drop(t.reference);
+  drop(t.prompt);
+  t.params["docstring"] = false;
 }
 
 }  // namespace
@@ -1262,6 +1257,7 @@ std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed,
         t = make_vision(r, s, tmpl);
         break;
     }
+    if (s == split::train && d != domain::chat && d != domain::vision) roughen(mix(seed, i), d, t);
     char num[32];
     std::snprintf(num, sizeof num, "%05zu", i);
     t.id = std::string(to_string(d)) + "-" + to_string(s) + "-s" + std::to_string(seed) + "-" + num;
