@@ -455,7 +455,9 @@ task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template
   // A train item is sometimes asked casually instead (its family stays recorded: the operands and the
   // reference are the family's).
   const auto casual = math_casual_phrasings().find(tmpl);
-  if (s == split::train && casual != math_casual_phrasings().end() && r.range(0, 4) < 2) {
+  const bool asked_casually =
+      s == split::train && casual != math_casual_phrasings().end() && r.range(0, 4) < 2;
+  if (asked_casually) {
     std::string tight;
     for (char ch : expr) {
       if (ch != ' ') tight += ch;
@@ -467,7 +469,7 @@ task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template
   } else {
     t.prompt = fill(r.pick(F->phrasings), vars);
   }
-  if (F->suffix && !params.contains("casual")) {
+  if (F->suffix && !asked_casually) {
     if (std::string(".?!").find(t.prompt.back()) == std::string::npos) t.prompt += '.';
     t.prompt += " Answer with a number.";
   }

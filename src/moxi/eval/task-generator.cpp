@@ -1133,17 +1133,16 @@ const std::vector<family_info>& all_families(domain d) {
 // come without their docstring, as users paste code, so a fix is read from the program, not recalled.
 void roughen(uint64_t item_seed, domain d, task& t) {
   rng c(mix(item_seed, 0xCA5Aull));
-  const size_t code_at = d == domain::code ? t.prompt.find("\n\n") : std::string::npos;
-  std::string request = t.prompt.substr(0, code_at);
-  const std::string rest = code_at == std::string::npos ? "" : t.prompt.substr(code_at);
   if (c.range(0, 2) == 0) {
-    // What the reply copies stays as it is: the files, the reference, a code item's tested calls.
+    // The request only (a code item's program follows it); what the reply copies stays as it is: the
+    // files, the reference, a code item's tested calls.
+    const size_t code_at = d == domain::code ? t.prompt.find("\n\n") : std::string::npos;
     std::string keep = t.reference + "\n" + t.test;
     for (const auto& f : t.files) keep += "\n" + f.path;
-    request = casualize(c, request, keep);
+    const std::string rest = code_at == std::string::npos ? "" : t.prompt.substr(code_at);
+    t.prompt = casualize(c, t.prompt.substr(0, code_at), keep) + rest;
     t.params["rewritten"] = true;
   }
-  t.prompt = request + rest;
   if (d != domain::code || c.range(0, 2) != 0) return;
   // The docstring is the program's second line; the fix never touches it.
   const size_t b = t.program.find("\n    \"\"\"");
