@@ -453,7 +453,7 @@ task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template
       {"v", r.pick(std::vector<std::string>{"train", "car", "bus", "boat"})}};
   task t;
   // One train item in five is asked casually instead (its family stays recorded: the operands and the
-  // reference are the family's). Two in five cost the template phrasings more than the casual ones gained.
+  // reference are the family's); two in five left the family phrasings too little (docs/tasks.md).
   const auto casual = math_casual_phrasings().find(tmpl);
   const bool asked_casually =
       s == split::train && casual != math_casual_phrasings().end() && r.range(0, 4) < 1;
