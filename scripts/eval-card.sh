@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The evaluation behind a model card (models/moxi-small/README.md "Evaluation"): greedy `moxi eval` with the
+# sandboxed checkers on two held-out draws (`--split test --seed 1` and `--seed 3`, 100 tasks per domain),
+# unseen train-distribution items (`--split train --seed 7`), the hand-written user prompts, the math length
+# split, and the MTP drafts kept at K = 1, 2, 3 on the first draw. Reports go to OUT; a summary is printed.
+#   usage: scripts/eval-card.sh [MODEL_DIR] [OUT_DIR]   (defaults: models/moxi-small, $TMPDIR/moxi-eval-card)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MOXI=${MOXI_BUILD_DIR:-build}/moxi
+MODEL=${1:-models/moxi-small}
+OUT=${2:-${TMPDIR:-/tmp}/moxi-eval-card}
+[ -x "$MOXI" ] || { echo "eval-card: $MOXI not found; run ./scripts/setup.sh first" >&2; exit 1; }
+[ -f "$MODEL/config.json" ] || { echo "eval-card: $MODEL is not a model directory (no config.json)" >&2; exit 1; }
+mkdir -p "$OUT"
+
+tasks() {  # tasks NAME SPLIT SEED: 100 items per domain, concatenated
+  local name=$1 split=$2 seed=$3
+  for d in math terminal code chat; do
+    "$MOXI" data --domain "$d" --split "$split" --n 100 --seed "$seed" --out "$OUT/$name-$d.jsonl" >/dev/null
+  done
+  cat "$OUT/$name-math.jsonl" "$OUT/$name-terminal.jsonl" "$OUT/$name-code.jsonl" "$OUT/$name-chat.jsonl" \
+    >"$OUT/$name.jsonl"
+  rm -f "$OUT/$name"-{math,terminal,code,chat}.jsonl
+}
+tasks test-1 test 1
+tasks test-3 test 3
+tasks train-7 train 7
+"$MOXI" data --domain math --split length --n 100 --seed 1 --out "$OUT/length-1.jsonl" >/dev/null
+
+summary() { grep -E '^(math|terminal|code|chat|overall) ' "$1"; }
+for set in test-1 test-3 train-7; do
+  echo "== $set ($MODEL)"
+  "$MOXI" eval -m "$MODEL" --tasks "$OUT/$set.jsonl" --by-template -q --json >"$OUT/$set.json"
+  "$MOXI" eval -m "$MODEL" --tasks "$OUT/$set.jsonl" --by-template -q >"$OUT/$set.txt"
+  summary "$OUT/$set.txt"
+done
+echo "== hand-written user prompts (tasks/user-prompts.jsonl)"
+"$MOXI" eval -m "$MODEL" --tasks tasks/user-prompts.jsonl --by-template -q --show-failures 63 >"$OUT/user.txt"
+grep -E '^(math|terminal|code|overall|  user-)' "$OUT/user.txt"
+echo "== math length split (4-5 digit operands)"
+"$MOXI" eval -m "$MODEL" --tasks "$OUT/length-1.jsonl" -q --max-tokens 512 >"$OUT/length.txt"
+summary "$OUT/length.txt"
+for k in 1 2 3; do
+  echo "== MTP drafts kept, K = $k (test-1)"
+  "$MOXI" eval -m "$MODEL" --tasks "$OUT/test-1.jsonl" -q --draft-tokens "$k" >"$OUT/mtp-$k.txt"
+  sed -n '/drafts kept per domain/,/^  overall/p' "$OUT/mtp-$k.txt" | tail -n +2
+done
