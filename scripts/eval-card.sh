@@ -2,7 +2,8 @@
 # The evaluation behind a model card (models/moxi-small/README.md "Evaluation"): greedy `moxi eval` with the
 # sandboxed checkers on two held-out draws (`--split test --seed 1` and `--seed 3`, 100 tasks per domain),
 # unseen train-distribution items (`--split train --seed 7`), the hand-written user prompts, the math length
-# split, and the MTP drafts kept at K = 1, 2, 3 on the first draw. Reports go to OUT; a summary is printed.
+# split, and the MTP drafts kept at K = 1, 2, 3 on the first draw. Reports (and the held-out sets' per-task
+# records) go to OUT; a summary is printed.
 #   usage: scripts/eval-card.sh [MODEL_DIR] [OUT_DIR]   (defaults: models/moxi-small, $TMPDIR/moxi-eval-card)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,8 @@ mkdir -p "$OUT"
 tasks() {  # tasks NAME SPLIT SEED: 100 items per domain, concatenated
   local name=$1 split=$2 seed=$3
   for d in math terminal code chat; do
-    "$MOXI" data --domain "$d" --split "$split" --n 100 --seed "$seed" --out "$OUT/$name-$d.jsonl" >/dev/null
+    "$MOXI" data --domain "$d" --split "$split" --n 100 --seed "$seed" --out "$OUT/$name-$d.jsonl" \
+      --force >/dev/null
   done
   cat "$OUT/$name-math.jsonl" "$OUT/$name-terminal.jsonl" "$OUT/$name-code.jsonl" "$OUT/$name-chat.jsonl" \
     >"$OUT/$name.jsonl"
@@ -25,13 +27,13 @@ tasks() {  # tasks NAME SPLIT SEED: 100 items per domain, concatenated
 tasks test-1 test 1
 tasks test-3 test 3
 tasks train-7 train 7
-"$MOXI" data --domain math --split length --n 100 --seed 1 --out "$OUT/length-1.jsonl" >/dev/null
+"$MOXI" data --domain math --split length --n 100 --seed 1 --out "$OUT/length-1.jsonl" --force >/dev/null
 
 summary() { grep -E '^(math|terminal|code|chat|overall) ' "$1"; }
 for set in test-1 test-3 train-7; do
   echo "== $set ($MODEL)"
-  "$MOXI" eval -m "$MODEL" --tasks "$OUT/$set.jsonl" --by-template -q --json >"$OUT/$set.json"
-  "$MOXI" eval -m "$MODEL" --tasks "$OUT/$set.jsonl" --by-template -q >"$OUT/$set.txt"
+  "$MOXI" eval -m "$MODEL" --tasks "$OUT/$set.jsonl" --by-template -q --out "$OUT/$set-records.jsonl" \
+    --force >"$OUT/$set.txt"
   summary "$OUT/$set.txt"
 done
 echo "== hand-written user prompts (tasks/user-prompts.jsonl)"
