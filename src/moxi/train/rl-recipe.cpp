@@ -126,6 +126,7 @@ rl_recipe parse_rl_recipe(const json& j, const std::string& source, const std::s
     o.get("steps", r.steps);
     o.get("mini_batches", r.mini_batches);
     o.get("epochs", r.epochs);
+    o.get("micro_batch_tokens", r.micro_batch_tokens);
     o.get("lr", r.lr);
     o.get("warmup_steps", r.warmup_steps);
     o.get("weight_decay", r.weight_decay);
@@ -194,6 +195,8 @@ void validate(const rl_recipe& r) {
        "must be in [0, rollout.max_tokens)");
   need(r.steps >= 1, "optimizer.steps", "must be >= 1");
   need(r.mini_batches >= 1 && r.epochs >= 1, "optimizer.mini_batches/epochs", "must be >= 1");
+  need(r.micro_batch_tokens >= 0, "optimizer.micro_batch_tokens",
+       "must be >= 0 (0: a mini-batch in one forward)");
   need(r.lr > 0, "optimizer.lr", "must be > 0");
   need(r.warmup_steps >= 0 && r.weight_decay >= 0 && r.clip_norm >= 0, "optimizer",
        "warmup_steps, weight_decay and clip_norm must be >= 0");
@@ -248,6 +251,7 @@ json to_json(const rl_recipe& r) {
   j["optimizer"] = {{"steps", r.steps},
                     {"mini_batches", r.mini_batches},
                     {"epochs", r.epochs},
+                    {"micro_batch_tokens", r.micro_batch_tokens},
                     {"lr", r.lr},
                     {"warmup_steps", r.warmup_steps},
                     {"weight_decay", r.weight_decay},
@@ -275,7 +279,7 @@ std::vector<std::string> schedule_differences(const rl_recipe& saved, const rl_r
   for (const auto& k : keys) {
     if (k == "threads" || k == "out" || k == "export" || k == "data.eval" || k == "checkpoint_every" ||
         k == "log_every" || k.rfind("eval.", 0) == 0 || k == "rollout.max_running" ||
-        k == "rollout.max_batch_tokens")
+        k == "rollout.max_batch_tokens" || k == "optimizer.micro_batch_tokens")
       continue;
     const json va = a.count(k) ? a[k] : json(), vb = b.count(k) ? b[k] : json();
     if (va != vb)

@@ -56,6 +56,9 @@ struct rl_recipe {
   eval::reward_options reward;
 
   int64_t steps = 100, mini_batches = 1, epochs = 1;
+  // Tokens per trainer forward at most (rows grouped by length, each group cut to its longest row; the
+  // gradients of a mini-batch's groups add up to its one-forward gradient). 0: a mini-batch in one forward.
+  int64_t micro_batch_tokens = 4096;
   double lr = 1e-5, weight_decay = 0.0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, clip_norm = 1.0;
   int64_t warmup_steps = 0;
   bool qat = true;  // fake-quantized experts through RL, as the engine serves them

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -129,6 +130,7 @@ struct batch {
   torch::Tensor tokens, targets, mask;
   torch::Tensor engine_logp;  // [N, T - 1], the sampler's log-probs on the reply positions (0 elsewhere)
   std::vector<int64_t> last;  // per row: the position of its last reply token
+  std::vector<int64_t> len;   // per row: its tokens, prompt and reply (the rest of the row is padding)
 };
 
 batch make_rl_batch(const std::vector<rollout>& rows, int64_t pad_id) {
@@ -152,34 +154,73 @@ batch make_rl_batch(const std::vector<rollout>& rows, int64_t pad_id) {
       if (size_t(j) < r.engine_logp.size()) elp[i][P + j - 1] = r.engine_logp[size_t(j)];
     }
     b.last.push_back(P + int64_t(r.reply.size()) - 2);
+    b.len.push_back(P + int64_t(r.reply.size()));
   }
   b.targets = b.tokens.slice(1, 1);
   return b;
 }
 
+// Rows grouped for the trainer's forwards by length, under a token budget (verl's dynamic batch size: a
+// budget of tokens per forward rather than a count of rows): sorted by length, each group as many rows as fit
+// `budget` tokens once padded to its longest row (at least one row). Each group's forward is cut to its
+// longest row, so short terminal replies are not padded to the longest math reply of the step. budget 0: one
+// group of all the rows, in their order.
+std::vector<std::vector<int64_t>> length_groups(std::vector<int64_t> rows, const std::vector<int64_t>& len,
+                                                int64_t budget) {
+  if (rows.empty()) return {};
+  if (budget <= 0) return {rows};
+  std::stable_sort(rows.begin(), rows.end(),
+                   [&](int64_t a, int64_t b) { return len[size_t(a)] < len[size_t(b)]; });
+  std::vector<std::vector<int64_t>> groups;
+  for (const int64_t i : rows) {
+    if (groups.empty() || int64_t(groups.back().size() + 1) * len[size_t(i)] > budget) groups.emplace_back();
+    groups.back().push_back(i);
+  }
+  return groups;
+}
+
+int64_t longest(const std::vector<int64_t>& rows, const std::vector<int64_t>& len) {
+  int64_t L = 0;
+  for (const int64_t i : rows) L = std::max(L, len[size_t(i)]);
+  return L;
+}
+
 // What one pass over a batch computes (no gradient): per-token log-probs, entropies, and the final hidden
-// states when asked.
+// states when asked, [N, T - 1] (and [N, T - 1, D]) with zeros past each row's end.
 struct pass_out {
   torch::Tensor logp, entropy, hidden;
 };
 
+// Forwards of at most `budget` tokens (length_groups; 0: 16 rows at a time).
 pass_out score_pass(const train_model& m, const batch& b, bool want_hidden, bool want_entropy,
-                    double temperature, int64_t chunk = 16) {
+                    double temperature, int64_t budget) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> lp, en, hs;
-  const int64_t N = b.tokens.size(0);
-  for (int64_t at = 0; at < N; at += chunk) {
-    const auto rows = b.tokens.slice(0, at, std::min(N, at + chunk));
-    const auto out = m.forward(rows);
-    const auto logits = out.logits.slice(1, 0, rows.size(1) - 1) / temperature;
-    lp.push_back(rl::token_logprobs(logits, b.targets.slice(0, at, std::min(N, at + chunk))));
-    if (want_entropy) en.push_back(rl::entropy_from_logits(logits));
-    if (want_hidden) hs.push_back(out.hidden.slice(1, 0, rows.size(1) - 1));
+  const int64_t N = b.tokens.size(0), T1 = b.targets.size(1);
+  std::vector<int64_t> all(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) all[size_t(i)] = i;
+  std::vector<std::vector<int64_t>> groups;
+  if (budget > 0) {
+    groups = length_groups(all, b.len, budget);
+  } else {
+    for (int64_t at = 0; at < N; at += 16)
+      groups.emplace_back(all.begin() + at, all.begin() + std::min(N, at + 16));
   }
   pass_out p;
-  p.logp = torch::cat(lp);
-  if (want_entropy) p.entropy = torch::cat(en);
-  if (want_hidden) p.hidden = torch::cat(hs);
+  p.logp = torch::zeros({N, T1}, torch::kFloat32);
+  if (want_entropy) p.entropy = torch::zeros({N, T1}, torch::kFloat32);
+  for (const auto& rows : groups) {
+    const auto ix = torch::tensor(rows, torch::kInt64);
+    const int64_t L = longest(rows, b.len);
+    const auto out = m.forward(b.tokens.index_select(0, ix).slice(1, 0, L));
+    const auto logits = out.logits.slice(1, 0, L - 1) / temperature;
+    p.logp.slice(1, 0, L - 1)
+        .index_copy_(0, ix, rl::token_logprobs(logits, b.targets.index_select(0, ix).slice(1, 0, L - 1)));
+    if (want_entropy) p.entropy.slice(1, 0, L - 1).index_copy_(0, ix, rl::entropy_from_logits(logits));
+    if (want_hidden) {
+      if (!p.hidden.defined()) p.hidden = torch::zeros({N, T1, out.hidden.size(2)}, torch::kFloat32);
+      p.hidden.slice(1, 0, L - 1).index_copy_(0, ix, out.hidden.slice(1, 0, L - 1));
+    }
+  }
   return p;
 }
 
@@ -497,8 +538,8 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
       torch::Tensor mask, kl_old, scores, adv, returns, values_old, tis;
       if (any) {
         b = make_rl_batch(kept, pad_id);
-        old = score_pass(policy, b, ppo, true, r.temperature);
-        refp = score_pass(ref, b, false, false, r.temperature);
+        old = score_pass(policy, b, ppo, true, r.temperature, r.micro_batch_tokens);
+        refp = score_pass(ref, b, false, false, r.temperature, r.micro_batch_tokens);
         mask = b.mask;
         kl_old = rl::kl_penalty(old.logp, refp.logp, r.kl_estimator);
 
@@ -528,9 +569,24 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
       for (int64_t i = 0; i < N; ++i) local_of[kept_row[size_t(i)]] = i;
 
       // ---- updates: epochs x mini-batches over the whole batch's rows ----
-      std::vector<torch::Tensor> clipped(static_cast<size_t>(N));
+      // Each mini-batch runs as forwards of at most optimizer.micro_batch_tokens tokens (length_groups) whose
+      // gradients add up: a group's loss is scaled by its share of the mini-batch's aggregation denominator
+      // (its reply tokens for token-mean, its replies otherwise) over every rank, so the summed gradients are
+      // those of the whole mini-batch in one forward, whatever the grouping and the ranks.
+      std::vector<double> row_tokens(static_cast<size_t>(N));
+      for (int64_t i = 0; i < N; ++i) row_tokens[size_t(i)] = mask[i].sum().item<double>();
+      const int share_of = r.agg == rl::loss_agg::token_mean ? 0 : 1;
+      auto count = [&](const std::vector<int64_t>& rows) {
+        std::array<double, 2> c{0, 0};
+        for (const int64_t i : rows) c[0] += row_tokens[size_t(i)], c[1] += row_tokens[size_t(i)] > 0;
+        return c;
+      };
+      const int64_t T1 = any ? b.targets.size(1) : 0;
+      std::vector<torch::Tensor> clipped(
+          static_cast<size_t>(N));  // per row: [T - 1], the clipped branch taken
+      for (auto& c : clipped) c = torch::zeros({T1}, torch::kBool);
       double clip_sum = 0, clip_n = 0;
-      int64_t trained_tokens = 0;
+      int64_t trained_tokens = 0, forwards = 0;
       for (int64_t epoch = 0; epoch < r.epochs; ++epoch) {
         std::vector<int64_t> order(static_cast<size_t>(rows_total));
         for (int64_t i = 0; i < rows_total; ++i) order[size_t(i)] = i;
@@ -542,63 +598,55 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
           std::vector<int64_t> idx;  // this rank's rows of the mini-batch, in the mini-batch's order
           for (int64_t k = at; k < std::min(rows_total, at + per); ++k)
             if (auto it = local_of.find(order[size_t(k)]); it != local_of.end()) idx.push_back(it->second);
-          const auto ix = torch::tensor(idx, torch::kInt64);
-          const torch::Tensor mb_mask = idx.empty() ? torch::Tensor() : mask.index_select(0, ix);
-          // The aggregation's denominator is the mini-batch's over every rank: each rank's loss is scaled
-          // by its share, so the summed gradients are those of the whole mini-batch.
-          double share = 1;
-          if (g) {
-            auto counts = torch::zeros({2}, torch::kFloat64);
-            if (!idx.empty()) {
-              counts[0] = mb_mask.sum().item<double>();
-              counts[1] = (mb_mask.sum(1) > 0).sum().item<double>();
-            }
-            auto mine = counts.clone();
-            g->all_reduce_sum(counts, "summing the mini-batch's tokens");
-            const int c = r.agg == rl::loss_agg::token_mean ? 0 : 1;
-            share = counts[c].item<double>() > 0 ? mine[c].item<double>() / counts[c].item<double>() : 0.0;
-          }
+          const auto mine = count(idx);
+          auto whole = torch::tensor({mine[0], mine[1]}, torch::kFloat64);
+          if (g) g->all_reduce_sum(whole, "summing the mini-batch's tokens");
+          const double denominator = whole[share_of].item<double>();
           opt->zero_grad();
-          torch::Tensor hidden;
-          rl::policy_loss_result pl;
-          const int64_t T1 = any ? b.targets.size(1) : 0;
-          if (!idx.empty()) {
-            const auto out = policy.forward(b.tokens.index_select(0, ix));
-            hidden = out.hidden;
-            const auto logits = out.logits.slice(1, 0, T1) / r.temperature;
-            const auto logp = rl::token_logprobs(logits, b.targets.index_select(0, ix));
-            pl = rl::policy_loss(logp, old.logp.index_select(0, ix), adv.index_select(0, ix), mb_mask, r.clip,
-                                 r.agg, norm_len, tis.defined() ? tis.index_select(0, ix) : tis);
+          if (ppo) vopt.zero_grad();
+          for (const auto& rows : length_groups(idx, b.len, r.micro_batch_tokens)) {
+            const double part = count(rows)[size_t(share_of)];
+            if (part == 0) continue;  // replies without tokens: nothing to learn, nothing to add
+            const double share = part / denominator;
+            const auto ix = torch::tensor(rows, torch::kInt64);
+            const int64_t L = longest(rows, b.len), Lt = L - 1;
+            auto cut = [&](const torch::Tensor& t) { return t.index_select(0, ix).slice(1, 0, Lt); };
+            const auto mb_mask = cut(mask);
+            const auto out = policy.forward(b.tokens.index_select(0, ix).slice(1, 0, L));
+            const auto logits = out.logits.slice(1, 0, Lt) / r.temperature;
+            const auto logp = rl::token_logprobs(logits, cut(b.targets));
+            const auto pl = rl::policy_loss(logp, cut(old.logp), cut(adv), mb_mask, r.clip, r.agg, norm_len,
+                                            tis.defined() ? cut(tis) : tis);
             auto loss = pl.loss;
             if (r.kl_where == kl_placement::loss && klc.coef > 0)
-              loss = loss + klc.coef * rl::aggregate(
-                                           rl::kl_penalty(logp, refp.logp.index_select(0, ix), r.kl_estimator),
-                                           mb_mask, r.agg, norm_len);
+              loss = loss + klc.coef * rl::aggregate(rl::kl_penalty(logp, cut(refp.logp), r.kl_estimator),
+                                                     mb_mask, r.agg, norm_len);
             if (r.entropy_coef > 0)
-              loss = loss -
-                     r.entropy_coef * rl::aggregate(rl::entropy_from_logits(logits), mb_mask, r.agg, norm_len);
-            (g ? loss * share : loss).backward();
+              loss = loss - r.entropy_coef *
+                                rl::aggregate(rl::entropy_from_logits(logits), mb_mask, r.agg, norm_len);
+            (loss * share).backward();
+            if (ppo) {
+              const auto v = vh(out.hidden.slice(1, 0, Lt)) * mb_mask;
+              const auto vl =
+                  rl::value_loss(v, cut(values_old), cut(returns), mb_mask, r.value_clip, r.agg, norm_len);
+              (vl * share).backward();
+            }
+            if (epoch == r.epochs - 1)
+              for (size_t k = 0; k < rows.size(); ++k)
+                clipped[size_t(rows[k])].slice(0, 0, Lt).copy_(pl.clipped[int64_t(k)]);
+            const double tokens = mb_mask.sum().item<double>();
+            clip_sum += pl.clip_frac * tokens;
+            clip_n += tokens;
+            for (const int64_t i : rows) trained_tokens += b.len[size_t(i)];
+            ++forwards;
           }
           all_reduce_gradients(g, all_params);
           gnorm = clip_grad_norm(all_params, r.clip_norm);
           opt->step();
           if (ppo) {
-            vopt.zero_grad();
-            if (!idx.empty()) {
-              const auto v = vh(hidden.slice(1, 0, T1)) * mb_mask;
-              const auto vl = rl::value_loss(v, values_old.index_select(0, ix), returns.index_select(0, ix),
-                                             mb_mask, r.value_clip, r.agg, norm_len);
-              (g ? vl * share : vl).backward();
-            }
             all_reduce_gradients(g, {vh.w, vh.b});
             vopt.step();
           }
-          if (idx.empty()) continue;
-          if (epoch == r.epochs - 1)
-            for (size_t k = 0; k < idx.size(); ++k) clipped[size_t(idx[k])] = pl.clipped[int64_t(k)];
-          clip_sum += pl.clip_frac * mb_mask.sum().item<double>();
-          clip_n += mb_mask.sum().item<double>();
-          trained_tokens += int64_t(b.tokens.index_select(0, ix).numel());
         }
       }
 
@@ -606,8 +654,9 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
       constexpr int kDomains = int(eval::domain::vision) + 1;
       enum { SAMPLES, TOKENS, REWARD, CORRECT, COMPLETION, FORMAT, LENGTH, KL, ENTROPY, CLIPPED, kFields };
       auto dom_sums = torch::zeros({kDomains, kFields}, torch::kFloat64);
-      // reward, pass, kl, entropy, reply tokens, |engine - trainer| sum, clip sum and count, trained tokens
-      auto sums = torch::zeros({9}, torch::kFloat64);
+      // reward, pass, kl, entropy, reply tokens, |engine - trainer| sum, clip sum and count, trained tokens,
+      // the update's forwards
+      auto sums = torch::zeros({10}, torch::kFloat64);
       auto diff_max = torch::zeros({1}, torch::kFloat64);
       if (any) {
         auto ds = dom_sums.accessor<double, 2>();
@@ -629,10 +678,11 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
         const auto diff = (old.logp - b.engine_logp).abs() * mask;
         double pass = 0;
         for (const auto& ro : kept) pass += ro.rw.correct;
-        sums = torch::tensor({scores.sum().item<double>(), pass, (kl_old * mask).sum().item<double>(),
-                              (old.entropy * mask).sum().item<double>(), mask.sum().item<double>(),
-                              diff.sum().item<double>(), clip_sum, clip_n, double(trained_tokens)},
-                             torch::kFloat64);
+        sums = torch::tensor(
+            {scores.sum().item<double>(), pass, (kl_old * mask).sum().item<double>(),
+             (old.entropy * mask).sum().item<double>(), mask.sum().item<double>(), diff.sum().item<double>(),
+             clip_sum, clip_n, double(trained_tokens), double(forwards)},
+            torch::kFloat64);
         diff_max[0] = diff.max().item<double>();
       }
       if (g) {
@@ -675,6 +725,7 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
       log["engine_logprob_diff_mean"] = sums[5].item<double>() / ntok;
       log["engine_logprob_diff_max"] = diff_max[0].item<double>();
       log["train_tokens_per_s"] = train_tps;
+      log["train_forwards"] = int64_t(sums[9].item<double>());
       json dom = json::object();
       for (const auto& [name, d] : by_domain) dom[name] = d.to_json();
       log["domains"] = dom;
