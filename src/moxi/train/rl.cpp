@@ -574,7 +574,10 @@ rl_result run_rl(const rl_recipe& r, const run_options& o) {
       // (its reply tokens for token-mean, its replies otherwise) over every rank, so the summed gradients are
       // those of the whole mini-batch in one forward, whatever the grouping and the ranks.
       std::vector<double> row_tokens(static_cast<size_t>(N));
-      for (int64_t i = 0; i < N; ++i) row_tokens[size_t(i)] = mask[i].sum().item<double>();
+      if (any) {
+        const auto per_row = mask.sum(1).to(torch::kFloat64).contiguous();
+        std::copy_n(per_row.data_ptr<double>(), N, row_tokens.begin());
+      }
       const int share_of = r.agg == rl::loss_agg::token_mean ? 0 : 1;
       auto count = [&](const std::vector<int64_t>& rows) {
         std::array<double, 2> c{0, 0};
