@@ -125,7 +125,7 @@ const std::set<std::string> kTrainOnly = {"line_n",       "skip_header", "count_
 // The phrasing families of docs/tasks.md, restated: domain -> (train families, test-only families).
 const std::map<domain, std::pair<std::set<std::string>, std::set<std::string>>>& family_rules() {
   static const std::map<domain, std::pair<std::set<std::string>, std::set<std::string>>> f = {
-      {domain::terminal, {{"imperative", "question", "terse", "polite"}, {"indirect", "casual"}}},
+      {domain::terminal, {{"imperative", "question", "terse", "polite", "context"}, {"indirect", "casual"}}},
       {domain::code, {{"formal", "imperative", "terse", "question"}, {"story", "casual"}}},
   };
   return f;

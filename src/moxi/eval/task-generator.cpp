@@ -38,8 +38,8 @@ int64_t draw(rng& r, const ranges& rs) {
 // is used only by the test split, so test prompts are worded in ways train never shows.
 const std::vector<family_info>& terminal_families() {
   static const std::vector<family_info> f = {
-      {"imperative", false}, {"question", false}, {"terse", false},
-      {"polite", false},     {"indirect", true},  {"casual", true},
+      {"imperative", false}, {"question", false}, {"terse", false},  {"polite", false},
+      {"context", false},    {"indirect", true},  {"casual", true},
   };
   return f;
 }
@@ -192,7 +192,7 @@ bool overlaps(const std::string& a, const std::string& b) {
 }
 
 
-// A made-up word (`tavoku`, `shemblor`, `yardweak`, `valuenderel`). Two thirds of train's names and words are
+// A made-up word (`tavoku`, `shemblor`, `yardweak`, `valuenderel`). Five sixths of train's names and words are
 // these, so the model sees thousands of names once each and has to copy the one it is given instead of
 // recalling one of a few. A third are 2-3 syllables over every letter and the common English onsets, vowel
 // pairs and codas; two thirds join 2-3 pieces of english_words() (the first often a word's start), so the
@@ -250,10 +250,11 @@ std::string pseudo_word(rng& r) {
   }
 }
 
-// A pool entry for the split: test draws from its word list; train a third of the time from its list and
-// otherwise makes up a word.
+// A pool entry for the split: test draws from its word list; train a sixth of the time from its list and
+// otherwise makes up a word (a larger share of list words taught the model to recall them, `work/` written
+// as `logs/`, instead of copying the name it was given).
 std::string pool_pick(rng& r, split s, const std::vector<std::string> name_pools::*list) {
-  if (s == split::train && r.range(0, 2) != 0) return pseudo_word(r);
+  if (s == split::train && r.range(0, 5) != 0) return pseudo_word(r);
   return r.pick(pools(s).*list);
 }
 const std::vector<std::string> kExts = {"txt", "log",  "md",  "csv", "json", "yaml", "py",
