@@ -233,6 +233,29 @@ TEST(Check, CodeReferencesPassUnfixedProgramsFail) {
   EXPECT_NE(results[2].detail.find("AssertionError"), std::string::npos) << results[2].detail;
 }
 
+// Composed code items run in the sandbox: every shape's fix passes its test, and the program with its bug
+// fails an assertion (or cannot run), so each item's example really shows its bug. Expected values are
+// computed by the generator in C++; Python is the independent judge.
+TEST(Check, ComposedFixesPassAndTheirBugsFail) {
+  const auto tasks = generate_tasks(domain::code, split::train, 240, 31, {"composed"});
+  std::vector<std::pair<const task*, std::string>> items;
+  std::set<std::string> shapes;
+  for (const auto& t : tasks) {
+    shapes.insert(t.params.at("shape").get<std::string>());
+    items.emplace_back(&t, t.reference);
+    items.emplace_back(&t, t.program);
+  }
+  EXPECT_EQ(shapes.size(), 13u);
+  const auto results = shared_checker().check_all(items);
+  ASSERT_EQ(results.size(), items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const task& t = *items[i].first;
+    EXPECT_FALSE(results[i].error) << t.id << ": " << results[i].detail;
+    EXPECT_EQ(results[i].pass, i % 2 == 0) << t.id << " (" << t.params.at("shape") << ") candidate:\n"
+                                           << items[i].second << "\n-> " << results[i].detail;
+  }
+}
+
 // The hand-written prompt set (tasks/user-prompts.jsonl): every reference passes its own checker, and a
 // reply that does nothing does not.
 TEST(Check, UserPromptReferencesPass) {

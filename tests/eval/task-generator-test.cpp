@@ -6,10 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
 #include <cctype>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -117,10 +117,12 @@ const std::map<std::string, rule>& rules() {
 }
 const std::set<std::string> kTestOnly = {"div",          "ages",          "largest_file",  "total_lines",
                                          "count_vowels", "to_fahrenheit", "second_largest"};
-// Terminal templates the test split never draws (docs/tasks.md): the user prompt set measures them.
-const std::set<std::string> kTrainOnly = {"line_n",       "skip_header", "count_matching", "touch_file",
-                                          "copy_file",    "reverse_lines", "char_count",   "delete_file",
-                                          "sort_unique",  "uppercase",   "mkdir_nested",   "move_into"};
+// Templates the test split never draws (docs/tasks.md): terminal's train-only ones (the user prompt set
+// measures them) and code's composed functions.
+const std::set<std::string> kTrainOnly = {"line_n",      "skip_header",   "count_matching", "touch_file",
+                                          "copy_file",   "reverse_lines", "char_count",     "delete_file",
+                                          "sort_unique", "uppercase",     "mkdir_nested",   "move_into",
+                                          "composed"};
 
 // The phrasing families of docs/tasks.md, restated: domain -> (train families, test-only families).
 const std::map<domain, std::pair<std::set<std::string>, std::set<std::string>>>& family_rules() {
@@ -303,7 +305,8 @@ TEST(TaskGenerator, TestReferencesArePiecesTrainRepliesWrite) {
     for (auto id : tok.encode(t.reference)) {
       if (written.count(id)) continue;
       ++unwritten;
-      if (unwritten <= 10) examples += " [" + t.reference + ": " + tok.decode(std::vector<moxi::token_id>{id}) + "]";
+      if (unwritten <= 10)
+        examples += " [" + t.reference + ": " + tok.decode(std::vector<moxi::token_id>{id}) + "]";
       break;
     }
   }
@@ -543,7 +546,8 @@ TEST(TaskGenerator, CasualRewritesAreTrainOnly) {
       EXPECT_GT(a, t.program.find('\n')) << t.id << ": the def line changed";
     }
     // A third rewritten (the stream decides: 1/3 within a few standard deviations), a fifth of the
-    // math phrasings casual (every train math template has casual phrasings), a third of the programs without a docstring.
+    // math phrasings casual (every train math template has casual phrasings), a third of the programs without
+    // a docstring.
     EXPECT_NEAR(rewritten, n / 3, 80);
     EXPECT_NEAR(casual, d == domain::math ? n / 5 : 0, 60);
     EXPECT_NEAR(no_doc, d == domain::code ? n / 3 : 0, 80);
@@ -597,9 +601,8 @@ TEST(TaskGenerator, CasualWordsAreNoHeldOutFamilysOwn) {
   std::set<std::string> all_test = test_words, all_train = train_words;
   // Math: per template, as its families are held out per template (the test-only templates div and ages
   // are held out whole and, as docs/tasks.md says, made of pieces train teaches).
-  const std::set<std::string> math_test_families = {"sum_of",     "bare",     "difference", "product_of",
-                                                    "evaluate",   "gives",    "trip",       "bank",
-                                                    "groups"};
+  const std::set<std::string> math_test_families = {"sum_of", "bare", "difference", "product_of", "evaluate",
+                                                    "gives",  "trip", "bank",       "groups"};
   std::map<std::string, std::pair<std::set<std::string>, std::set<std::string>>> math_words;  // train, test
   for (const auto& [tmpl, fams] : dt::math_families()) {
     for (const auto& f : fams) {
@@ -618,7 +621,8 @@ TEST(TaskGenerator, CasualWordsAreNoHeldOutFamilysOwn) {
     return only;
   };
   const auto everywhere = held_out_only(all_test, all_train);
-  ASSERT_TRUE(everywhere.count("whats") && everywhere.count("hey")) << "the restated families lost their words";
+  ASSERT_TRUE(everywhere.count("whats") && everywhere.count("hey"))
+      << "the restated families lost their words";
   for (const auto* markers : {&dt::casual_prefixes(), &dt::casual_suffixes()}) {
     for (const auto& m : *markers) {
       for (const auto& w : words_of(m)) EXPECT_FALSE(everywhere.count(w)) << "'" << m << "' uses " << w;
@@ -720,3 +724,52 @@ TEST(TaskGenerator, UserPromptSetLoadsAndIsNotGenerated) {
 }
 
 }  // namespace
+
+// Composed code items (docs/tasks.md "Composed code items"): train only, hundreds of distinct programs of
+// every documented shape, one bug below the def line, and no held-out function among them: not a
+// test-only template's nor a hand-written user prompt's function, nor a construct only those use.
+TEST(TaskGenerator, ComposedCodeIsVariedAndHoldsOutTestFunctions) {
+  EXPECT_THROW(generate_tasks(domain::code, split::test, 1, 1, {"composed"}), moxi::error);
+  std::set<std::string> held_out = {"count_vowels", "to_fahrenheit", "second_largest"};
+  for (const auto& t : read_jsonl(std::string(MOXI_SOURCE_DIR) + "/tasks/user-prompts.jsonl")) {
+    if (t.domain != domain::code) continue;
+    ASSERT_EQ(t.program.rfind("def ", 0), 0u) << t.id;
+    held_out.insert(t.program.substr(4, t.program.find('(') - 4));
+  }
+  EXPECT_EQ(held_out.size(), 14u);  // 3 templates + 11 user prompts
+  const std::set<std::string> shapes_doc = {
+      "filter",  "range",        "extreme-loop", "extreme-builtin", "extreme-args", "formula", "index",
+      "charset", "early-return", "words",        "slice",           "parity",       "order"};
+  // Constructs of the held-out functions: vowel sets, step slices and reversal, Fahrenheit's 9 / 5 and
+  // 5 / 9, a sorted list indexed (second largest), lists of word lengths, split(" "), a target compared
+  // by equality, a None for division by zero, Fibonacci.
+  const std::regex banned(
+      R"(aeio|\[::|reversed\(|9 / 5|5 / 9|sorted\([^)]*\)\[|\[len\([a-z]+\) for|split\(" "\)|target|None|fib)");
+  const auto items = generate_tasks(domain::code, split::train, 1000, 4, {"composed"});
+  std::set<std::string> programs, fns, shapes;
+  for (const auto& t : items) {
+    ASSERT_EQ(t.template_name, "composed");
+    programs.insert(t.program);
+    ASSERT_EQ(t.program.rfind("def ", 0), 0u) << t.id;
+    const std::string fn = t.program.substr(4, t.program.find('(') - 4);
+    fns.insert(fn);
+    shapes.insert(t.params.at("shape").get<std::string>());
+    EXPECT_FALSE(held_out.count(fn)) << t.id << " writes held-out function " << fn;
+    EXPECT_FALSE(std::regex_search(t.program, banned)) << t.id << ":\n" << t.program;
+    EXPECT_FALSE(std::regex_search(t.reference, banned)) << t.id << ":\n" << t.reference;
+    if (t.params.at("shape") == "filter") {
+      EXPECT_EQ(t.program.find("% 2"), std::string::npos) << t.id;  // a sum of even numbers
+    }
+    EXPECT_NE(t.test.find("from solution import " + fn + "\n"), std::string::npos) << t.id;
+    size_t a = 0;
+    while (a < t.program.size() && t.program[a] == t.reference[a]) ++a;
+    EXPECT_GT(a, t.program.find('\n')) << t.id << ": the def line changed";
+    // The prompt shows the program and one tested call with its value.
+    EXPECT_NE(t.prompt.find("\n\n" + t.program), std::string::npos) << t.id;
+    EXPECT_LT(t.prompt.find(fn + "("), t.prompt.find("\n\n")) << t.id;
+  }
+  EXPECT_EQ(shapes, shapes_doc);
+  // The twenty fixed templates give at most 40 programs (with and without their docstrings).
+  EXPECT_GE(programs.size(), 750u) << "composed programs repeat";
+  EXPECT_GE(fns.size(), 80u) << "few function names";
+}

@@ -61,6 +61,22 @@ inline std::string S(int64_t v) {
   return std::to_string(v);
 }
 
+// A union of integer ranges; draws are uniform over its members. Held-out ranges interleave with train's
+// (head_n k: train 1..5 and 11..20, test 6..10), so the test split never asks for a number length that
+// train never shows.
+using ranges = std::vector<irange>;
+
+inline int64_t draw(rng& r, const ranges& rs) {
+  int64_t total = 0;
+  for (const auto& x : rs) total += x.hi - x.lo + 1;
+  int64_t i = r.range(0, total - 1);
+  for (const auto& x : rs) {
+    if (i <= x.hi - x.lo) return x.lo + i;
+    i -= x.hi - x.lo + 1;
+  }
+  return rs.back().hi;  // unreachable: i < total
+}
+
 // Fills the {name} fields of a task template with their values.
 inline std::string fill(std::string text, const std::map<std::string, std::string>& vars) {
   for (const auto& [k, v] : vars) {
@@ -93,6 +109,18 @@ struct chat_parts {
 chat_parts make_chat(rng& r, split s, const std::string& intent);
 chat_parts make_repeat(rng& r, split s, const std::string& text);
 
+// code (task-generator-code.cpp): a buggy program, its fix and the calls its test asserts.
+const std::vector<template_info>& code_templates();
+struct code_parts {
+  std::string fn;  // the function the test imports
+  std::string describe, buggy, fixed;
+  std::vector<std::pair<std::string, std::string>> asserts;  // python expression, expected value
+  json params;
+};
+code_parts make_code(rng& r, bool test_range, const std::string& tmpl);
+// The test program: reads a nonce, imports c.fn from solution.py, asserts c.asserts, prints the nonce.
+std::string python_test(const code_parts& c);
+
 // vision (task-generator-vision.cpp)
 const std::vector<template_info>& vision_templates();
 task make_vision(rng& r, split s, const std::string& tmpl);
@@ -108,7 +136,8 @@ using phrasing_table = std::map<std::string, std::map<std::string, std::vector<s
 const phrasing_table& terminal_phrasings();
 // Follow-up requests: kind (other_file, other_count, part_of_it) -> family -> phrasings.
 const phrasing_table& followup_phrasings();
-// Code requests: family -> phrasings with {desc} (what the program should do), {ex} (a call), {want} (its value).
+// Code requests: family -> phrasings with {desc} (what the program should do), {ex} (a call), {want} (its
+// value).
 const std::map<std::string, std::vector<std::string>>& code_phrasings();
 
 // Math phrasing families per template (task-generator-math.cpp), and the casual phrasings only train uses,
