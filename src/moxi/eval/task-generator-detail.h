@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "moxi/base/error.h"
 #include "moxi/eval/task-generator.h"
 
 namespace moxi::eval::detail {
@@ -74,7 +75,7 @@ inline int64_t draw(rng& r, const ranges& rs) {
     if (i <= x.hi - x.lo) return x.lo + i;
     i -= x.hi - x.lo + 1;
   }
-  return rs.back().hi;  // unreachable: i < total
+  MOXI_ASSERT(false, "empty range");
 }
 
 // Fills the {name} fields of a task template with their values.
