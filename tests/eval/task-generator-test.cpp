@@ -746,13 +746,20 @@ TEST(TaskGenerator, ComposedCodeIsVariedAndHoldsOutTestFunctions) {
   const std::regex banned(
       R"(aeio|\[::|reversed\(|9 / 5|5 / 9|sorted\([^)]*\)\[|\[len\([a-z]+\) for|split\(" "\)|target|None|fib)");
   const auto items = generate_tasks(domain::code, split::train, 1000, 4, {"composed"});
-  std::set<std::string> programs, fns, shapes;
+  std::set<std::string> programs, fns, shapes, params;
   for (const auto& t : items) {
     ASSERT_EQ(t.template_name, "composed");
     programs.insert(t.program);
     ASSERT_EQ(t.program.rfind("def ", 0), 0u) << t.id;
     const std::string fn = t.program.substr(4, t.program.find('(') - 4);
     fns.insert(fn);
+    // Parameter names: "def f(a, b):" -> a, b.
+    const std::string args = t.program.substr(t.program.find('(') + 1, t.program.find("):") - t.program.find('(') - 1);
+    for (size_t at = 0; at <= args.size();) {
+      const size_t comma = std::min(args.find(", ", at), args.size());
+      params.insert(args.substr(at, comma - at));
+      at = comma + 2;
+    }
     shapes.insert(t.params.at("shape").get<std::string>());
     EXPECT_FALSE(held_out.count(fn)) << t.id << " writes held-out function " << fn;
     EXPECT_FALSE(std::regex_search(t.program, banned)) << t.id << ":\n" << t.program;
@@ -771,5 +778,8 @@ TEST(TaskGenerator, ComposedCodeIsVariedAndHoldsOutTestFunctions) {
   EXPECT_EQ(shapes, shapes_doc);
   // The twenty fixed templates give at most 40 programs (with and without their docstrings).
   EXPECT_GE(programs.size(), 750u) << "composed programs repeat";
-  EXPECT_GE(fns.size(), 80u) << "few function names";
+  // Two thirds of the function names and half the parameter names are made up, nearly all new each time
+  // (with names from small lists: 100 and 40).
+  EXPECT_GE(fns.size(), 600u) << "few function names";
+  EXPECT_GE(params.size(), 300u) << "few parameter names";
 }

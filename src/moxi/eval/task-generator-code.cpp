@@ -253,7 +253,11 @@ code_parts composed_range(rng& r, const composed_names& n) {
     for (int64_t x = a; x <= b; ++x) v = product ? v * tm.f(x) : v + tm.f(x);
     return v;
   };
-  const int64_t a = r.range(product ? 1 : -5, 10), b = a + r.range(1, product ? 5 : 12);
+  // A sum whose last term is 0 (b = 0 for i, 2i, 3i, i³; b = -1 for i + 1) is the same without it: redraw.
+  int64_t a = 0, b = 0;
+  do {
+    a = r.range(product ? 1 : -5, 10), b = a + r.range(1, product ? 5 : 12);
+  } while (!product && tm.f(b) == 0);
   c.asserts = {{call(fn, {S(a), S(b)}), S(value(a, b))}, {call(fn, {S(b), S(b)}), S(value(b, b))}};
   c.params = {{"shape", "range"}};
   return c;
@@ -842,19 +846,75 @@ code_parts composed_order(rng& r, const composed_names& n) {
   return c;
 }
 
+// A made-up Python name (`tavoku`, `shemblor2`): a made-up word that is no keyword or builtin, no name a shape
+// writes itself, not in `taken`, and holds no piece of a held-out function (a `fib` or `revers` inside a
+// made-up word would teach a held-out name's spelling).
+std::string made_up_name(rng& r, const std::set<std::string>& taken) {
+  static const std::set<std::string> reserved = {
+      // Python keywords and the builtins a program might call
+      "and", "as", "assert", "async", "await", "break", "class", "continue", "def", "del", "elif", "else",
+      "except", "finally", "for", "from", "global", "if", "import", "in", "is", "lambda", "nonlocal", "not",
+      "or", "pass", "raise", "return", "try", "while", "with", "yield", "abs", "all", "any", "bin", "bool",
+      "chr", "dict", "dir", "divmod", "enumerate", "eval", "exec", "filter", "float", "format", "hash", "help",
+      "hex", "input", "int", "iter", "len", "list", "map", "max", "min", "next", "object", "oct", "open", "ord",
+      "pow", "print", "range", "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "super",
+      "tuple", "type", "vars", "zip", "match", "case", "self",
+      // names the shapes write themselves (loop indices, range ends, running bests, characters, words)
+      "start", "stop", "first", "last", "best", "top", "cur", "found", "char", "letter", "word", "token",
+      "item", "value", "divisor", "split", "sort", "reverse", "startswith"};
+  static const std::vector<std::string> held_out_pieces = {"fib", "target", "aeio", "vowel", "fahren", "celsius",
+                                                           "palin", "revers", "contain", "none"};
+  for (;;) {
+    std::string w = made_up_word(r);
+    if (r.range(0, 7) == 0) w += S(r.range(1, 9));
+    bool ok = !reserved.count(w) && !taken.count(w);
+    for (const auto& p : held_out_pieces) ok = ok && w.find(p) == std::string::npos;
+    if (ok) return w;
+  }
+}
+
+// Half of a composed function's names are made up, so the reply has to copy the names the program was given
+// (a model trained on a few dozen names per shape wrote `def last_chars(xs)` for an unseen `last_item`):
+// each parameter, loop and accumulator name from its list or made up; the function keeps the shape's name
+// (a third), keeps its first word before a made-up one (`count_blorvat`, a third) or is made up whole.
 code_parts make_composed(rng& r) {
+  std::set<std::string> taken;
+  auto name = [&](const std::vector<std::string>& list) {
+    std::string w;
+    do {
+      w = r.range(0, 1) == 0 ? r.pick(list) : made_up_name(r, taken);
+    } while (taken.count(w));
+    taken.insert(w);
+    return w;
+  };
   composed_names n;
-  n.list = r.pick(kListNames);
-  n.limit = r.pick(kLimitNames);
-  n.text = r.pick(kTextNames);
-  n.loop = r.pick(kLoopNames);
-  n.acc = r.pick(kAccNames);
+  n.list = name(kListNames);
+  n.limit = name(kLimitNames);
+  n.text = name(kTextNames);
+  n.loop = name(kLoopNames);
+  n.acc = name(kAccNames);
   static const std::vector<code_parts (*)(rng&, const composed_names&)> shapes = {
       composed_filter, composed_range,   composed_extreme,      composed_formula,
       composed_index,  composed_charset, composed_early_return, composed_words,
       composed_slice,  composed_parity,  composed_order,
   };
-  return r.pick(shapes)(r, n);
+  code_parts c = r.pick(shapes)(r, n);
+  const int64_t form = r.range(0, 2);
+  if (form == 0) return c;
+  const size_t cut = c.fn.find('_');
+  std::string fn = form == 1 && cut != std::string::npos ? c.fn.substr(0, cut + 1) + made_up_name(r, taken)
+                                                         : made_up_name(r, taken);
+  if (form == 2 && r.range(0, 2) == 0) fn += "_" + made_up_name(r, taken);
+  // The shapes name the function only in its def line and in the tested calls.
+  auto rename = [&](std::string& text, const std::string& from, const std::string& to) {
+    MOXI_ASSERT(text.rfind(from, 0) == 0, "the function's name starts the text");
+    text.replace(0, from.size(), to);
+  };
+  rename(c.buggy, "def " + c.fn + "(", "def " + fn + "(");
+  rename(c.fixed, "def " + c.fn + "(", "def " + fn + "(");
+  for (auto& a : c.asserts) rename(a.first, c.fn + "(", fn + "(");
+  c.fn = fn;
+  return c;
 }
 
 }  // namespace

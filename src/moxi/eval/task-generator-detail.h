@@ -130,6 +130,9 @@ task make_vision(rng& r, split s, const std::string& tmpl);
 // test name word or a filler word.
 const std::vector<std::string>& english_words();
 
+// A made-up word (task-generator.cpp: `tavoku`, `shemblor`) that overlaps no test-split name word.
+std::string made_up_word(rng& r);
+
 // The terminal phrasing families (task-generator-phrasings.cpp): template -> family -> phrasings.
 // Placeholders: {f} file, {g} second file or new name, {k} number, {w} word, {e} extension, {d} directory,
 // {t} text, {a} and {b} words, {x} lines/words, {p} first/last.

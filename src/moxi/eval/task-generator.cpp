@@ -933,4 +933,10 @@ std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed,
   return out;
 }
 
+namespace detail {
+std::string made_up_word(rng& r) {
+  return pseudo_word(r);
+}
+}  // namespace detail
+
 }  // namespace moxi::eval
