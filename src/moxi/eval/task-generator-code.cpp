@@ -846,24 +846,24 @@ code_parts composed_order(rng& r, const composed_names& n) {
   return c;
 }
 
-// A made-up Python name (`tavoku`, `shemblor2`): a made-up word that is no keyword or builtin, no name a shape
-// writes itself, not in `taken`, and holds no piece of a held-out function (a `fib` or `revers` inside a
-// made-up word would teach a held-out name's spelling).
+// A made-up Python name (`tavoku`, `shemblor2`): a made-up word that is no keyword or builtin, no name a
+// shape writes itself, not in `taken`, and holds no piece of a held-out function (a `fib` or `revers` inside
+// a made-up word would teach a held-out name's spelling).
 std::string made_up_name(rng& r, const std::set<std::string>& taken) {
   static const std::set<std::string> reserved = {
       // Python keywords and the builtins a program might call
       "and", "as", "assert", "async", "await", "break", "class", "continue", "def", "del", "elif", "else",
       "except", "finally", "for", "from", "global", "if", "import", "in", "is", "lambda", "nonlocal", "not",
       "or", "pass", "raise", "return", "try", "while", "with", "yield", "abs", "all", "any", "bin", "bool",
-      "chr", "dict", "dir", "divmod", "enumerate", "eval", "exec", "filter", "float", "format", "hash", "help",
-      "hex", "input", "int", "iter", "len", "list", "map", "max", "min", "next", "object", "oct", "open", "ord",
-      "pow", "print", "range", "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "super",
-      "tuple", "type", "vars", "zip", "match", "case", "self",
+      "chr", "dict", "dir", "divmod", "enumerate", "eval", "exec", "filter", "float", "format", "hash",
+      "help", "hex", "input", "int", "iter", "len", "list", "map", "max", "min", "next", "object", "oct",
+      "open", "ord", "pow", "print", "range", "repr", "reversed", "round", "set", "slice", "sorted", "str",
+      "sum", "super", "tuple", "type", "vars", "zip", "match", "case", "self",
       // names the shapes write themselves (loop indices, range ends, running bests, characters, words)
       "start", "stop", "first", "last", "best", "top", "cur", "found", "char", "letter", "word", "token",
       "item", "value", "divisor", "split", "sort", "reverse", "startswith"};
-  static const std::vector<std::string> held_out_pieces = {"fib", "target", "aeio", "vowel", "fahren", "celsius",
-                                                           "palin", "revers", "contain", "none"};
+  static const std::vector<std::string> held_out_pieces = {"fib",     "target", "aeio",   "vowel",   "fahren",
+                                                           "celsius", "palin",  "revers", "contain", "none"};
   for (;;) {
     std::string w = made_up_word(r);
     if (r.range(0, 7) == 0) w += S(r.range(1, 9));
