@@ -14,16 +14,14 @@ OUT=${2:-${TMPDIR:-/tmp}/moxi-eval-card}
 [ -f "$MODEL/config.json" ] || { echo "eval-card: $MODEL is not a model directory (no config.json)" >&2; exit 1; }
 mkdir -p "$OUT"
 
-# The train split's code items come from the twenty fixed templates the bundled recipe trains on; the
-# composed ones (docs/tasks.md "Composed code items") have a figure of their own there.
-FIXED_CODE=sum_to,count_above,max_of,factorial,average,clamp,to_celsius,rect_area,perimeter,abs_diff
-FIXED_CODE=$FIXED_CODE,sum_squares,count_below,is_even,min_of,product,last_item,smallest,count_digits,half,countdown
+# The train split's code items come from the templates both splits draw ("shared": the twenty fixed ones the
+# bundled recipe trains on); the composed ones (docs/tasks.md "Composed code items") have a figure of their own.
 
 tasks() {  # tasks NAME SPLIT SEED: 100 items per domain, concatenated
   local name=$1 split=$2 seed=$3
   for d in math terminal code chat; do
     local only=()
-    [ "$d/$split" = code/train ] && only=(--templates "$FIXED_CODE")
+    [ "$d/$split" = code/train ] && only=(--templates shared)
     "$MOXI" data --domain "$d" --split "$split" --n 100 --seed "$seed" "${only[@]}" --out "$OUT/$name-$d.jsonl" \
       --force >/dev/null
   done

@@ -325,6 +325,31 @@ TEST(TaskGenerator, TemplatesCanBeChosen) {
   EXPECT_THROW(generate_tasks(domain::chat, split::train, 5, 2, {"nope"}), moxi::error);
 }
 
+// "shared" names the templates both splits draw: for code train, the twenty fixed templates (listed here as
+// recipes listed them before the group existed), so it draws those exact items and no composed one.
+TEST(TaskGenerator, SharedGroupIsTheTemplatesBothSplitsDraw) {
+  const std::vector<std::string> fixed = {
+      "sum_to",      "count_above", "max_of",  "factorial", "average",   "clamp",        "to_celsius",
+      "rect_area",   "perimeter",   "abs_diff", "sum_squares", "count_below", "is_even", "min_of",
+      "product",     "last_item",   "smallest", "count_digits", "half",    "countdown"};
+  const auto a = generate_tasks(domain::code, split::train, 200, 5, {"shared"});
+  const auto b = generate_tasks(domain::code, split::train, 200, 5, fixed);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].template_name, b[i].template_name) << i;
+    EXPECT_EQ(a[i].prompt, b[i].prompt) << i;
+    EXPECT_EQ(a[i].reference, b[i].reference) << i;
+    EXPECT_NE(a[i].template_name, "composed") << i;
+  }
+  // In the test split it leaves out the test-only templates; with a name beside it, that one is added.
+  for (const auto& t : generate_tasks(domain::math, split::test, 100, 5, {"shared"}))
+    EXPECT_TRUE(t.template_name != "div" && t.template_name != "ages") << t.id;
+  bool div = false;
+  for (const auto& t : generate_tasks(domain::math, split::test, 100, 5, {"shared", "div"}))
+    div = div || t.template_name == "div";
+  EXPECT_TRUE(div);
+}
+
 TEST(TaskGenerator, MathAnswersAreTheValueOfTheirExpressionAndPrompt) {
   for (auto s : {split::train, split::test}) {
     for (const auto& t : generate_tasks(domain::math, s, 500, 9)) {

@@ -41,7 +41,8 @@ void setup_data(CLI::App& root) {
   cmd->add_option("--n", a->n, "number of tasks")->check(integer_in(1, 10'000'000))->capture_default_str();
   cmd->add_option("--seed", a->seed, "generator seed")->check(unsigned_integer())->capture_default_str();
   cmd->add_option("--templates", a->templates,
-                  "only these templates of the split, comma-separated (all by default; docs/tasks.md lists them)")
+                  "only these templates of the split, comma-separated (all by default; docs/tasks.md lists them; "
+                  "'shared' stands for the templates both splits draw)")
       ->delimiter(',');
   cmd->add_option("--format", a->format,
                   "jsonl: one task per line; terminal-bench: --out is a directory of Terminal-Bench tasks "

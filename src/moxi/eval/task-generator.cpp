@@ -835,18 +835,35 @@ std::vector<family_info> families(domain d) {
 // The share of terminal items that continue a conversation (docs/tasks.md "Follow-ups").
 constexpr int64_t kFollowupPercent = 15;
 
-std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed,
-                                 const std::vector<std::string>& only) {
+// `only` with the group name "shared" replaced by the templates both splits draw (neither test-only nor
+// train-only), in table order.
+std::vector<std::string> expand_groups(const std::vector<template_info>& all, const std::vector<std::string>& only) {
+  std::vector<std::string> out;
+  for (const auto& o : only) {
+    if (o != kSharedTemplates) {
+      out.push_back(o);
+      continue;
+    }
+    for (const auto& t : all) {
+      if (!t.test_only && !t.train_only) out.push_back(t.name);
+    }
+  }
+  return out;
+}
+
+std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed, std::vector<std::string> only) {
   if (s == split::length && d != domain::math) throw error("the length split exists for math only");
   const auto& all = all_templates(d);
   auto names = names_for(all, s);
   bool followups = d == domain::terminal;
   if (!only.empty()) {
+    only = expand_groups(all, only);
     for (const auto& o : only) {
       if (std::find(names.begin(), names.end(), o) == names.end()) {
         std::string valid;
         for (const auto& x : names) valid += (valid.empty() ? "" : ", ") + x;
-        throw error("no template '" + o + "' in " + to_string(d) + "/" + to_string(s) + " (it has " + valid + ")");
+        throw error("no template '" + o + "' in " + to_string(d) + "/" + to_string(s) + " (it has " + valid + "; \"" +
+                    kSharedTemplates + "\" names those both splits draw)");
       }
     }
     std::vector<std::string> kept;

@@ -16,9 +16,10 @@ namespace moxi::eval {
 // between standard libraries), so the same arguments give byte-identical JSONL on every machine and --n 10 is
 // a prefix of --n 100.
 // `only`, when not empty, restricts the items to those templates of the split (an error names the valid ones);
-// without it every template of the split is drawn.
-std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed,
-                                 const std::vector<std::string>& only = {});
+// without it every template of the split is drawn. The group name "shared" in `only` stands for every
+// template both splits draw (the code templates without the train-only composed ones, for example).
+inline constexpr const char* kSharedTemplates = "shared";
+std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed, std::vector<std::string> only = {});
 
 // A generator template and where it appears: `shared` templates appear in both splits, with the test
 // split drawing the parameters named in `holdout` from a range train never uses; `test_only` templates
