@@ -14,14 +14,15 @@ OUT=${2:-${TMPDIR:-/tmp}/moxi-eval-card}
 [ -f "$MODEL/config.json" ] || { echo "eval-card: $MODEL is not a model directory (no config.json)" >&2; exit 1; }
 mkdir -p "$OUT"
 
-# The train split's code items come from the templates both splits draw ("shared": the twenty fixed ones the
-# bundled recipe trains on); the composed ones (docs/tasks.md "Composed code items") have a figure of their own.
+# The train split's code and math items come from the templates both splits draw ("shared": for code the
+# twenty fixed ones the bundled recipe trains on); the train-only composed code items and math stories
+# (docs/tasks.md) are not in that figure.
 
 tasks() {  # tasks NAME SPLIT SEED: 100 items per domain, concatenated
   local name=$1 split=$2 seed=$3
   for d in math terminal code chat; do
     local only=()
-    [ "$d/$split" = code/train ] && only=(--templates shared)
+    case $d/$split in code/train | math/train) only=(--templates shared) ;; esac
     "$MOXI" data --domain "$d" --split "$split" --n 100 --seed "$seed" "${only[@]}" --out "$OUT/$name-$d.jsonl" \
       --force >/dev/null
   done

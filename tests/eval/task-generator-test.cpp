@@ -118,11 +118,11 @@ const std::map<std::string, rule>& rules() {
 const std::set<std::string> kTestOnly = {"div",          "ages",          "largest_file",  "total_lines",
                                          "count_vowels", "to_fahrenheit", "second_largest"};
 // Templates the test split never draws (docs/tasks.md): terminal's train-only ones (the user prompt set
-// measures them) and code's composed functions.
+// measures them), code's composed functions and the math stories.
 const std::set<std::string> kTrainOnly = {"line_n",      "skip_header",   "count_matching", "touch_file",
                                           "copy_file",   "reverse_lines", "char_count",     "delete_file",
                                           "sort_unique", "uppercase",     "mkdir_nested",   "move_into",
-                                          "composed"};
+                                          "composed",    "story"};
 
 // The phrasing families of docs/tasks.md, restated: domain -> (train families, test-only families).
 const std::map<domain, std::pair<std::set<std::string>, std::set<std::string>>>& family_rules() {
@@ -658,6 +658,21 @@ TEST(TaskGenerator, CasualWordsAreNoHeldOutFamilysOwn) {
     const auto only = held_out_only(math_words[tmpl].second, math_words[tmpl].first);
     for (const auto& p : phrasings) {
       for (const auto& w : words_of(p)) EXPECT_FALSE(only.count(w)) << tmpl << ": '" << p << "' uses " << w;
+    }
+  }
+  // The math stories (train only) are no template's, so they use no word of a held-out math family (the
+  // test-only templates' included) that no train family of any domain uses, and none that only held-out
+  // families of any domain use. Their {fields} are not words.
+  std::set<std::string> math_test;
+  for (const auto& [tmpl, words] : math_words) math_test.insert(words.second.begin(), words.second.end());
+  const auto math_held_out = held_out_only(math_test, all_train);
+  ASSERT_TRUE(math_held_out.count("older") && math_held_out.count("divided") && math_held_out.count("crates"));
+  for (const auto& [kind, parts] : dt::math_story_parts()) {
+    for (const auto& p : parts) {
+      const std::string text = std::regex_replace(p, std::regex("\\{[a-z]+\\}"), " ");
+      for (const auto& w : words_of(text)) {
+        EXPECT_FALSE(math_held_out.count(w) || everywhere.count(w)) << kind << ": '" << p << "' uses " << w;
+      }
     }
   }
 }

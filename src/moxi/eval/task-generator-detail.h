@@ -149,6 +149,10 @@ const std::map<std::string, std::vector<std::string>>& code_phrasings();
 const std::map<std::string, std::vector<family>>& math_families();
 const std::map<std::string, std::vector<std::string>>& math_casual_phrasings();
 
+// The sentence parts of the train-only math stories (task-generator-math.cpp, docs/tasks.md "Math
+// stories"), by kind: "start", "groups", "gain", "loss", "more", "fewer", "times", "ask", "ask_after".
+const std::map<std::string, std::vector<std::string>>& math_story_parts();
+
 // Casual rewrites (task-generator-casual.cpp), train only: lowercased words, no final punctuation, a
 // greeting before or a "pls" after. Words of `keep` (the names and values the reply copies) stay as they are.
 std::string casualize(rng& r, const std::string& text, const std::string& keep);

@@ -27,6 +27,7 @@ const std::vector<template_info>& math_templates() {
       {"share", false, kMathHoldout},
       {"div", true, "test only (train operand sizes)"},
       {"ages", true, "test only (train operand sizes)"},
+      {"story", false, "train only: a word problem made from a grammar of sentence parts", true},
   };
   return t;
 }
@@ -342,6 +343,138 @@ const std::map<std::string, std::vector<std::string>>& math_casual_phrasings() {
   return p;
 }
 
+// Math stories, train only: a start (someone's count, or groups of equal size), then up to two events or a
+// comparison with someone else, then the question. The parts use no word that only a held-out family
+// uses (TaskGenerator.MathStoriesUseNoHeldOutWord), so the held-out families stay unseen ways of asking;
+// what the stories teach is reading the operations out of sentences that change from item to item.
+// Fields: {n} the first person, {m} the second, {a} the start, {b} and {c} the later numbers, {item},
+// {box} and {boxes} a container.
+const std::map<std::string, std::vector<std::string>>& math_story_parts() {
+  static const std::map<std::string, std::vector<std::string>> p = {
+      {"start",
+       {"{n} has {a} {item}.", "{n} keeps {a} {item} in a {box}.", "{n} owns {a} {item}.",
+        "{n} collected {a} {item}.", "There are {a} {item} in {n}'s {box}.", "{n} counted {a} {item} at home.",
+        "{n} has a {box} with {a} {item} in it."}},
+      {"groups",
+       {"{n} has {b} {boxes} with {a} {item} in each.", "{n} fills {b} {boxes} with {a} {item} each.",
+        "{n} buys {b} packs of {a} {item}.", "There are {b} rows of {a} {item} on {n}'s desk.",
+        "{n} has {b} {boxes}, and each {box} has {a} {item}."}},
+      {"gain",
+       {"{x} gets {v} more.", "{x} finds {v} more {item}.", "{x} buys {v} more {item}.",
+        "Then {x} picks up {v} more.", "A friend hands {x} {v} {item}.", "{x} wins {v} {item}.",
+        "Later {x} is given {v} more {item}.", "Next, {v} more {item} go on {x}'s pile."}},
+      {"loss",
+       {"{x} loses {v} of them.", "{x} uses {v} {item}.", "Then {v} of {x}'s {item} break.",
+        "{x} sells {v} {item}.", "{x} hands {v} {item} to a friend.", "{v} of {x}'s {item} go missing.",
+        "Later {x} throws out {v} {item}."}},
+      {"more",
+       {"{m} has {b} more {item} than {n}.", "{m} owns {b} more {item} than {n} does.",
+        "{m} has {b} {item} more than {n}."}},
+      {"fewer",
+       {"{m} has {b} fewer {item} than {n}.", "{m} owns {b} fewer {item} than {n} does.",
+        "{m} has {b} {item} fewer than {n}."}},
+      {"times",
+       {"{m} has {b} times as many {item} as {n}.", "{m} owns {b} times as many {item} as {n} does."}},
+      {"ask",
+       {"How many {item} does {x} have now?", "How many {item} does {x} have?", "How many does {x} have now?",
+        "What is the number of {item} {x} has now?", "So how many {item} does {x} have?"}},
+      {"ask_after",
+       {"How many {item} does {x} have after that?", "After that, how many {item} does {x} have?",
+        "How many {item} does {x} end up with?"}},
+  };
+  return p;
+}
+
+namespace {
+
+// One story item (see math_story_parts): the expression is worked left to right like the other templates.
+task make_math_story(rng& r, const std::vector<std::string>& people) {
+  static const std::vector<std::string> items = {
+      "pencils", "apples", "eggs",   "cards", "cups",  "marbles", "stamps",  "coins",   "books", "shells",
+      "stickers", "beads", "buttons", "bottles", "plates", "rocks", "tickets", "cookies", "toys", "keys"};
+  static const std::vector<std::pair<std::string, std::string>> boxes = {
+      {"bag", "bags"}, {"jar", "jars"}, {"box", "boxes"}, {"basket", "baskets"}, {"tray", "trays"}, {"tin", "tins"}};
+  const auto& parts = math_story_parts();
+  const std::string n = r.pick(people);
+  std::string m = r.pick(people);
+  while (m == n) m = r.pick(people);
+  const auto& box = r.pick(boxes);
+  std::map<std::string, std::string> vars = {
+      {"n", n}, {"m", m}, {"item", r.pick(items)}, {"box", box.first}, {"boxes", box.second}};
+  auto say = [&](const std::string& kind, const std::string& who, int64_t v) {
+    auto with = vars;
+    with["x"] = who;
+    with["v"] = S(v);
+    return fill(r.pick(parts.at(kind)), with);
+  };
+  // The start: a count, or groups (a * b, b a multiplier as in mul).
+  const bool groups = r.range(0, 3) == 0;
+  int64_t a = draw_operand(r, false), b = 0;
+  std::vector<math_step> steps;
+  std::string expr = S(a), text;
+  int64_t v = a;
+  if (groups) {
+    b = draw_multiplier(r);
+    if (b >= 10 && a >= 100) a = with_digits(r, r.range(1, 2));
+    vars["a"] = S(a);
+    vars["b"] = S(b);
+    text = fill(r.pick(parts.at("groups")), vars);
+    expr = S(a) + " * " + S(b);
+    steps.push_back({a, '*', b});
+    v = a * b;
+  } else {
+    vars["a"] = S(a);
+    text = fill(r.pick(parts.at("start")), vars);
+  }
+  // Then a comparison (the rest is about the second person) or one event, and maybe one more event.
+  std::string who = n;
+  size_t events = size_t(r.range(1, 2));
+  if (!groups && r.range(0, 2) == 0) {
+    int64_t kind = r.range(0, 2);  // more, fewer, times
+    if (kind == 1 && a < 2) kind = 0;
+    if (kind == 2) {
+      b = draw_multiplier(r);
+      if (b >= 10 && a >= 100) b = with_digits(r, 1);
+    } else {
+      b = draw_operand(r, false);
+      if (kind == 1 && b >= a) b = r.range(1, a - 1);
+    }
+    const std::string rel = kind == 0 ? "more" : kind == 1 ? "fewer" : "times";
+    vars["b"] = S(b);
+    text += " " + fill(r.pick(parts.at(rel)), vars);
+    const char op = rel == "more" ? '+' : rel == "fewer" ? '-' : '*';
+    steps.push_back({a, op, b});
+    expr += std::string(" ") + op + " " + S(b);
+    v = op == '+' ? a + b : op == '-' ? a - b : a * b;
+    who = m;
+    events = size_t(r.range(0, 1));
+  }
+  for (size_t e = 0; e < events; ++e) {
+    const bool gain = v == 0 || r.range(0, 1) == 0;
+    int64_t c = draw_operand(r, false);
+    if (!gain && c > v) c = r.range(1, v);
+    text += " " + say(gain ? "gain" : "loss", who, c);
+    const char op = gain ? '+' : '-';
+    steps.push_back({v, op, c});
+    expr += std::string(" ") + op + " " + S(c);
+    v = gain ? v + c : v - c;
+  }
+  const bool after = steps.size() > 1 && r.range(0, 2) == 0;
+  auto ask_vars = vars;
+  ask_vars["x"] = who;
+  text += " " + fill(r.pick(parts.at(after ? "ask_after" : "ask")), ask_vars);
+  if (r.range(0, 1) == 0) text += " Answer with a number.";
+  task t;
+  t.prompt = text;
+  t.expression = expr;
+  t.answer = S(v);
+  t.params = {{"a", a}, {"b", b}, {"family", "story"}};
+  t.reference = worked_reply(expr, steps, v);
+  return t;
+}
+
+}  // namespace
+
 std::vector<std::string> math_family_names(const std::string& tmpl, bool test_only) {
   std::vector<std::string> v;
   for (const auto& f : math_families().at(tmpl)) {
@@ -355,6 +488,11 @@ std::vector<std::string> math_family_names(const std::string& tmpl, bool test_on
 task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template) {
   const bool length = s == split::length;
   static const std::vector<std::string> names = {"Sam", "Ana", "Lee", "Mia", "Tom", "Eva", "Raj", "Kim"};
+  if (tmpl == "story") {
+    static const std::vector<std::string> people = {"Sam", "Ana", "Lee", "Mia", "Tom", "Eva", "Raj", "Kim",
+                                                    "Ben", "Zoe", "Ali", "Max", "Ivy", "Noor", "Leo", "Jin"};
+    return make_math_story(r, people);
+  }
   int64_t a = 0, b = 0, c = 0, answer = 0;
   int form = 0;  // mixed: which expression
   for (;;) {

@@ -760,7 +760,11 @@ std::string repeat_text(rng& r, split s) {
 std::vector<std::string> names_for(const std::vector<template_info>& all, split s) {
   std::vector<std::string> v;
   for (const auto& t : all) {
-    if (s == split::test ? !t.train_only : !t.test_only) v.push_back(t.name);
+    // The length split draws the shared templates only, with longer operands.
+    const bool in = s == split::test    ? !t.train_only
+                    : s == split::train ? !t.test_only
+                                        : !t.test_only && !t.train_only;
+    if (in) v.push_back(t.name);
   }
   return v;
 }
