@@ -345,10 +345,10 @@ const std::map<std::string, std::vector<std::string>>& math_casual_phrasings() {
 
 // Math stories, train only: a start (someone's count, or groups of equal size), then up to two events or a
 // comparison with someone else, then the question. The parts use no word that only a held-out family
-// uses (TaskGenerator.MathStoriesUseNoHeldOutWord), so the held-out families stay unseen ways of asking;
-// what the stories teach is reading the operations out of sentences that change from item to item.
-// Fields: {n} the first person, {m} the second, {a} the start, {b} and {c} the later numbers, {item},
-// {box} and {boxes} a container.
+// uses (TaskGenerator.CasualWordsAreNoHeldOutFamilysOwn), so the held-out families stay unseen ways of
+// asking; what the stories teach is reading the operations out of sentences that change from item to item.
+// Fields: {n} the first person, {m} the second, {a} the start, {b} the group count or the comparison's
+// number, {x} whom an event or the question is about, {v} an event's number, {item}, {box}, {boxes}.
 const std::map<std::string, std::vector<std::string>>& math_story_parts() {
   static const std::map<std::string, std::vector<std::string>> p = {
       {"start",
@@ -426,10 +426,11 @@ task make_math_story(rng& r, const std::vector<std::string>& people) {
     vars["a"] = S(a);
     text = fill(r.pick(parts.at("start")), vars);
   }
-  // Then a comparison (the rest is about the second person) or one event, and maybe one more event.
+  // Then a comparison (half the counts; the rest is about the second person, who has an event two times in
+  // three) or one event, and maybe one more event.
   std::string who = n;
   size_t events = size_t(r.range(1, 2));
-  if (!groups && r.range(0, 2) == 0) {
+  if (!groups && r.range(0, 1) == 0) {
     int64_t kind = r.range(0, 2);  // more, fewer, times
     if (kind == 1 && a < 2) kind = 0;
     if (kind == 2) {
@@ -447,7 +448,7 @@ task make_math_story(rng& r, const std::vector<std::string>& people) {
     expr += std::string(" ") + op + " " + S(b);
     v = op == '+' ? a + b : op == '-' ? a - b : a * b;
     who = m;
-    events = size_t(r.range(0, 1));
+    events = r.range(0, 2) == 0 ? 0 : 1;
   }
   for (size_t e = 0; e < events; ++e) {
     const bool gain = v == 0 || r.range(0, 1) == 0;
