@@ -839,6 +839,8 @@ std::vector<family_info> families(domain d) {
 // The share of terminal items that continue a conversation (docs/tasks.md "Follow-ups").
 constexpr int64_t kFollowupPercent = 15;
 
+namespace {
+
 // `only` with the group name "shared" replaced by the templates both splits draw (neither test-only nor
 // train-only), in table order.
 std::vector<std::string> expand_groups(const std::vector<template_info>& all, const std::vector<std::string>& only) {
@@ -854,6 +856,8 @@ std::vector<std::string> expand_groups(const std::vector<template_info>& all, co
   }
   return out;
 }
+
+}  // namespace
 
 std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed, std::vector<std::string> only) {
   if (s == split::length && d != domain::math) throw error("the length split exists for math only");
