@@ -387,8 +387,24 @@ const std::map<std::string, std::vector<std::string>>& math_story_parts() {
 
 namespace {
 
+// The people the templates' problems name; stories name eight more.
+const std::vector<std::string> kMathNames = {"Sam", "Ana", "Lee", "Mia", "Tom", "Eva", "Raj", "Kim"};
+
+// A chain of operations applied left to right, as an expression ("12 * 2 + 92": each step's x is the
+// value so far, so only the first one is written).
+std::string chain_expression(const std::vector<math_step>& steps) {
+  std::string e = S(steps.front().x);
+  for (const auto& st : steps) e += std::string(" ") + st.op + " " + S(st.y);
+  return e;
+}
+
 // One story item (see math_story_parts): the expression is worked left to right like the other templates.
-task make_math_story(rng& r, const std::vector<std::string>& people) {
+task make_math_story(rng& r) {
+  static const std::vector<std::string> people = [] {
+    auto v = kMathNames;
+    for (const char* n : {"Ben", "Zoe", "Ali", "Max", "Ivy", "Noor", "Leo", "Jin"}) v.push_back(n);
+    return v;
+  }();
   static const std::vector<std::string> items = {
       "pencils", "apples", "eggs",   "cards", "cups",  "marbles", "stamps",  "coins",   "books", "shells",
       "stickers", "beads", "buttons", "bottles", "plates", "rocks", "tickets", "cookies", "toys", "keys"};
@@ -411,7 +427,7 @@ task make_math_story(rng& r, const std::vector<std::string>& people) {
   const bool groups = r.range(0, 3) == 0;
   int64_t a = draw_operand(r, false), b = 0;
   std::vector<math_step> steps;
-  std::string expr = S(a), text;
+  std::string text;
   int64_t v = a;
   if (groups) {
     b = draw_multiplier(r);
@@ -419,7 +435,6 @@ task make_math_story(rng& r, const std::vector<std::string>& people) {
     vars["a"] = S(a);
     vars["b"] = S(b);
     text = fill(r.pick(parts.at("groups")), vars);
-    expr = S(a) + " * " + S(b);
     steps.push_back({a, '*', b});
     v = a * b;
   } else {
@@ -445,7 +460,6 @@ task make_math_story(rng& r, const std::vector<std::string>& people) {
     text += " " + fill(r.pick(parts.at(rel)), vars);
     const char op = rel == "more" ? '+' : rel == "fewer" ? '-' : '*';
     steps.push_back({a, op, b});
-    expr += std::string(" ") + op + " " + S(b);
     v = op == '+' ? a + b : op == '-' ? a - b : a * b;
     who = m;
     events = r.range(0, 2) == 0 ? 0 : 1;
@@ -457,7 +471,6 @@ task make_math_story(rng& r, const std::vector<std::string>& people) {
     text += " " + say(gain ? "gain" : "loss", who, c);
     const char op = gain ? '+' : '-';
     steps.push_back({v, op, c});
-    expr += std::string(" ") + op + " " + S(c);
     v = gain ? v + c : v - c;
   }
   const bool after = steps.size() > 1 && r.range(0, 2) == 0;
@@ -467,10 +480,10 @@ task make_math_story(rng& r, const std::vector<std::string>& people) {
   if (r.range(0, 1) == 0) text += " Answer with a number.";
   task t;
   t.prompt = text;
-  t.expression = expr;
+  t.expression = chain_expression(steps);
   t.answer = S(v);
   t.params = {{"a", a}, {"b", b}, {"family", "story"}};
-  t.reference = worked_reply(expr, steps, v);
+  t.reference = worked_reply(t.expression, steps, v);
   return t;
 }
 
@@ -488,12 +501,8 @@ std::vector<std::string> math_family_names(const std::string& tmpl, bool test_on
 // the held-out ones (test-only templates: any), length draws 4-5 digit operands.
 task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template) {
   const bool length = s == split::length;
-  static const std::vector<std::string> names = {"Sam", "Ana", "Lee", "Mia", "Tom", "Eva", "Raj", "Kim"};
-  if (tmpl == "story") {
-    static const std::vector<std::string> people = {"Sam", "Ana", "Lee", "Mia", "Tom", "Eva", "Raj", "Kim",
-                                                    "Ben", "Zoe", "Ali", "Max", "Ivy", "Noor", "Leo", "Jin"};
-    return make_math_story(r, people);
-  }
+  if (tmpl == "story") return make_math_story(r);
+  const auto& names = kMathNames;
   int64_t a = 0, b = 0, c = 0, answer = 0;
   int form = 0;  // mixed: which expression
   for (;;) {
