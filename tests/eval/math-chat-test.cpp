@@ -218,6 +218,46 @@ TEST(MathSplits, TrainAndTestCombinationsAreDisjoint) {
   EXPECT_EQ(test_len, (std::set<size_t>{1, 2, 3}));
 }
 
+// Division stories (train only): the prompt states the whole and the number of shares, nothing else; the
+// answer is their quotient; and no (quotient, divisor) is one the test split's share items hold out.
+TEST(MathSplits, DivisionStoriesAskTheirOwnQuotient) {
+  std::set<std::pair<int64_t, int64_t>> test_share;
+  for (const auto& t : generate_tasks(domain::math, split::test, 6000, 9)) {
+    if (t.template_name == "share") test_share.insert({t.params["a"].get<int64_t>(), t.params["b"].get<int64_t>()});
+  }
+  ASSERT_GT(test_share.size(), 300u);
+  size_t n = 0, both_orders = 0;
+  std::set<std::string> openings;
+  for (const auto& t : generate_tasks(domain::math, split::train, 4000, 9, {"story_share"})) {
+    SCOPED_TRACE(t.id + ": " + t.prompt);
+    ++n;
+    std::vector<int64_t> numbers;
+    for (size_t i = 0; i < t.prompt.size();) {
+      if (!std::isdigit(static_cast<unsigned char>(t.prompt[i]))) {
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      while (j < t.prompt.size() && std::isdigit(static_cast<unsigned char>(t.prompt[j]))) ++j;
+      numbers.push_back(std::stoll(t.prompt.substr(i, j - i)));
+      i = j;
+    }
+    ASSERT_EQ(numbers.size(), 2u);
+    const int64_t whole = std::max(numbers[0], numbers[1]), parts = std::min(numbers[0], numbers[1]);
+    both_orders += numbers[0] < numbers[1];
+    ASSERT_GE(parts, 2);
+    EXPECT_EQ(whole % parts, 0);
+    EXPECT_EQ(t.answer, std::to_string(whole / parts));
+    EXPECT_EQ(t.expression, std::to_string(whole) + " / " + std::to_string(parts));
+    EXPECT_TRUE(check(t, t.reference).pass);
+    EXPECT_FALSE(test_share.count({whole / parts, parts})) << "a held-out share combination";
+    openings.insert(t.prompt.substr(0, t.prompt.find(' ', t.prompt.find(' ') + 1)));
+  }
+  EXPECT_EQ(n, 4000u);
+  EXPECT_GT(both_orders, 100u);  // "{b} kids ..." and "{b} things cost ..." put the divisor first
+  EXPECT_GT(openings.size(), 50u);
+}
+
 // Test-only phrasing families (docs/tasks.md), restated.
 const std::map<std::string, std::set<std::string>> kHeldOutMathFamilies = {
     {"add", {"sum_of", "bare"}},
@@ -237,7 +277,8 @@ TEST(MathSplits, HeldOutFamiliesNeverInTrain) {
     const std::string f = t.params.at("family");
     const auto held = kHeldOutMathFamilies.find(t.template_name);
     if (held == kHeldOutMathFamilies.end()) {
-      EXPECT_EQ(t.template_name, "story") << t.id;  // train only, worded from parts (task-generator-test.cpp)
+      // train only, worded from parts (task-generator-test.cpp)
+      EXPECT_TRUE(t.template_name == "story" || t.template_name == "story_share") << t.id;
     } else {
       EXPECT_FALSE(held->second.count(f)) << t.id << " uses " << f;
     }
@@ -278,6 +319,7 @@ TEST(MathSplits, LengthSplitOperandsAreLongerThanTrain) {
     EXPECT_NE(t.template_name, "div");
     EXPECT_NE(t.template_name, "ages");
     EXPECT_NE(t.template_name, "story");
+    EXPECT_NE(t.template_name, "story_share");
     EXPECT_FALSE(kHeldOutMathFamilies.at(t.template_name).count(t.params.at("family"))) << t.id;
     length_templates.insert(t.template_name);
   }

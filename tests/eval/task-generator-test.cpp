@@ -122,7 +122,7 @@ const std::set<std::string> kTestOnly = {"div",          "ages",          "large
 const std::set<std::string> kTrainOnly = {"line_n",      "skip_header",   "count_matching", "touch_file",
                                           "copy_file",   "reverse_lines", "char_count",     "delete_file",
                                           "sort_unique", "uppercase",     "mkdir_nested",   "move_into",
-                                          "composed",    "story"};
+                                          "composed",    "story",         "story_share"};
 
 // The phrasing families of docs/tasks.md, restated: domain -> (train families, test-only families).
 const std::map<domain, std::pair<std::set<std::string>, std::set<std::string>>>& family_rules() {

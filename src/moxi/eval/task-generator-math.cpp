@@ -28,6 +28,7 @@ const std::vector<template_info>& math_templates() {
       {"div", true, "test only (train operand sizes)"},
       {"ages", true, "test only (train operand sizes)"},
       {"story", false, "train only: a word problem made from a grammar of sentence parts", true},
+      {"story_share", false, "train only: a division word problem made from sentence parts", true},
   };
   return t;
 }
@@ -381,6 +382,28 @@ const std::map<std::string, std::vector<std::string>>& math_story_parts() {
       {"ask_after",
        {"How many {item} does {x} have after that?", "After that, how many {item} does {x} have?",
         "How many {item} does {x} end up with?"}},
+      // story_share: a start with {a} the whole, then the whole handed out to {b} people ({g}, one of them
+      // {g1}), packed into {b} containers, or paid for {b} things; each way has its own questions.
+      {"share",
+       {"{x} shares them equally among {b} {g}.", "{x} gives them out to {b} {g}, the same number to each.",
+        "{x} hands them out equally to {b} {g}.", "{b} {g} get an equal share of them.",
+        "{x} wants each of {b} {g} to get as many as the others."}},
+      {"ask_share",
+       {"How many {item} does each {g1} get?", "How many does each {g1} get?", "How many is that for each {g1}?",
+        "How many {item} is that per {g1}?", "What does each {g1} get?"}},
+      {"pack",
+       {"{x} packs them into {b} {boxes}, the same number in each.",
+        "{x} places them into {b} {boxes} with an equal number in each.", "{x} sorts them into {b} equal {boxes}.",
+        "They go into {b} {boxes}, each with as many as the others."}},
+      {"ask_pack",
+       {"How many {item} go in each {box}?", "How many are in each {box}?", "How many {item} does one {box} hold?",
+        "How many {item} per {box}?"}},
+      {"cost",
+       {"{n} pays {a} dollars for {b} {item}.", "{b} {item} cost {a} dollars in all.",
+        "{n} spent {a} dollars on {b} {item}, all the same price.", "{n} buys {b} {item} for {a} dollars."}},
+      {"ask_cost",
+       {"What does one cost?", "How many dollars is one of them?", "What is the price of each?",
+        "How many dollars does each one cost?", "How many dollars does one cost?"}},
   };
   return p;
 }
@@ -389,6 +412,27 @@ namespace {
 
 // The people the templates' problems name; stories name eight more.
 const std::vector<std::string> kMathNames = {"Sam", "Ana", "Lee", "Mia", "Tom", "Eva", "Raj", "Kim"};
+
+// The stories' people (the templates' and eight more), things and containers.
+const std::vector<std::string>& math_story_people() {
+  static const std::vector<std::string> people = [] {
+    auto v = kMathNames;
+    for (const char* n : {"Ben", "Zoe", "Ali", "Max", "Ivy", "Noor", "Leo", "Jin"}) v.push_back(n);
+    return v;
+  }();
+  return people;
+}
+const std::vector<std::string>& math_story_items() {
+  static const std::vector<std::string> items = {
+      "pencils", "apples", "eggs",   "cards", "cups",  "marbles", "stamps",  "coins",   "books", "shells",
+      "stickers", "beads", "buttons", "bottles", "plates", "rocks", "tickets", "cookies", "toys", "keys"};
+  return items;
+}
+const std::vector<std::pair<std::string, std::string>>& math_story_boxes() {
+  static const std::vector<std::pair<std::string, std::string>> boxes = {
+      {"bag", "bags"}, {"jar", "jars"}, {"box", "boxes"}, {"basket", "baskets"}, {"tray", "trays"}, {"tin", "tins"}};
+  return boxes;
+}
 
 // A chain of operations applied left to right, as an expression ("12 * 2 + 92": each step's x is the
 // value so far, so only the first one is written).
@@ -400,23 +444,14 @@ std::string chain_expression(const std::vector<math_step>& steps) {
 
 // One story item (see math_story_parts): the expression is worked left to right like the other templates.
 task make_math_story(rng& r) {
-  static const std::vector<std::string> people = [] {
-    auto v = kMathNames;
-    for (const char* n : {"Ben", "Zoe", "Ali", "Max", "Ivy", "Noor", "Leo", "Jin"}) v.push_back(n);
-    return v;
-  }();
-  static const std::vector<std::string> items = {
-      "pencils", "apples", "eggs",   "cards", "cups",  "marbles", "stamps",  "coins",   "books", "shells",
-      "stickers", "beads", "buttons", "bottles", "plates", "rocks", "tickets", "cookies", "toys", "keys"};
-  static const std::vector<std::pair<std::string, std::string>> boxes = {
-      {"bag", "bags"}, {"jar", "jars"}, {"box", "boxes"}, {"basket", "baskets"}, {"tray", "trays"}, {"tin", "tins"}};
   const auto& parts = math_story_parts();
+  const auto& people = math_story_people();
   const std::string n = r.pick(people);
   std::string m = r.pick(people);
   while (m == n) m = r.pick(people);
-  const auto& box = r.pick(boxes);
+  const auto& box = r.pick(math_story_boxes());
   std::map<std::string, std::string> vars = {
-      {"n", n}, {"m", m}, {"item", r.pick(items)}, {"box", box.first}, {"boxes", box.second}};
+      {"n", n}, {"m", m}, {"item", r.pick(math_story_items())}, {"box", box.first}, {"boxes", box.second}};
   auto say = [&](const std::string& kind, const std::string& who, int64_t v) {
     auto with = vars;
     with["x"] = who;
@@ -487,6 +522,65 @@ task make_math_story(rng& r) {
   return t;
 }
 
+// Exact division a / b worked as long division (share and div, story_share): the expression, one line per
+// quotient digit, the answer.
+std::string long_division_reply(int64_t a, int64_t b) {
+  std::vector<std::string> lines = {S(a) + " / " + S(b)};
+  const int64_t quotient = long_division(a, b, lines);
+  MOXI_ASSERT(quotient * b == a, "long division of an exact quotient left a remainder");
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out + "Answer: " + S(quotient);
+}
+
+// One division story (see math_story_parts): a whole handed out, packed or paid for, and the question per
+// one. The quotient and divisor are sized as share's and keep share's held-out rule, so no held-out share
+// combination (quotient, divisor) is taught here.
+task make_math_story_share(rng& r) {
+  static const std::vector<std::pair<std::string, std::string>> groups = {
+      {"friends", "friend"}, {"kids", "kid"}, {"children", "child"}, {"players", "player"},
+      {"students", "student"}, {"neighbors", "neighbor"}};
+  const auto& parts = math_story_parts();
+  int64_t q = 0, b = 0;
+  do {
+    q = draw_operand(r, false);
+    b = draw_multiplier(r);
+    if (b >= 10 && q >= 100) q = with_digits(r, r.range(1, 2));
+  } while (math_combo_is_test("share", q, b, 0));
+  const auto& box = r.pick(math_story_boxes());
+  const auto* first_box = &r.pick(math_story_boxes());  // where the start keeps them, not what they go into
+  while (first_box == &box) first_box = &r.pick(math_story_boxes());
+  const auto& g = r.pick(groups);
+  std::map<std::string, std::string> vars = {{"n", r.pick(math_story_people())},
+                                             {"item", r.pick(math_story_items())},
+                                             {"box", box.first},
+                                             {"boxes", box.second},
+                                             {"g", g.first},
+                                             {"g1", g.second},
+                                             {"a", S(q * b)},
+                                             {"b", S(b)}};
+  vars["x"] = vars["n"];
+  const int64_t way = r.range(0, 2);  // share, pack, cost
+  std::string text;
+  if (way == 2) {
+    text = fill(r.pick(parts.at("cost")), vars) + " " + fill(r.pick(parts.at("ask_cost")), vars);
+  } else {
+    const std::string kind = way == 0 ? "share" : "pack";
+    auto start = vars;
+    start["box"] = first_box->first;
+    text = fill(r.pick(parts.at("start")), start) + " " + fill(r.pick(parts.at(kind)), vars) + " " +
+           fill(r.pick(parts.at("ask_" + kind)), vars);
+  }
+  if (r.range(0, 1) == 0) text += " Answer with a number.";
+  task t;
+  t.prompt = text;
+  t.expression = S(q * b) + " / " + S(b);
+  t.answer = S(q);
+  t.params = {{"a", q}, {"b", b}, {"family", "story_share"}};
+  t.reference = long_division_reply(q * b, b);
+  return t;
+}
+
 }  // namespace
 
 std::vector<std::string> math_family_names(const std::string& tmpl, bool test_only) {
@@ -502,6 +596,7 @@ std::vector<std::string> math_family_names(const std::string& tmpl, bool test_on
 task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template) {
   const bool length = s == split::length;
   if (tmpl == "story") return make_math_story(r);
+  if (tmpl == "story_share") return make_math_story_share(r);
   const auto& names = kMathNames;
   int64_t a = 0, b = 0, c = 0, answer = 0;
   int form = 0;  // mixed: which expression
@@ -627,12 +722,7 @@ task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template
   if (tmpl == "div" || tmpl == "share") {
     // Exact division worked as long division (share teaches it; div asks the same operation in words train
     // never uses).
-    std::vector<std::string> lines = {expr};
-    const int64_t quotient = long_division(a * b, b, lines);
-    MOXI_ASSERT(quotient == a, "long division disagrees with the quotient");
-    std::string out;
-    for (const auto& l : lines) out += l + "\n";
-    t.reference = out + "Answer: " + S(answer);
+    t.reference = long_division_reply(a * b, b);
   } else {
     t.reference = worked_reply(expr, steps, answer);
   }
