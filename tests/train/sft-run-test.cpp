@@ -140,4 +140,22 @@ TEST(SftRun, MoxiTrainRunsTheTrainerOrExplainsThatItIsMissing) {
       << read_file(tmp / "missing.log");
 }
 
+// A stage recipe whose model.init is not there yet (its first stage not trained): a message that names the
+// field and the path, and no run directory left behind.
+TEST(SftRun, AMissingInitModelIsNamedAndNothingIsWritten) {
+  moxi::testing::temp_dir tmp("moxi-train-init");
+  auto r = nlohmann::json::parse(read_file(write_recipe(tmp.path(), 2, 0)));
+  r["model"] = {{"init", "first-stage/model"}};
+  std::ofstream(tmp / "stage.json") << r.dump(2);
+  ASSERT_EQ(wait_exit(spawn_logged({kBinary + "/moxi", "train", "sft", "--recipe", tmp / "stage.json", "--out",
+                                    tmp / "run"},
+                                   tmp / "init.log")),
+            1);
+  const std::string log = read_file(tmp / "init.log");
+  EXPECT_NE(log.find("model.init '" + tmp / "first-stage/model" + "' is not a model directory"),
+            std::string::npos)
+      << log;
+  EXPECT_FALSE(fs::exists(tmp / "run"));
+}
+
 }  // namespace
