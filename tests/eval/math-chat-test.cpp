@@ -223,7 +223,8 @@ TEST(MathSplits, TrainAndTestCombinationsAreDisjoint) {
 TEST(MathSplits, DivisionStoriesAskTheirOwnQuotient) {
   std::set<std::pair<int64_t, int64_t>> test_share;
   for (const auto& t : generate_tasks(domain::math, split::test, 6000, 9)) {
-    if (t.template_name == "share") test_share.insert({t.params["a"].get<int64_t>(), t.params["b"].get<int64_t>()});
+    if (t.template_name == "share")
+      test_share.insert({t.params["a"].get<int64_t>(), t.params["b"].get<int64_t>()});
   }
   ASSERT_GT(test_share.size(), 300u);
   size_t n = 0, both_orders = 0;

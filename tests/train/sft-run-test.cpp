@@ -147,9 +147,9 @@ TEST(SftRun, AMissingInitModelIsNamedAndNothingIsWritten) {
   auto r = nlohmann::json::parse(read_file(write_recipe(tmp.path(), 2, 0)));
   r["model"] = {{"init", "first-stage/model"}};
   std::ofstream(tmp / "stage.json") << r.dump(2);
-  ASSERT_EQ(wait_exit(spawn_logged({kBinary + "/moxi", "train", "sft", "--recipe", tmp / "stage.json", "--out",
-                                    tmp / "run"},
-                                   tmp / "init.log")),
+  ASSERT_EQ(wait_exit(spawn_logged(
+                {kBinary + "/moxi", "train", "sft", "--recipe", tmp / "stage.json", "--out", tmp / "run"},
+                tmp / "init.log")),
             1);
   const std::string log = read_file(tmp / "init.log");
   EXPECT_NE(log.find("model.init '" + tmp / "first-stage/model" + "' is not a model directory"),

@@ -296,7 +296,10 @@ const std::map<std::string, std::vector<family>>& math_families() {
          false,
          true,
          {"{p} {item} are shared equally among {b} friends. How many {item} does each friend get?"}},
-        {"boxes", false, false, {"{p} {item} are packed into {b} equal boxes. How many {item} go in each box?"}},
+        {"boxes",
+         false,
+         false,
+         {"{p} {item} are packed into {b} equal boxes. How many {item} go in each box?"}},
         {"groups",
          true,
          false,
@@ -322,7 +325,8 @@ const std::map<std::string, std::vector<std::string>>& math_casual_phrasings() {
         "add {a} to {b} for me", "{a}+{b}?", "need {a} plus {b}", "how much is {a} and {b} together"}},
       {"sub",
        {"whats {a} minus {b}", "{a} minus {b} pls", "how much is {a} - {b}", "{a}-{b}?",
-        "subtract {b} from {a} for me", "what do i get if i subtract {b} from {a}", "{a} minus {b}, how much"}},
+        "subtract {b} from {a} for me", "what do i get if i subtract {b} from {a}",
+        "{a} minus {b}, how much"}},
       {"mul",
        {"whats {a} times {b}", "{a} times {b} pls", "how much is {a} * {b}", "{a}*{b}?", "{a} x {b}?",
         "multiply {a} by {b} for me", "what do i get for {a} times {b}"}},
@@ -354,8 +358,8 @@ const std::map<std::string, std::vector<std::string>>& math_story_parts() {
   static const std::map<std::string, std::vector<std::string>> p = {
       {"start",
        {"{n} has {a} {item}.", "{n} keeps {a} {item} in a {box}.", "{n} owns {a} {item}.",
-        "{n} collected {a} {item}.", "There are {a} {item} in {n}'s {box}.", "{n} counted {a} {item} at home.",
-        "{n} has a {box} with {a} {item} in it."}},
+        "{n} collected {a} {item}.", "There are {a} {item} in {n}'s {box}.",
+        "{n} counted {a} {item} at home.", "{n} has a {box} with {a} {item} in it."}},
       {"groups",
        {"{n} has {b} {boxes} with {a} {item} in each.", "{n} fills {b} {boxes} with {a} {item} each.",
         "{n} buys {b} packs of {a} {item}.", "There are {b} rows of {a} {item} on {n}'s desk.",
@@ -389,15 +393,16 @@ const std::map<std::string, std::vector<std::string>>& math_story_parts() {
         "{x} hands them out equally to {b} {g}.", "{b} {g} get an equal share of them.",
         "{x} wants each of {b} {g} to get as many as the others."}},
       {"ask_share",
-       {"How many {item} does each {g1} get?", "How many does each {g1} get?", "How many is that for each {g1}?",
-        "How many {item} is that per {g1}?", "What does each {g1} get?"}},
+       {"How many {item} does each {g1} get?", "How many does each {g1} get?",
+        "How many is that for each {g1}?", "How many {item} is that per {g1}?", "What does each {g1} get?"}},
       {"pack",
        {"{x} packs them into {b} {boxes}, the same number in each.",
-        "{x} places them into {b} {boxes} with an equal number in each.", "{x} sorts them into {b} equal {boxes}.",
+        "{x} places them into {b} {boxes} with an equal number in each.",
+        "{x} sorts them into {b} equal {boxes}.",
         "They go into {b} {boxes}, each with as many as the others."}},
       {"ask_pack",
-       {"How many {item} go in each {box}?", "How many are in each {box}?", "How many {item} does one {box} hold?",
-        "How many {item} per {box}?"}},
+       {"How many {item} go in each {box}?", "How many are in each {box}?",
+        "How many {item} does one {box} hold?", "How many {item} per {box}?"}},
       {"cost",
        {"{n} pays {a} dollars for {b} {item}.", "{b} {item} cost {a} dollars in all.",
         "{n} spent {a} dollars on {b} {item}, all the same price.", "{n} buys {b} {item} for {a} dollars."}},
@@ -423,14 +428,16 @@ const std::vector<std::string>& math_story_people() {
   return people;
 }
 const std::vector<std::string>& math_story_items() {
-  static const std::vector<std::string> items = {
-      "pencils", "apples", "eggs",   "cards", "cups",  "marbles", "stamps",  "coins",   "books", "shells",
-      "stickers", "beads", "buttons", "bottles", "plates", "rocks", "tickets", "cookies", "toys", "keys"};
+  static const std::vector<std::string> items = {"pencils",  "apples",  "eggs",    "cards",   "cups",
+                                                 "marbles",  "stamps",  "coins",   "books",   "shells",
+                                                 "stickers", "beads",   "buttons", "bottles", "plates",
+                                                 "rocks",    "tickets", "cookies", "toys",    "keys"};
   return items;
 }
 const std::vector<std::pair<std::string, std::string>>& math_story_boxes() {
   static const std::vector<std::pair<std::string, std::string>> boxes = {
-      {"bag", "bags"}, {"jar", "jars"}, {"box", "boxes"}, {"basket", "baskets"}, {"tray", "trays"}, {"tin", "tins"}};
+      {"bag", "bags"},       {"jar", "jars"},   {"box", "boxes"},
+      {"basket", "baskets"}, {"tray", "trays"}, {"tin", "tins"}};
   return boxes;
 }
 
@@ -538,8 +545,8 @@ std::string long_division_reply(int64_t a, int64_t b) {
 // combination (quotient, divisor) is taught here.
 task make_math_story_share(rng& r) {
   static const std::vector<std::pair<std::string, std::string>> groups = {
-      {"friends", "friend"}, {"kids", "kid"}, {"children", "child"}, {"players", "player"},
-      {"students", "student"}, {"neighbors", "neighbor"}};
+      {"friends", "friend"}, {"kids", "kid"},         {"children", "child"},
+      {"players", "player"}, {"students", "student"}, {"neighbors", "neighbor"}};
   const auto& parts = math_story_parts();
   int64_t q = 0, b = 0;
   do {
