@@ -203,7 +203,8 @@ void check_micro_batches(const std::string& algorithm, const std::string& agg) {
   j["algorithm"]["loss_agg"] = agg;
   j["algorithm"]["entropy_coef"] = 0.01;
   std::map<int64_t, std::string> out;
-  for (const int64_t budget : {0, 16}) {  // one forward per mini-batch; one row per forward (every row is longer)
+  for (const int64_t budget :
+       {0, 16}) {  // one forward per mini-batch; one row per forward (every row is longer)
     auto jb = j;
     jb["optimizer"]["micro_batch_tokens"] = budget;
     const std::string dir = tmp / ("budget-" + std::to_string(budget));
@@ -285,6 +286,14 @@ TEST(RlRun, BadRecipesAreRefusedNamingTheField) {
   r = run(j);
   EXPECT_NE(r.out.find("algorithm.kl.estimator"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(tmp / "run/checkpoints/latest"));
+  // A start model that is not there yet: named, and no run directory written.
+  j = recipe_json("grpo", 1);
+  j["model"]["init"] = tmp / "no-sft-yet";
+  r = run(j);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("model.init '" + tmp / "no-sft-yet" + "' is not a model directory"), std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(tmp / "run"));
 }
 
 }  // namespace

@@ -238,6 +238,7 @@ struct value_head {
 
 rl_result run_rl(const rl_recipe& r, const run_options& o) {
   validate(r);
+  check_init_model(r.source, r.init);
   if (r.threads > 0) torch::set_num_threads(r.threads);
   // Data parallelism (docs/train.md "Data-parallel training", RL across ranks): every rank joins first, so
   // that a rank that stops early ends the others at once. Each rank rolls out its slice of every round's

@@ -65,4 +65,9 @@ void adopt_recipe(const std::string& out, const nlohmann::json& now, bool overri
 void check_export_target(const std::string& out, const std::string& target, bool force);
 void claim_export_target(const std::string& out, const std::string& target);
 
+// A run that starts from a model (recipe model.init) checks it is one before touching its run directory: a
+// stage recipe names another run's export, and before that run it should say so and write nothing. Throws
+// moxi::error naming `source` and the path. An empty `init` (a run from a config) passes.
+void check_init_model(const std::string& source, const std::string& init);
+
 }  // namespace moxi::train

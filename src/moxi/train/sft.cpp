@@ -316,11 +316,7 @@ step_outcome train_step(dist_group* g, train_model& m, torch::optim::Optimizer& 
 
 sft_result run_sft(const recipe& r, const run_options& o) {
   validate(r);
-  // A stage recipe starts from another run's export; before that run, say so and write nothing.
-  if (!r.init.empty() && !fs::exists(fs::path(r.init) / "config.json"))
-    throw error(r.source + ": model.init '" + r.init +
-                "' is not a model directory (no config.json): train the run that exports it first, or point "
-                "model.init (--init) at a model");
+  check_init_model(r.source, r.init);
   const int world = o.dist.world;
   if (world > 1 && r.batch_size % world != 0)
     throw error(
