@@ -63,6 +63,13 @@ int64_t draw_operand(rng& r, bool length) {
 int64_t draw_multiplier(rng& r) {
   return with_digits(r, r.range(0, 2) < 2 ? 1 : 2);
 }
+// The multiplicand beside multiplier b: a two-digit b multiplies only a 1-2 digit number (the worked form of
+// larger products would cost long replies), so a 3-digit a is drawn again with 1-2 digits.
+int64_t fit_to_multiplier(rng& r, int64_t a, int64_t b) {
+  if (b < 10 || a < 100) return a;
+  const int64_t digits = r.range(1, 2);
+  return with_digits(r, digits);
+}
 
 // Digits of v >= 0, least significant first.
 std::vector<int64_t> digits_of(int64_t v) {
@@ -473,7 +480,7 @@ task make_math_story(rng& r) {
   int64_t v = a;
   if (groups) {
     b = draw_multiplier(r);
-    if (b >= 10 && a >= 100) a = with_digits(r, r.range(1, 2));
+    a = fit_to_multiplier(r, a, b);
     vars["a"] = S(a);
     vars["b"] = S(b);
     text = fill(r.pick(parts.at("groups")), vars);
@@ -552,7 +559,7 @@ task make_math_story_share(rng& r) {
   do {
     q = draw_operand(r, false);
     b = draw_multiplier(r);
-    if (b >= 10 && q >= 100) q = with_digits(r, r.range(1, 2));
+    q = fit_to_multiplier(r, q, b);
   } while (math_combo_is_test("share", q, b, 0));
   const auto& box = r.pick(math_story_boxes());
   const auto* first_box = &r.pick(math_story_boxes());  // where the start keeps them, not what they go into
@@ -615,7 +622,7 @@ task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template
     // worked form of larger products would cost long replies.
     if (tmpl == "mul" || tmpl == "travel" || tmpl == "div" || tmpl == "share") {
       b = draw_multiplier(r);
-      if (!length && b >= 10 && a >= 100) a = with_digits(r, r.range(1, 2));
+      if (!length) a = fit_to_multiplier(r, a, b);
     }
     if (tmpl == "shop") b = with_digits(r, 1);
     if (tmpl == "mixed") {
