@@ -259,6 +259,56 @@ TEST(MathSplits, DivisionStoriesAskTheirOwnQuotient) {
   EXPECT_GT(openings.size(), 50u);
 }
 
+// The multiples format (division_format::multiples): the same items as plain (prompt, answer, expression),
+// the reference is plain's with one line after the header listing k * b for k = 1..9, and every step's
+// "q * b = p" is an entry of that list (q = 0 aside), so each quotient digit is read off it. Other
+// templates' references are untouched.
+TEST(MathWorked, MultiplesListTheDivisorsMultiplesAndKeepEverythingElse) {
+  for (auto s : kMathSplits) {
+    const auto plain = generate_tasks(domain::math, s, 1500, 21);
+    const auto mult = generate_tasks(domain::math, s, 1500, 21, {}, division_format::multiples);
+    ASSERT_EQ(plain.size(), mult.size());
+    size_t divisions = 0;
+    for (size_t i = 0; i < plain.size(); ++i) {
+      SCOPED_TRACE(mult[i].id + ": " + mult[i].reference);
+      EXPECT_EQ(plain[i].prompt, mult[i].prompt);
+      EXPECT_EQ(plain[i].answer, mult[i].answer);
+      EXPECT_EQ(plain[i].expression, mult[i].expression);
+      EXPECT_TRUE(check(mult[i], mult[i].reference).pass);
+      const bool division = mult[i].expression.find(" / ") != std::string::npos;
+      if (!division) {
+        EXPECT_EQ(plain[i].reference, mult[i].reference);
+        continue;
+      }
+      ++divisions;
+      const int64_t b = std::stoll(mult[i].expression.substr(mult[i].expression.find(" / ") + 3));
+      std::string table;
+      std::set<std::string> entries;
+      for (int k = 1; k <= 9; ++k) {
+        const std::string e = std::to_string(k) + " * " + std::to_string(b) + " = " + std::to_string(k * b);
+        table += (k > 1 ? ", " : "") + e;
+        entries.insert(e);
+      }
+      auto lines = lines_of(mult[i].reference);
+      ASSERT_GE(lines.size(), 4u);
+      EXPECT_EQ(lines[1], table);
+      auto without = lines;
+      without.erase(without.begin() + 1);
+      EXPECT_EQ(without, lines_of(plain[i].reference));
+      for (size_t l = 2; l + 1 < lines.size(); ++l) {
+        // "part / b = q, q * b = p, part - p = rest[, left ...]": the product clause is a table entry
+        const size_t c1 = lines[l].find(", ");
+        const size_t c2 = lines[l].find(", ", c1 + 2);
+        ASSERT_NE(c2, std::string::npos);
+        const std::string product = lines[l].substr(c1 + 2, c2 - c1 - 2);
+        if (product.rfind("0 * ", 0) == 0) continue;
+        EXPECT_TRUE(entries.count(product)) << product;
+      }
+    }
+    EXPECT_GT(divisions, 50u);
+  }
+}
+
 // Test-only phrasing families (docs/tasks.md), restated.
 const std::map<std::string, std::set<std::string>> kHeldOutMathFamilies = {
     {"add", {"sum_of", "bare"}},

@@ -27,6 +27,7 @@
 #include "moxi/train/fake-quant.h"
 #include "moxi/train/losses.h"
 #include "moxi/train/optim.h"
+#include "moxi/train/recipe-detail.h"
 #include "moxi/train/recipe.h"
 #include "moxi/train/sft-data.h"
 
@@ -316,6 +317,25 @@ TEST(Recipe, UnknownFieldsAndBadValuesNameTheFieldAndOverridesApply) {
   for (const auto& t : tasks) EXPECT_EQ(t.template_name, "repeat");
   picked["data"]["train"][0]["templates"] = {"nope"};
   EXPECT_THROW(train::load_tasks(train::parse_recipe(picked, "r.json", "/base").train_data.at(0)), error);
+  // A math source may pick the multiples division format; load_tasks draws the generator's items in it.
+  auto divided = base;
+  divided["data"]["train"] = {
+      {{"domain", "math"}, {"n", 40}, {"seed", 5}, {"templates", {"share"}}, {"division", "multiples"}}};
+  const auto rd = train::parse_recipe(divided, "r.json", "/base");
+  EXPECT_EQ(rd.train_data.at(0).division, "multiples");
+  EXPECT_EQ(eval::to_jsonl(train::load_tasks(rd.train_data.at(0))),
+            eval::to_jsonl(eval::generate_tasks(eval::domain::math, eval::split::train, 40, 5, {"share"},
+                                                eval::division_format::multiples)));
+  EXPECT_EQ(train::detail::sources_json(rd.train_data).at(0).at("division"), "multiples");
+  divided["data"]["train"][0]["division"] = "short";
+  try {
+    train::parse_recipe(divided, "r.json", "/base");
+    ADD_FAILURE() << "an unknown division format was accepted";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("r.json.data.train[0].division: unknown division format 'short'"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // The exported directory, loaded by the engine, gives the trainer's QAT logits (MXFP4 experts encoded from

@@ -27,6 +27,7 @@ void setup_data(CLI::App& root) {
     uint64_t seed = 0;
     std::vector<std::string> templates;
     std::string format = "jsonl";
+    std::string division = "plain";
     bool verify = false;
   };
   auto a = std::make_shared<args>();
@@ -44,6 +45,12 @@ void setup_data(CLI::App& root) {
                   "only these templates of the split, comma-separated (all by default; docs/tasks.md lists them; "
                   "'shared' stands for the templates both splits draw)")
       ->delimiter(',');
+  cmd->add_option(
+         "--division", a->division,
+         "math: how references work a division out: plain (each quotient digit stated, multiplied back "
+         "and subtracted) or multiples (the divisor's multiples 1..9 first, each digit read off them)")
+      ->check(CLI::IsMember({"plain", "multiples"}))
+      ->capture_default_str();
   cmd->add_option("--format", a->format,
                   "jsonl: one task per line; terminal-bench: --out is a directory of Terminal-Bench tasks "
                   "(terminal domain only) for `moxi eval agent`")
@@ -56,6 +63,7 @@ void setup_data(CLI::App& root) {
                {"moxi data --domain math --split test --n 30 --seed 7 --out test-math.jsonl",
                 "moxi data --domain code --n 200 --out train-code.jsonl --verify",
                 "moxi data --domain chat --templates repeat --n 50 --out repeat.jsonl",
+                "moxi data --domain math --templates div,share --division multiples --n 20 --out div.jsonl",
                 "moxi data --domain vision --split test --n 100 --out test-vision.jsonl",
                 "moxi data --domain terminal --split test --n 20 --format terminal-bench --out tb-tasks"},
                "docs/tasks.md");
@@ -74,9 +82,8 @@ void setup_data(CLI::App& root) {
     }
     outs->check();
     const auto t0 = std::chrono::steady_clock::now();
-    const auto tasks =
-        eval::generate_tasks(eval::parse_domain(a->domain), eval::parse_split(a->split), a->n, a->seed,
-                             a->templates);
+    const auto tasks = eval::generate_tasks(eval::parse_domain(a->domain), eval::parse_split(a->split), a->n,
+                                            a->seed, a->templates, eval::parse_division_format(a->division));
     const std::string text = eval::to_jsonl(tasks);
     eval::write_file_atomic(a->out, text);
     const double secs = seconds_since(t0);

@@ -100,7 +100,7 @@ struct family {
 
 // math (task-generator-math.cpp)
 const std::vector<template_info>& math_templates();
-task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template);
+task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template, division_format division);
 
 // chat (task-generator-chat.cpp)
 const std::vector<template_info>& chat_templates();

@@ -538,8 +538,15 @@ task make_math_story(rng& r) {
 
 // Exact division a / b worked as long division (share and div, story_share): the expression, one line per
 // quotient digit, the answer.
-std::string long_division_reply(int64_t a, int64_t b) {
+std::string long_division_reply(int64_t a, int64_t b, division_format division) {
   std::vector<std::string> lines = {S(a) + " / " + S(b)};
+  if (division == division_format::multiples) {
+    // "1 * b = b, 2 * b = 2b, ..., 9 * b = 9b", written as each step's "q * b = p" writes its product, so a
+    // step copies its digit and product from this line instead of dividing in its head.
+    std::string table;
+    for (int64_t k = 1; k <= 9; ++k) table += (k > 1 ? ", " : "") + S(k) + " * " + S(b) + " = " + S(k * b);
+    lines.push_back(table);
+  }
   const int64_t quotient = long_division(a, b, lines);
   MOXI_ASSERT(quotient * b == a, "long division of an exact quotient left a remainder");
   std::string out;
@@ -550,7 +557,7 @@ std::string long_division_reply(int64_t a, int64_t b) {
 // One division story (see math_story_parts): a whole handed out, packed or paid for, and the question per
 // one. The quotient and divisor are sized as share's and keep share's held-out rule, so no held-out share
 // combination (quotient, divisor) is taught here.
-task make_math_story_share(rng& r) {
+task make_math_story_share(rng& r, division_format division) {
   static const std::vector<std::pair<std::string, std::string>> groups = {
       {"friends", "friend"}, {"kids", "kid"},         {"children", "child"},
       {"players", "player"}, {"students", "student"}, {"neighbors", "neighbor"}};
@@ -591,7 +598,7 @@ task make_math_story_share(rng& r) {
   t.expression = S(q * b) + " / " + S(b);
   t.answer = S(q);
   t.params = {{"a", q}, {"b", b}, {"family", "story_share"}};
-  t.reference = long_division_reply(q * b, b);
+  t.reference = long_division_reply(q * b, b, division);
   return t;
 }
 
@@ -607,10 +614,10 @@ std::vector<std::string> math_family_names(const std::string& tmpl, bool test_on
 
 // s decides the operand rule: train draws only combinations the held-out rule leaves to train, test only
 // the held-out ones (test-only templates: any), length draws 4-5 digit operands.
-task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template) {
+task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template, division_format division) {
   const bool length = s == split::length;
   if (tmpl == "story") return make_math_story(r);
-  if (tmpl == "story_share") return make_math_story_share(r);
+  if (tmpl == "story_share") return make_math_story_share(r, division);
   const auto& names = kMathNames;
   int64_t a = 0, b = 0, c = 0, answer = 0;
   int form = 0;  // mixed: which expression
@@ -736,7 +743,7 @@ task make_math(rng& r, const std::string& tmpl, split s, bool test_only_template
   if (tmpl == "div" || tmpl == "share") {
     // Exact division worked as long division (share teaches it; div asks the same operation in words train
     // never uses).
-    t.reference = long_division_reply(a * b, b);
+    t.reference = long_division_reply(a * b, b, division);
   } else {
     t.reference = worked_reply(expr, steps, answer);
   }

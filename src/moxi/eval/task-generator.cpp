@@ -859,7 +859,14 @@ std::vector<std::string> expand_groups(const std::vector<template_info>& all, co
 
 }  // namespace
 
-std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed, std::vector<std::string> only) {
+division_format parse_division_format(const std::string& name) {
+  if (name == "plain") return division_format::plain;
+  if (name == "multiples") return division_format::multiples;
+  throw error("unknown division format '" + name + "' (plain or multiples)");
+}
+
+std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed, std::vector<std::string> only,
+                                 division_format division) {
   if (s == split::length && d != domain::math) throw error("the length split exists for math only");
   const auto& all = all_templates(d);
   auto names = names_for(all, s);
@@ -898,7 +905,7 @@ std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed, std
     task t;
     switch (d) {
       case domain::math: {
-        t = make_math(r, tmpl, s, test_only);
+        t = make_math(r, tmpl, s, test_only, division);
         break;
       }
       case domain::terminal: {

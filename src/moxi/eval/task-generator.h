@@ -15,11 +15,20 @@ namespace moxi::eval {
 // (domain, split, seed, i), through a portable generator (no std:: distributions, whose output differs
 // between standard libraries), so the same arguments give byte-identical JSONL on every machine and --n 10 is
 // a prefix of --n 100.
-// `only`, when not empty, restricts the items to those templates of the split (an error names the valid ones);
-// without it every template of the split is drawn. The group name "shared" in `only` stands for every
+// `only`, when not empty, restricts the items to those templates of the split (an error names the valid
+// ones); without it every template of the split is drawn. The group name "shared" in `only` stands for every
 // template both splits draw (the code templates without the train-only composed ones, for example).
+// `division` picks how math references work a division out (only the references of div, share and
+// story_share differ; prompts and answers are the same).
 inline constexpr const char* kSharedTemplates = "shared";
-std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed, std::vector<std::string> only = {});
+enum class division_format {
+  plain,      // each step states the quotient digit, multiplies it back and subtracts
+  multiples,  // the divisor's multiples 1..9 come first, so each quotient digit is read off that list
+};
+division_format parse_division_format(const std::string& name);  // "plain" or "multiples", else moxi::error
+std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed,
+                                 std::vector<std::string> only = {},
+                                 division_format division = division_format::plain);
 
 // A generator template and where it appears: `shared` templates appear in both splits, with the test
 // split drawing the parameters named in `holdout` from a range train never uses; `test_only` templates

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "moxi/base/error.h"
+#include "moxi/eval/task-generator.h"
 #include "moxi/formats/bpe-trainer.h"
 #include "moxi/train/recipe-detail.h"
 
@@ -42,6 +43,12 @@ std::vector<data_source> parse_sources(const json& list, const std::string& wher
     r.get("n", s.n);
     r.get("seed", s.seed);
     r.get("templates", s.templates);
+    r.get("division", s.division);
+    try {
+      eval::parse_division_format(s.division);
+    } catch (const error& e) {
+      throw error(w + ".division: " + e.what());
+    }
     if (weighted) {
       r.get("weight", s.weight);
       if (!(s.weight > 0)) throw error(w + ".weight: must be > 0");
@@ -235,6 +242,7 @@ json detail::sources_json(const std::vector<data_source>& sources) {
     else
       j = {
           {"domain", s.domain}, {"split", s.split}, {"n", s.n}, {"seed", s.seed}, {"templates", s.templates}};
+    if (s.division != "plain") j["division"] = s.division;
     if (s.weight != 1.0) j["weight"] = s.weight;
     out.push_back(j);
   }

@@ -18,6 +18,7 @@ struct data_source {
   int64_t n = 0;
   uint64_t seed = 0;
   std::vector<std::string> templates;  // generate only these templates (all when empty)
+  std::string division = "plain";      // math: how references work a division out (eval::division_format)
   double weight = 1.0;                 // RL: this source's share of each step's prompts (by weight)
 };
 

@@ -207,7 +207,7 @@ std::vector<size_t> batch_order::batch(int64_t step) {
 std::vector<eval::task> load_tasks(const data_source& s) {
   if (!s.file.empty()) return eval::read_jsonl(s.file);
   return eval::generate_tasks(eval::parse_domain(s.domain), eval::parse_split(s.split), size_t(s.n), s.seed,
-                             s.templates);
+                              s.templates, eval::parse_division_format(s.division));
 }
 
 }  // namespace moxi::train
