@@ -165,6 +165,9 @@ TEST(Check, TerminalReferencesPassWrongCommandsFailEquivalentOnesPass) {
     auto v = generate_tasks(domain::terminal, s, s == split::train ? 110 : 45, 11);
     tasks.insert(tasks.end(), v.begin(), v.end());
   }
+  // Train names in capitals (generate_options::capitals) are copied into commands as they are.
+  auto caps = generate_tasks(domain::terminal, split::train, 110, 12, {}, {.capitals = true});
+  tasks.insert(tasks.end(), caps.begin(), caps.end());
   std::set<std::string> covered;
   std::vector<std::pair<const task*, std::string>> items;
   std::vector<int> expect;  // 1 = must pass, 0 = must fail

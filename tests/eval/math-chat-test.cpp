@@ -266,7 +266,7 @@ TEST(MathSplits, DivisionStoriesAskTheirOwnQuotient) {
 TEST(MathWorked, MultiplesListTheDivisorsMultiplesAndKeepEverythingElse) {
   for (auto s : kMathSplits) {
     const auto plain = generate_tasks(domain::math, s, 1500, 21);
-    const auto mult = generate_tasks(domain::math, s, 1500, 21, {}, division_format::multiples);
+    const auto mult = generate_tasks(domain::math, s, 1500, 21, {}, {.division = division_format::multiples});
     ASSERT_EQ(plain.size(), mult.size());
     size_t divisions = 0;
     for (size_t i = 0; i < plain.size(); ++i) {

@@ -473,6 +473,62 @@ TEST(TaskGenerator, FileNamesAreVariedQuotedAndNamedInTheRequest) {
   }
 }
 
+// generate_options::capitals: the test split is the same, train names without it have no capital letter,
+// and with it about a fifth of the made-up words are in capitals or capitalized, named in the conversation
+// as the command writes them.
+TEST(TaskGenerator, CapitalsPutSomeTrainNamesInCapitalsOnly) {
+  EXPECT_EQ(to_jsonl(generate_tasks(domain::terminal, split::test, 300, 4)),
+            to_jsonl(generate_tasks(domain::terminal, split::test, 300, 4, {}, {.capitals = true})));
+  auto words_of = [](const std::string& text) {  // maximal runs of letters
+    std::vector<std::string> out;
+    std::string w;
+    for (char c : text + " ") {
+      if (std::isalpha(static_cast<unsigned char>(c))) {
+        w += c;
+      } else if (!w.empty()) {
+        out.push_back(w);
+        w.clear();
+      }
+    }
+    return out;
+  };
+  auto has_upper = [](const std::string& w) {
+    return std::any_of(w.begin(), w.end(),
+                       [](char c) { return std::isupper(static_cast<unsigned char>(c)); });
+  };
+  for (const auto& t : generate_tasks(domain::terminal, split::train, 1000, 8)) {
+    for (const auto& f : t.files) EXPECT_FALSE(has_upper(f.path)) << t.id << ": " << f.path;
+  }
+  size_t items = 0, with_capitals = 0, all_caps = 0, capitalized = 0;
+  for (const auto& t : generate_tasks(domain::terminal, split::train, 1000, 8, {}, {.capitals = true})) {
+    ++items;
+    std::string said = t.prompt;
+    for (const auto& m : t.history) said += "\n" + m.content;
+    bool any = false;
+    for (const auto& f : t.files) {
+      for (const auto& w : words_of(f.path)) {
+        if (!has_upper(w)) continue;
+        any = true;
+        const bool upper = std::all_of(w.begin(), w.end(), [](char c) { return std::isupper(c); });
+        const bool first = std::all_of(w.begin() + 1, w.end(), [](char c) { return std::islower(c); });
+        EXPECT_TRUE(upper || first) << t.id << ": " << f.path;
+        all_caps += upper && w.size() > 1;
+        capitalized += first && !upper;
+      }
+    }
+    for (const auto& w : words_of(t.reference)) {
+      if (!has_upper(w) || w == "S" || w == "A" || w == "Z") continue;  // ls -S, tr a-z A-Z
+      any = true;
+      EXPECT_NE(said.find(w), std::string::npos) << t.id << ": the command's " << w << " is not in " << said;
+    }
+    with_capitals += any;
+  }
+  EXPECT_GT(with_capitals, items / 5);
+  EXPECT_LT(with_capitals, items * 4 / 5);
+  EXPECT_GT(all_caps, 100u);
+  EXPECT_GT(capitalized, 100u);
+}
+
 TEST(TaskGenerator, FollowUpsContinueAConversationOnTheSameTree) {
   for (auto s : {split::train, split::test}) {
     const auto tasks = generate_tasks(domain::terminal, s, 1000, 8);

@@ -325,7 +325,7 @@ TEST(Recipe, UnknownFieldsAndBadValuesNameTheFieldAndOverridesApply) {
   EXPECT_EQ(rd.train_data.at(0).division, "multiples");
   EXPECT_EQ(eval::to_jsonl(train::load_tasks(rd.train_data.at(0))),
             eval::to_jsonl(eval::generate_tasks(eval::domain::math, eval::split::train, 40, 5, {"share"},
-                                                eval::division_format::multiples)));
+                                                {.division = eval::division_format::multiples})));
   EXPECT_EQ(train::detail::sources_json(rd.train_data).at(0).at("division"), "multiples");
   divided["data"]["train"][0]["division"] = "short";
   try {

@@ -28,6 +28,7 @@ void setup_data(CLI::App& root) {
     std::vector<std::string> templates;
     std::string format = "jsonl";
     std::string division = "plain";
+    bool capitals = false;
     bool verify = false;
   };
   auto a = std::make_shared<args>();
@@ -51,6 +52,9 @@ void setup_data(CLI::App& root) {
          "and subtracted) or multiples (the divisor's multiples 1..9 first, each digit read off them)")
       ->check(CLI::IsMember({"plain", "multiples"}))
       ->capture_default_str();
+  cmd->add_flag("--capitals", a->capitals,
+                "terminal, train split: one made-up name word in five in capitals (TAVOKU.md) or capitalized "
+                "(Tavoku.log); the test split is the same either way");
   cmd->add_option("--format", a->format,
                   "jsonl: one task per line; terminal-bench: --out is a directory of Terminal-Bench tasks "
                   "(terminal domain only) for `moxi eval agent`")
@@ -64,6 +68,7 @@ void setup_data(CLI::App& root) {
                 "moxi data --domain code --n 200 --out train-code.jsonl --verify",
                 "moxi data --domain chat --templates repeat --n 50 --out repeat.jsonl",
                 "moxi data --domain math --templates div,share --division multiples --n 20 --out div.jsonl",
+                "moxi data --domain terminal --capitals --n 200 --out train-terminal.jsonl",
                 "moxi data --domain vision --split test --n 100 --out test-vision.jsonl",
                 "moxi data --domain terminal --split test --n 20 --format terminal-bench --out tb-tasks"},
                "docs/tasks.md");
@@ -82,8 +87,11 @@ void setup_data(CLI::App& root) {
     }
     outs->check();
     const auto t0 = std::chrono::steady_clock::now();
+    eval::generate_options options;
+    options.division = eval::parse_division_format(a->division);
+    options.capitals = a->capitals;
     const auto tasks = eval::generate_tasks(eval::parse_domain(a->domain), eval::parse_split(a->split), a->n,
-                                            a->seed, a->templates, eval::parse_division_format(a->division));
+                                            a->seed, a->templates, options);
     const std::string text = eval::to_jsonl(tasks);
     eval::write_file_atomic(a->out, text);
     const double secs = seconds_since(t0);

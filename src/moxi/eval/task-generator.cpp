@@ -3,6 +3,7 @@
 #include "moxi/eval/task-generator.h"
 
 #include <algorithm>
+#include <cctype>
 #include <functional>
 #include <map>
 #include <set>
@@ -237,8 +238,19 @@ std::string pseudo_word(rng& r) {
 // A pool entry for the split: test draws from its word list; train a sixth of the time from its list and
 // otherwise makes up a word (a larger share of list words taught the model to recall them, `work/` written
 // as `logs/`, instead of copying the name it was given).
-std::string pool_pick(rng& r, split s, const std::vector<std::string> name_pools::*list) {
-  if (s == split::train && r.range(0, 5) != 0) return pseudo_word(r);
+// With `capitals` (generate_options::capitals) one made-up word in five is then written in capitals or
+// capitalized; the draw for it is made only then, so without it the stream is what it always was.
+std::string pool_pick(rng& r, split s, const std::vector<std::string> name_pools::*list,
+                      bool capitals = false) {
+  if (s == split::train && r.range(0, 5) != 0) {
+    std::string w = pseudo_word(r);
+    if (!capitals) return w;
+    const int64_t k = r.range(0, 9);
+    for (size_t i = 0; i < w.size() && k < 2; ++i) {
+      if (i == 0 || k == 0) w[i] = char(std::toupper(uint8_t(w[i])));
+    }
+    return w;
+  }
   return r.pick(pools(s).*list);
 }
 const std::vector<std::string> kExts = {"txt", "log",  "md",  "csv", "json", "yaml", "py",
@@ -256,8 +268,9 @@ std::vector<std::string> exts_except(const std::vector<std::string>& drop) {
 
 // A file stem from the split's words: `notes`, `notes2`, `sales-plan`, `data_2024`, `report-2024.v2`, and,
 // when `spaced`, `my notes` style names with a space.
-std::string make_stem(rng& r, split s, bool spaced) {
-  const std::string a = pool_pick(r, s, &name_pools::stems), b = pool_pick(r, s, &name_pools::stems);
+std::string make_stem(rng& r, split s, bool spaced, bool capitals = false) {
+  const std::string a = pool_pick(r, s, &name_pools::stems, capitals),
+                    b = pool_pick(r, s, &name_pools::stems, capitals);
   if (spaced) return r.range(0, 1) ? a + " " + b : a + " " + S(r.range(1, 9));
   switch (r.range(0, 9)) {
     case 0:
@@ -311,8 +324,14 @@ std::vector<std::string> filler_lines(rng& r, int64_t n) {
 struct tree_builder {
   rng& r;
   split s;
+  bool capitals = false;  // generate_options::capitals
   std::vector<file_entry> files;
   std::string subdir;
+
+  // A name word from the split's pool (pool_pick).
+  std::string pick(const std::vector<std::string> name_pools::*list) {
+    return pool_pick(r, s, list, capitals);
+  }
 
   bool exists(const std::string& path) const {
     return std::any_of(files.begin(), files.end(), [&](const file_entry& f) { return f.path == path; });
@@ -320,7 +339,7 @@ struct tree_builder {
   // A fresh name `stem.ext` in dir ("" = top level) from the split's pool.
   std::string fresh(const std::string& dir, const std::vector<std::string>& exts, bool spaced = false) {
     for (;;) {
-      const std::string name = make_stem(r, s, spaced) + "." + r.pick(exts);
+      const std::string name = make_stem(r, s, spaced, capitals) + "." + r.pick(exts);
       const std::string path = dir.empty() ? name : dir + "/" + name;
       if (!exists(path)) return path;
     }
@@ -335,12 +354,12 @@ struct tree_builder {
   // level below it, and now and then with a space in its name.
   std::string add_target(const std::vector<std::string>& exts, std::string content) {
     const int64_t where = r.range(0, 19);
-    const std::string dir = where < 14 ? "" : where < 17 ? subdir : subdir + "/" + pool_pick(r, s, &name_pools::dirs);
+    const std::string dir = where < 14 ? "" : where < 17 ? subdir : subdir + "/" + pick(&name_pools::dirs);
     return add(dir, exts, std::move(content), r.range(0, 11) == 0);
   }
   // 2..4 top-level files and one subdirectory with 1..2 files, all of 3..20 filler lines.
   void base(const std::vector<std::string>& exts, int top_min = 2, int top_max = 4) {
-    subdir = pool_pick(r, s, &name_pools::dirs);
+    subdir = pick(&name_pools::dirs);
     const int64_t top = r.range(top_min, top_max), sub = r.range(1, 2);
     for (int64_t i = 0; i < top; ++i) add("", exts, lines_text(filler_lines(r, r.range(3, 20))));
     for (int64_t i = 0; i < sub; ++i) add(subdir, exts, lines_text(filler_lines(r, r.range(3, 20))));
@@ -448,7 +467,7 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
   } else if (tmpl == "grep_lines") {
     tb.base(kExts);
     const int64_t m = rg({{1, 2}, {5, 6}}, {{3, 4}});
-    const std::string w = pool_pick(r, s, &name_pools::words);
+    const std::string w = tb.pick(&name_pools::words);
     const std::string f = tb.add_target(kExts, lines_text(lines_with_word(r, w, m, m + r.range(3, 10))));
     p.params = {{"matches", m}, {"word", w}, {"file", f}};
     p.compare = compare_mode::stdout_text;
@@ -456,7 +475,7 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     p.reference = "grep " + w + " " + shell_quote(f);
   } else if (tmpl == "find_larger") {
     const int64_t kb = rg({{1, 2}, {5, 5}}, {{3, 4}});
-    tb.subdir = pool_pick(r, s, &name_pools::dirs);
+    tb.subdir = tb.pick(&name_pools::dirs);
     const size_t limit = size_t(kb) * 1024;
     // At least one file on each side of the threshold, in both directories.
     const int64_t n = r.range(3, 5);
@@ -490,7 +509,7 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     for (int64_t i = 0; i < n; ++i)
       tb.add("", {"txt"}, lines_text(filler_lines(r, r.range(1, 6))), r.range(0, 9) == 0);
     tb.add(tb.subdir, {"txt"}, lines_text(filler_lines(r, r.range(1, 6))));  // must not be copied
-    const std::string d = pool_pick(r, s, &name_pools::new_dirs) + (r.range(0, 3) == 0 ? S(r.range(1, 9)) : "");
+    const std::string d = tb.pick(&name_pools::new_dirs) + (r.range(0, 3) == 0 ? S(r.range(1, 9)) : "");
     p.params = {{"files", n}, {"dir", d}};
     p.compare = compare_mode::files;
     p.vars = {{"d", d}};
@@ -511,7 +530,8 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     const std::string f = tb.files[size_t(r.range(0, 1))].path;
     const int64_t m = rg({{1, 2}, {5, 6}}, {{3, 4}});
     std::string text;
-    for (int64_t i = 0; i < m; ++i) text += (i ? " " : "") + (i == 0 ? pool_pick(r, s, &name_pools::words) : r.pick(kFiller));
+    for (int64_t i = 0; i < m; ++i)
+      text += (i ? " " : "") + (i == 0 ? tb.pick(&name_pools::words) : r.pick(kFiller));
     p.params = {{"words", m}, {"file", f}};
     p.compare = compare_mode::files;
     p.vars = {{"f", shown(f)}, {"t", text}};
@@ -541,9 +561,9 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     p.reference = "rm -f *." + e;
   } else if (tmpl == "replace_word") {
     tb.base(kExts);
-    const std::string a = pool_pick(r, s, &name_pools::words);
-    std::string b = pool_pick(r, s, &name_pools::words);
-    while (b == a) b = pool_pick(r, s, &name_pools::words);
+    const std::string a = tb.pick(&name_pools::words);
+    std::string b = tb.pick(&name_pools::words);
+    while (b == a) b = tb.pick(&name_pools::words);
     auto lines = filler_lines(r, r.range(6, 10));
     const int64_t m = rg({{1, 2}, {5, 6}}, {{3, 4}});
     std::vector<size_t> idx(lines.size());
@@ -566,7 +586,7 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     p.reference = "ls -S";
   } else if (tmpl == "largest_file") {
     // Composed from what train teaches: ls -S (list_by_size) and head -n (head_n).
-    tb.subdir = pool_pick(r, s, &name_pools::dirs);
+    tb.subdir = tb.pick(&name_pools::dirs);
     // The largest file is over 6000 bytes so that directories (4096 bytes on most file systems) never
     // compete in `ls -S`; the others are distinct and smaller.
     const std::string big = tb.add("", kExts, content_of_size(r, size_t(r.range(6200, 9000))));
@@ -612,7 +632,7 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
   } else if (tmpl == "count_matching") {
     tb.base(kExts);
     const int64_t m = r.range(1, 6);
-    const std::string w = pool_pick(r, s, &name_pools::words);
+    const std::string w = tb.pick(&name_pools::words);
     const std::string f = tb.add_target(kExts, lines_text(lines_with_word(r, w, m, m + r.range(2, 10))));
     p.params = {{"matches", m}, {"word", w}, {"file", f}};
     p.compare = compare_mode::count;
@@ -652,9 +672,9 @@ terminal_parts make_terminal(rng& r, split s, bool test_range, const std::string
     p.reference = "sort -u " + shell_quote(f);
   } else if (tmpl == "mkdir_nested") {
     tb.base(kExts);
-    std::string d = pool_pick(r, s, &name_pools::new_dirs);
+    std::string d = tb.pick(&name_pools::new_dirs);
     for (int64_t i = r.range(1, 2); i > 0; --i) {
-      d += "/" + (r.range(0, 2) == 0 ? S(r.range(2015, 2026)) : pool_pick(r, s, &name_pools::new_dirs));
+      d += "/" + (r.range(0, 2) == 0 ? S(r.range(2015, 2026)) : tb.pick(&name_pools::new_dirs));
     }
     p.params = {{"dir", d}};
     p.compare = compare_mode::files;
@@ -866,7 +886,7 @@ division_format parse_division_format(const std::string& name) {
 }
 
 std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed, std::vector<std::string> only,
-                                 division_format division) {
+                                 const generate_options& options) {
   if (s == split::length && d != domain::math) throw error("the length split exists for math only");
   const auto& all = all_templates(d);
   auto names = names_for(all, s);
@@ -905,11 +925,11 @@ std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed, std
     task t;
     switch (d) {
       case domain::math: {
-        t = make_math(r, tmpl, s, test_only, division);
+        t = make_math(r, tmpl, s, test_only, options.division);
         break;
       }
       case domain::terminal: {
-        tree_builder tb{r, s, {}, {}};
+        tree_builder tb{r, s, options.capitals, {}, {}};
         const std::string family = pick_family(r, terminal_families(), s);
         if (followup) {
           make_followup(r, s, test_range, family, t, tb);

@@ -18,17 +18,24 @@ namespace moxi::eval {
 // `only`, when not empty, restricts the items to those templates of the split (an error names the valid
 // ones); without it every template of the split is drawn. The group name "shared" in `only` stands for every
 // template both splits draw (the code templates without the train-only composed ones, for example).
-// `division` picks how math references work a division out (only the references of div, share and
-// story_share differ; prompts and answers are the same).
 inline constexpr const char* kSharedTemplates = "shared";
 enum class division_format {
   plain,      // each step states the quotient digit, multiplies it back and subtracts
   multiples,  // the divisor's multiples 1..9 come first, so each quotient digit is read off that list
 };
 division_format parse_division_format(const std::string& name);  // "plain" or "multiples", else moxi::error
+// Variants of the generated data that a caller opts into; the defaults draw what every earlier recipe drew.
+struct generate_options {
+  // How math references work a division out (only the references of div, share and story_share differ;
+  // prompts and answers are the same).
+  division_format division = division_format::plain;
+  // Terminal, train split: one made-up name word in five (file stems, directories, grep and sed words) is
+  // written in capitals (`TAVOKU.md`) or capitalized (`Tavoku.log`), as README.md or ERROR are; without it
+  // no train name has a capital letter. The test split is the same either way.
+  bool capitals = false;
+};
 std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed,
-                                 std::vector<std::string> only = {},
-                                 division_format division = division_format::plain);
+                                 std::vector<std::string> only = {}, const generate_options& options = {});
 
 // A generator template and where it appears: `shared` templates appear in both splits, with the test
 // split drawing the parameters named in `holdout` from a range train never uses; `test_only` templates

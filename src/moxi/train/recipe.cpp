@@ -44,6 +44,7 @@ std::vector<data_source> parse_sources(const json& list, const std::string& wher
     r.get("seed", s.seed);
     r.get("templates", s.templates);
     r.get("division", s.division);
+    r.get("capitals", s.capitals);
     try {
       eval::parse_division_format(s.division);
     } catch (const error& e) {
@@ -243,6 +244,7 @@ json detail::sources_json(const std::vector<data_source>& sources) {
       j = {
           {"domain", s.domain}, {"split", s.split}, {"n", s.n}, {"seed", s.seed}, {"templates", s.templates}};
     if (s.division != "plain") j["division"] = s.division;
+    if (s.capitals) j["capitals"] = true;
     if (s.weight != 1.0) j["weight"] = s.weight;
     out.push_back(j);
   }

@@ -19,6 +19,7 @@ struct data_source {
   uint64_t seed = 0;
   std::vector<std::string> templates;  // generate only these templates (all when empty)
   std::string division = "plain";      // math: how references work a division out (eval::division_format)
+  bool capitals = false;               // terminal train names: some in capitals (eval::generate_options)
   double weight = 1.0;                 // RL: this source's share of each step's prompts (by weight)
 };
 
