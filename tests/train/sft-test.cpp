@@ -322,7 +322,7 @@ TEST(Recipe, UnknownFieldsAndBadValuesNameTheFieldAndOverridesApply) {
   divided["data"]["train"] = {
       {{"domain", "math"}, {"n", 40}, {"seed", 5}, {"templates", {"share"}}, {"division", "multiples"}}};
   const auto rd = train::parse_recipe(divided, "r.json", "/base");
-  EXPECT_EQ(rd.train_data.at(0).division, "multiples");
+  EXPECT_EQ(rd.train_data.at(0).options.division, eval::division_format::multiples);
   EXPECT_EQ(eval::to_jsonl(train::load_tasks(rd.train_data.at(0))),
             eval::to_jsonl(eval::generate_tasks(eval::domain::math, eval::split::train, 40, 5, {"share"},
                                                 {.division = eval::division_format::multiples})));

@@ -73,13 +73,17 @@ void setup_data(CLI::App& root) {
                 "moxi data --domain terminal --split test --n 20 --format terminal-bench --out tb-tasks"},
                "docs/tasks.md");
   cmd->callback([a, outs] {
+    eval::generate_options options;
+    options.division = eval::parse_division_format(a->division);
+    options.capitals = a->capitals;
     if (a->format == "terminal-bench") {
       if (a->domain != "terminal") throw usage_error("--format terminal-bench needs --domain terminal");
-      if (a->verify) throw usage_error("--verify checks JSONL tasks; `moxi eval agent --agent oracle` checks a directory");
+      if (a->verify)
+        throw usage_error("--verify checks JSONL tasks; `moxi eval agent --agent oracle` checks a directory");
       if (fs::exists(a->out) && !outs->force())
         throw usage_error(a->out + " exists (give --force to replace a directory this command wrote)");
-      const auto tasks = eval::generate_tasks(eval::parse_domain(a->domain), eval::parse_split(a->split), a->n,
-                                              a->seed, a->templates);
+      const auto tasks = eval::generate_tasks(eval::parse_domain(a->domain), eval::parse_split(a->split),
+                                              a->n, a->seed, a->templates, options);
       eval::write_terminal_bench(tasks, a->out);
       std::fprintf(stderr, "moxi data: %zu terminal/%s tasks (seed %llu) -> %s/ (Terminal-Bench layout)\n",
                    tasks.size(), a->split.c_str(), static_cast<unsigned long long>(a->seed), a->out.c_str());
@@ -87,9 +91,6 @@ void setup_data(CLI::App& root) {
     }
     outs->check();
     const auto t0 = std::chrono::steady_clock::now();
-    eval::generate_options options;
-    options.division = eval::parse_division_format(a->division);
-    options.capitals = a->capitals;
     const auto tasks = eval::generate_tasks(eval::parse_domain(a->domain), eval::parse_split(a->split), a->n,
                                             a->seed, a->templates, options);
     const std::string text = eval::to_jsonl(tasks);

@@ -245,9 +245,11 @@ std::string pool_pick(rng& r, split s, const std::vector<std::string> name_pools
   if (s == split::train && r.range(0, 5) != 0) {
     std::string w = pseudo_word(r);
     if (!capitals) return w;
-    const int64_t k = r.range(0, 9);
-    for (size_t i = 0; i < w.size() && k < 2; ++i) {
-      if (i == 0 || k == 0) w[i] = char(std::toupper(uint8_t(w[i])));
+    const int64_t k = r.range(0, 9);  // 0: all capitals, 1: capitalized, else as drawn
+    if (k == 0) {
+      for (char& c : w) c = char(std::toupper(uint8_t(c)));
+    } else if (k == 1) {
+      w[0] = char(std::toupper(uint8_t(w[0])));
     }
     return w;
   }
@@ -883,6 +885,10 @@ division_format parse_division_format(const std::string& name) {
   if (name == "plain") return division_format::plain;
   if (name == "multiples") return division_format::multiples;
   throw error("unknown division format '" + name + "' (plain or multiples)");
+}
+
+std::string to_string(division_format f) {
+  return f == division_format::multiples ? "multiples" : "plain";
 }
 
 std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed, std::vector<std::string> only,

@@ -24,6 +24,7 @@ enum class division_format {
   multiples,  // the divisor's multiples 1..9 come first, so each quotient digit is read off that list
 };
 division_format parse_division_format(const std::string& name);  // "plain" or "multiples", else moxi::error
+std::string to_string(division_format f);
 // Variants of the generated data that a caller opts into; the defaults draw what every earlier recipe drew.
 struct generate_options {
   // How math references work a division out (only the references of div, share and story_share differ;

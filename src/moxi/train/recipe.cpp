@@ -43,10 +43,11 @@ std::vector<data_source> parse_sources(const json& list, const std::string& wher
     r.get("n", s.n);
     r.get("seed", s.seed);
     r.get("templates", s.templates);
-    r.get("division", s.division);
-    r.get("capitals", s.capitals);
+    std::string division = eval::to_string(s.options.division);
+    r.get("division", division);
+    r.get("capitals", s.options.capitals);
     try {
-      eval::parse_division_format(s.division);
+      s.options.division = eval::parse_division_format(division);
     } catch (const error& e) {
       throw error(w + ".division: " + e.what());
     }
@@ -243,8 +244,9 @@ json detail::sources_json(const std::vector<data_source>& sources) {
     else
       j = {
           {"domain", s.domain}, {"split", s.split}, {"n", s.n}, {"seed", s.seed}, {"templates", s.templates}};
-    if (s.division != "plain") j["division"] = s.division;
-    if (s.capitals) j["capitals"] = true;
+    if (s.options.division != eval::division_format::plain)
+      j["division"] = eval::to_string(s.options.division);
+    if (s.options.capitals) j["capitals"] = true;
     if (s.weight != 1.0) j["weight"] = s.weight;
     out.push_back(j);
   }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "moxi/eval/task-generator.h"
+
 namespace moxi::train {
 
 // Where a set of tasks comes from: a JSONL file of `moxi data`, or generated in-process with the same
@@ -18,8 +20,7 @@ struct data_source {
   int64_t n = 0;
   uint64_t seed = 0;
   std::vector<std::string> templates;  // generate only these templates (all when empty)
-  std::string division = "plain";      // math: how references work a division out (eval::division_format)
-  bool capitals = false;               // terminal train names: some in capitals (eval::generate_options)
+  eval::generate_options options;      // "division", "capitals": variants of the generated items
   double weight = 1.0;                 // RL: this source's share of each step's prompts (by weight)
 };
 

@@ -205,9 +205,6 @@ bool inside(const std::string& dir, const std::string& path) {
   return !rel.empty() && *rel.begin() != "..";
 }
 
-// An export may write into a directory that holds no model, into the run's own directory, or into the one
-// this run recorded as its export target; anything else needs force (--force). Called before training, so a
-// refused run wastes no time, and again right before the export.
 void check_init_model(const std::string& source, const std::string& init) {
   if (!init.empty() && !fs::exists(fs::path(init) / "config.json"))
     throw error(source + ": model.init '" + init +
@@ -215,6 +212,9 @@ void check_init_model(const std::string& source, const std::string& init) {
                 "model.init (--init) at a model");
 }
 
+// An export may write into a directory that holds no model, into the run's own directory, or into the one
+// this run recorded as its export target; anything else needs force (--force). Called before training, so a
+// refused run wastes no time, and again right before the export.
 void check_export_target(const std::string& out, const std::string& target, bool force) {
   if (fs::exists(target) && !fs::is_directory(target))
     throw error("export target " + target + " exists and is not a directory");

@@ -206,11 +206,8 @@ std::vector<size_t> batch_order::batch(int64_t step) {
 
 std::vector<eval::task> load_tasks(const data_source& s) {
   if (!s.file.empty()) return eval::read_jsonl(s.file);
-  eval::generate_options options;
-  options.division = eval::parse_division_format(s.division);
-  options.capitals = s.capitals;
   return eval::generate_tasks(eval::parse_domain(s.domain), eval::parse_split(s.split), size_t(s.n), s.seed,
-                              s.templates, options);
+                              s.templates, s.options);
 }
 
 }  // namespace moxi::train
