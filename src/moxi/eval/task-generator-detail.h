@@ -143,6 +143,8 @@ const phrasing_table& followup_phrasings();
 // Code requests: family -> phrasings with {desc} (what the program should do), {ex} (a call), {want} (its
 // value).
 const std::map<std::string, std::vector<std::string>>& code_phrasings();
+// Requests that name only the function ({fn}): generate_options::bare_requests.
+const std::vector<std::string>& bare_code_phrasings();
 
 // Math phrasing families per template (task-generator-math.cpp), and the casual phrasings only train uses,
 // per template (same placeholders, plus {et}: the expression without spaces).

@@ -664,4 +664,20 @@ const std::map<std::string, std::vector<std::string>>& code_phrasings() {
   return t;
 }
 
+// Requests with nothing but the function's name: the reply has to see the bug in the program itself. No
+// word of a held-out family that train does not use (TaskGenerator.CasualWordsAreNoHeldOutFamilysOwn).
+const std::vector<std::string>& bare_code_phrasings() {
+  static const std::vector<std::string> v = {
+      "{fn} has a bug, can you fix it?",
+      "please fix {fn}",
+      "fix the bug in {fn} pls",
+      "There is a bug in {fn}. Reply with the whole corrected program.",
+      "{fn} gives the wrong answer. fix it please",
+      "What is wrong with {fn}? Give me the fixed code.",
+      "Can you find the bug in {fn}?",
+      "{fn} is not right, please correct it",
+  };
+  return v;
+}
+
 }  // namespace moxi::eval::detail
