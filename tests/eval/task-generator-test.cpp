@@ -529,63 +529,6 @@ TEST(TaskGenerator, CapitalsPutSomeTrainNamesInCapitalsOnly) {
   EXPECT_GT(capitalized, 100u);
 }
 
-// generate_options::english_names: the test split is the same; with it about a third of train's made-up
-// name words are whole English words (checked against the word list), none of them a word of a test name,
-// and each is named in the conversation as the command writes it.
-TEST(TaskGenerator, EnglishNamesPutWholeWordsInTrainNamesOnly) {
-  EXPECT_EQ(to_jsonl(generate_tasks(domain::terminal, split::test, 300, 4)),
-            to_jsonl(generate_tasks(domain::terminal, split::test, 300, 4, {}, {.english_names = true})));
-  const std::set<std::string> english(detail::english_words().begin(), detail::english_words().end());
-  auto name_words = [](const std::string& path) {  // maximal runs of lowercase letters, minus extensions
-    std::vector<std::string> out;
-    std::string w;
-    const std::string stem = path.substr(0, path.rfind('.'));
-    for (char c : stem + " ") {
-      if (std::islower(static_cast<unsigned char>(c))) {
-        w += c;
-      } else if (!w.empty()) {
-        out.push_back(w);
-        w.clear();
-      }
-    }
-    return out;
-  };
-  std::set<std::string> test_words;
-  for (const auto& t : generate_tasks(domain::terminal, split::test, 1000, 9)) {
-    for (const auto& f : t.files)
-      for (const auto& w : name_words(f.path)) test_words.insert(w);
-  }
-  auto count_english = [&](const std::vector<task>& tasks) {
-    size_t words = 0, whole = 0;
-    for (const auto& t : tasks) {
-      std::string said = t.prompt;
-      for (const auto& m : t.history) said += "\n" + m.content;
-      for (const auto& f : t.files) {
-        for (const auto& w : name_words(f.path)) {
-          ++words;
-          if (!english.count(w)) continue;
-          ++whole;
-          EXPECT_FALSE(test_words.count(w)) << t.id << ": " << f.path << " has a test name word";
-        }
-      }
-      if (t.params.contains("file")) {
-        const std::string file = t.params["file"].get<std::string>();
-        EXPECT_NE(said.find(file), std::string::npos) << t.id << ": " << file;
-        EXPECT_NE(t.reference.find(file), std::string::npos) << t.id << ": " << t.reference;
-      }
-    }
-    return std::pair{words, whole};
-  };
-  const auto [plain_words, plain_whole] =
-      count_english(generate_tasks(domain::terminal, split::train, 1000, 8));
-  const auto [words, whole] =
-      count_english(generate_tasks(domain::terminal, split::train, 1000, 8, {}, {.english_names = true}));
-  // Made up: 5/6 of the words; English: a third of those.
-  EXPECT_LT(plain_whole, plain_words / 50);
-  EXPECT_GT(whole, words / 5);
-  EXPECT_LT(whole, words * 2 / 5);
-}
-
 // generate_options::bare_requests: the test split is the same; with it about a quarter of train's code
 // requests name the function and nothing else (no example call, no description), and every item keeps the
 // program, fix and tests it has without the option.

@@ -327,16 +327,14 @@ TEST(Recipe, UnknownFieldsAndBadValuesNameTheFieldAndOverridesApply) {
             eval::to_jsonl(eval::generate_tasks(eval::domain::math, eval::split::train, 40, 5, {"share"},
                                                 {.division = eval::division_format::multiples})));
   EXPECT_EQ(train::detail::sources_json(rd.train_data).at(0).at("division"), "multiples");
-  // A terminal source may draw its train names with capitals and English words.
+  // A terminal source may draw its train names with capitals, a code source bare requests.
   auto named = base;
-  named["data"]["train"] = {
-      {{"domain", "terminal"}, {"n", 30}, {"seed", 6}, {"capitals", true}, {"english_names", true}}};
+  named["data"]["train"] = {{{"domain", "terminal"}, {"n", 30}, {"seed", 6}, {"capitals", true}}};
   const auto rn = train::parse_recipe(named, "r.json", "/base");
   EXPECT_EQ(eval::to_jsonl(train::load_tasks(rn.train_data.at(0))),
             eval::to_jsonl(eval::generate_tasks(eval::domain::terminal, eval::split::train, 30, 6, {},
-                                                {.capitals = true, .english_names = true})));
+                                                {.capitals = true})));
   EXPECT_EQ(train::detail::sources_json(rn.train_data).at(0).at("capitals"), true);
-  EXPECT_EQ(train::detail::sources_json(rn.train_data).at(0).at("english_names"), true);
   named["data"]["train"] = {{{"domain", "code"}, {"n", 20}, {"seed", 6}, {"bare_requests", true}}};
   const auto rb = train::parse_recipe(named, "r.json", "/base");
   EXPECT_EQ(eval::to_jsonl(train::load_tasks(rb.train_data.at(0))),

@@ -29,7 +29,6 @@ void setup_data(CLI::App& root) {
     std::string format = "jsonl";
     std::string division = "plain";
     bool capitals = false;
-    bool english_names = false;
     bool bare_requests = false;
     bool verify = false;
   };
@@ -57,9 +56,6 @@ void setup_data(CLI::App& root) {
   cmd->add_flag("--capitals", a->capitals,
                 "terminal, train split: one made-up name word in five in capitals (TAVOKU.md) or capitalized "
                 "(Tavoku.log); the test split is the same either way");
-  cmd->add_flag("--english-names", a->english_names,
-                "terminal, train split: one made-up name word in three a whole English word instead "
-                "(names.txt, empty.log); the test split is the same either way");
   cmd->add_flag("--bare-requests", a->bare_requests,
                 "code, train split: one request in four names only the function (\"my count_above is broken, "
                 "can you fix it?\"); the test split is the same either way");
@@ -84,7 +80,6 @@ void setup_data(CLI::App& root) {
     eval::generate_options options;
     options.division = eval::parse_division_format(a->division);
     options.capitals = a->capitals;
-    options.english_names = a->english_names;
     options.bare_requests = a->bare_requests;
     if (a->format == "terminal-bench") {
       if (a->domain != "terminal") throw usage_error("--format terminal-bench needs --domain terminal");

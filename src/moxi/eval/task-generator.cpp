@@ -235,35 +235,16 @@ std::string pseudo_word(rng& r) {
   }
 }
 
-// Whole English words for train names (generate_options::english_names): english_words() without the
-// ones that overlap a test pool word or a filler word (either way round), as pseudo_word() keeps to.
-const std::vector<std::string>& english_names() {
-  static const std::vector<std::string> v = [] {
-    const name_pools& test = pools(split::test);
-    std::vector<std::string> out;
-    for (const auto& w : english_words()) {
-      bool ok = true;
-      for (const auto* list : {&test.stems, &test.dirs, &test.words, &test.new_dirs, &kFiller}) {
-        for (const auto& x : *list) ok = ok && !overlaps(w, x);
-      }
-      if (ok) out.push_back(w);
-    }
-    return out;
-  }();
-  return v;
-}
-
 // A pool entry for the split: test draws from its word list; train a sixth of the time from its list and
 // otherwise makes up a word (a larger share of list words taught the model to recall them, `work/` written
 // as `logs/`, instead of copying the name it was given).
-// With `english_names` one made-up word in three is a whole English word instead; with `capitals` one
-// such word in five is then written in capitals or capitalized. Each option's draw is made only when it
-// is on, so without them the stream is what it always was.
+// With `capitals` (generate_options::capitals) one made-up word in five is then written in capitals or
+// capitalized; the draw for it is made only then, so without it the stream is what it always was.
 std::string pool_pick(rng& r, split s, const std::vector<std::string> name_pools::*list,
-                      const generate_options& o = {}) {
+                      bool capitals = false) {
   if (s == split::train && r.range(0, 5) != 0) {
-    std::string w = o.english_names && r.range(0, 2) == 0 ? r.pick(english_names()) : pseudo_word(r);
-    if (!o.capitals) return w;
+    std::string w = pseudo_word(r);
+    if (!capitals) return w;
     const int64_t k = r.range(0, 9);  // 0: all capitals, 1: capitalized, else as drawn
     if (k == 0) {
       for (char& c : w) c = char(std::toupper(uint8_t(c)));
@@ -289,8 +270,9 @@ std::vector<std::string> exts_except(const std::vector<std::string>& drop) {
 
 // A file stem from the split's words: `notes`, `notes2`, `sales-plan`, `data_2024`, `report-2024.v2`, and,
 // when `spaced`, `my notes` style names with a space.
-std::string make_stem(rng& r, split s, bool spaced, const generate_options& o = {}) {
-  const std::string a = pool_pick(r, s, &name_pools::stems, o), b = pool_pick(r, s, &name_pools::stems, o);
+std::string make_stem(rng& r, split s, bool spaced, bool capitals = false) {
+  const std::string a = pool_pick(r, s, &name_pools::stems, capitals),
+                    b = pool_pick(r, s, &name_pools::stems, capitals);
   if (spaced) return r.range(0, 1) ? a + " " + b : a + " " + S(r.range(1, 9));
   switch (r.range(0, 9)) {
     case 0:
@@ -344,13 +326,13 @@ std::vector<std::string> filler_lines(rng& r, int64_t n) {
 struct tree_builder {
   rng& r;
   split s;
-  generate_options options;  // capitals, english_names: how train names are drawn
+  bool capitals = false;  // generate_options::capitals
   std::vector<file_entry> files;
   std::string subdir;
 
   // A name word from the split's pool (pool_pick).
   std::string pick(const std::vector<std::string> name_pools::*list) {
-    return pool_pick(r, s, list, options);
+    return pool_pick(r, s, list, capitals);
   }
 
   bool exists(const std::string& path) const {
@@ -359,7 +341,7 @@ struct tree_builder {
   // A fresh name `stem.ext` in dir ("" = top level) from the split's pool.
   std::string fresh(const std::string& dir, const std::vector<std::string>& exts, bool spaced = false) {
     for (;;) {
-      const std::string name = make_stem(r, s, spaced, options) + "." + r.pick(exts);
+      const std::string name = make_stem(r, s, spaced, capitals) + "." + r.pick(exts);
       const std::string path = dir.empty() ? name : dir + "/" + name;
       if (!exists(path)) return path;
     }
@@ -953,7 +935,7 @@ std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed, std
         break;
       }
       case domain::terminal: {
-        tree_builder tb{r, s, options, {}, {}};
+        tree_builder tb{r, s, options.capitals, {}, {}};
         const std::string family = pick_family(r, terminal_families(), s);
         if (followup) {
           make_followup(r, s, test_range, family, t, tb);

@@ -34,11 +34,6 @@ struct generate_options {
   // written in capitals (`TAVOKU.md`) or capitalized (`Tavoku.log`), as README.md or ERROR are; without it
   // no train name has a capital letter. The test split is the same either way.
   bool capitals = false;
-  // Terminal, train split: one made-up name word in three is a whole English word instead (`names.txt`,
-  // `empty.log`; none a test pool word), as the short real names users type are; without it the names
-  // the model copies are almost all made up and it rewrites a real one as a made-up one. The test split
-  // is the same either way.
-  bool english_names = false;
   // Code, train split: one request in four names only the function ("my count_above is broken, can you
   // fix it?"), with no description and no example call, as users often ask; the rest of the item is what
   // it is without it. The test split is the same either way.

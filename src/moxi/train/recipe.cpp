@@ -46,7 +46,6 @@ std::vector<data_source> parse_sources(const json& list, const std::string& wher
     std::string division = eval::to_string(s.options.division);
     r.get("division", division);
     r.get("capitals", s.options.capitals);
-    r.get("english_names", s.options.english_names);
     r.get("bare_requests", s.options.bare_requests);
     try {
       s.options.division = eval::parse_division_format(division);
@@ -249,7 +248,6 @@ json detail::sources_json(const std::vector<data_source>& sources) {
     if (s.options.division != eval::division_format::plain)
       j["division"] = eval::to_string(s.options.division);
     if (s.options.capitals) j["capitals"] = true;
-    if (s.options.english_names) j["english_names"] = true;
     if (s.options.bare_requests) j["bare_requests"] = true;
     if (s.weight != 1.0) j["weight"] = s.weight;
     out.push_back(j);

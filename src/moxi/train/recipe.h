@@ -20,7 +20,7 @@ struct data_source {
   int64_t n = 0;
   uint64_t seed = 0;
   std::vector<std::string> templates;  // generate only these templates (all when empty)
-  eval::generate_options options;      // "division", "capitals", "english_names", "bare_requests"
+  eval::generate_options options;      // "division", "capitals", "bare_requests": item variants
   double weight = 1.0;                 // RL: this source's share of each step's prompts (by weight)
 };
 
