@@ -57,7 +57,7 @@ void setup_data(CLI::App& root) {
                 "terminal, train split: one made-up name word in five in capitals (TAVOKU.md) or capitalized "
                 "(Tavoku.log); the test split is the same either way");
   cmd->add_flag("--bare-requests", a->bare_requests,
-                "code, train split: one request in four names only the function (\"my count_above is broken, "
+                "code, train split: one request in four names only the function (\"count_above has a bug, "
                 "can you fix it?\"); the test split is the same either way");
   cmd->add_option("--format", a->format,
                   "jsonl: one task per line; terminal-bench: --out is a directory of Terminal-Bench tasks "

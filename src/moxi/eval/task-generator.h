@@ -34,7 +34,7 @@ struct generate_options {
   // written in capitals (`TAVOKU.md`) or capitalized (`Tavoku.log`), as README.md or ERROR are; without it
   // no train name has a capital letter. The test split is the same either way.
   bool capitals = false;
-  // Code, train split: one request in four names only the function ("my count_above is broken, can you
+  // Code, train split: one request in four names only the function ("count_above has a bug, can you
   // fix it?"), with no description and no example call, as users often ask; the rest of the item is what
   // it is without it. The test split is the same either way.
   bool bare_requests = false;
