@@ -929,6 +929,7 @@ std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed, std
     // templates use the train range (the template is what is held out).
     const bool test_range = s == split::test && !test_only;
     task t;
+    std::string code_fn;  // a code item's function (for a bare request)
     switch (d) {
       case domain::math: {
         t = make_math(r, tmpl, s, test_only, options.division);
@@ -964,6 +965,7 @@ std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed, std
         t.test = python_test(c);
         t.params = c.params;
         t.params["family"] = family;
+        code_fn = c.fn;
         break;
       }
       case domain::chat: {
@@ -985,9 +987,8 @@ std::vector<task> generate_tasks(domain d, split s, size_t n, uint64_t seed, std
     if (s == split::train && d == domain::code && options.bare_requests) {
       rng b(mix(mix(seed, i), 0xBA4Eull));
       if (b.range(0, 3) == 0) {
-        MOXI_ASSERT(t.reference.rfind("def ", 0) == 0, "a code reference starts with its function");
-        const std::string fn = t.reference.substr(4, t.reference.find('(') - 4);
-        t.prompt = fill(b.pick(bare_code_phrasings()), {{"fn", fn}}) + t.prompt.substr(t.prompt.find("\n\n"));
+        t.prompt =
+            fill(b.pick(bare_code_phrasings()), {{"fn", code_fn}}) + t.prompt.substr(t.prompt.find("\n\n"));
         t.params.erase("rewritten");
         t.params["bare"] = true;
       }
