@@ -451,6 +451,13 @@ TEST(Chat, RepeatWantsTheGivenTextExactly) {
     }
   }
   EXPECT_EQ(seen, 120u);
+  // A text that itself ends in a newline (a pasted program) is matched the same way: white space around
+  // it belongs to neither side.
+  task t = generate_tasks(domain::chat, split::train, 1, 4, {"repeat"}).front();
+  t.params["text"] = "def f(x):\n    return x\n";
+  EXPECT_TRUE(c.check(t, "def f(x):\n    return x").pass);
+  EXPECT_TRUE(c.check(t, "def f(x):\n    return x\n").pass);
+  EXPECT_FALSE(c.check(t, "def f(x):\n    return y").pass);
 }
 
 TEST(Chat, HeldOutFamiliesNeverInTrain) {

@@ -340,7 +340,7 @@ check_result check_chat(const task& t, std::string_view candidate) {
   r.completed = !text.empty();
   const std::string intent = t.params.is_object() ? t.params.value("intent", "") : "";
   if (intent == "repeat") {  // the given text, exactly (surrounding white space aside)
-    const std::string want = t.params.value("text", "");
+    const std::string want = trim_space(t.params.value("text", ""));
     r.pass = !want.empty() && text == want;
     r.detail = r.pass ? "repeated exactly" : "'" + text.substr(0, 80) + "' != '" + want + "'";
     return r;
