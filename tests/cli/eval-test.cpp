@@ -105,6 +105,25 @@ TEST_F(EvalCli, JsonReportCountsTheTasksPerDomain) {
   EXPECT_NE(raw, std::string::npos) << ct.out;
   EXPECT_LT(head, raw) << ct.out;
 
+  // Like for like against its own records (--out): every stratum the same, so no gap, and the standardized
+  // rate is the run's own. The same file twice is refused, naming the repeated task.
+  const auto l = run("eval --model " + path("m") + " --tasks " + path("tasks.jsonl") +
+                         " --json -q --max-tokens 6 --like-for-like " + path("records.jsonl"),
+                     dir_);
+  ASSERT_EQ(l.code, 0) << l.err;
+  const auto lfl = nlohmann::json::parse(l.out).at("like_for_like");
+  EXPECT_EQ(lfl.at("n").get<int>(), 6 - j.at("overall").at("errors").get<int>());
+  EXPECT_EQ(lfl.at("uncovered").get<int>(), 0);
+  EXPECT_NEAR(lfl.at("gap").get<double>(), 0.0, 1e-12);
+  EXPECT_NEAR(lfl.at("standardized_rate").get<double>(), lfl.at("target_rate").get<double>(), 1e-12);
+  EXPECT_NEAR(lfl.at("crude_reference_rate").get<double>(), j.at("overall").at("pass_rate").get<double>(), 1e-12);
+  const auto twice = run("eval --model " + path("m") + " --tasks " + path("tasks.jsonl") +
+                             " -q --max-tokens 6 --like-for-like " + path("records.jsonl") + " " +
+                             path("records.jsonl"),
+                         dir_);
+  EXPECT_NE(twice.code, 0);
+  EXPECT_NE(twice.err.find("is already in the reference"), std::string::npos) << twice.err;
+
   // --show-failures 1 names the first failed task of each domain (greedy: the same replies as above).
   const auto f = run("eval --model " + path("m") + " --tasks " + path("tasks.jsonl") +
                          " -q --max-tokens 6 --show-failures 1",

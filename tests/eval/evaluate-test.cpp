@@ -409,6 +409,82 @@ TEST(Compare, SignTestOnManyChangesAndRefusesDifferentTasks) {
   }
 }
 
+task_record rec_of(const std::string& id, domain d, const std::string& tmpl, bool pass, bool error = false) {
+  task_record r = rec(id, d, pass, error);
+  r.template_name = tmpl;
+  return r;
+}
+
+TEST(CompareStandardized, WeighsTheReferenceByTheTargetsStrata) {
+  // Strata follow the generator's test-only marks and the hand-written sets' labels.
+  EXPECT_TRUE(taught(domain::math, "add"));
+  EXPECT_FALSE(taught(domain::math, "ages"));
+  EXPECT_FALSE(taught(domain::terminal, "largest_file"));
+  EXPECT_FALSE(taught(domain::code, "user-new"));
+  EXPECT_TRUE(taught(domain::code, "user-taught"));
+  EXPECT_TRUE(taught(domain::code, "composed"));
+
+  std::vector<task_record> t, r;
+  auto add = [](std::vector<task_record>& v, const std::string& id, domain d, const std::string& tmpl, int n,
+                int passed) {
+    for (int i = 0; i < n; ++i) v.push_back(rec_of(id + std::to_string(i), d, tmpl, i < passed));
+  };
+  add(t, "tm", domain::math, "user-taught", 4, 1);
+  add(t, "tt", domain::terminal, "user-taught", 6, 3);
+  add(t, "tn", domain::terminal, "user-new", 2, 0);
+  add(t, "tc", domain::code, "user-new", 2, 1);  // no code in the reference: uncovered
+  t.push_back(rec_of("terr", domain::terminal, "user-taught", false, /*error=*/true));
+  add(r, "ra", domain::math, "add", 10, 6);
+  add(r, "rg", domain::math, "ages", 5, 0);
+  add(r, "rc", domain::terminal, "count_lines", 8, 4);
+  add(r, "rl", domain::terminal, "largest_file", 4, 1);
+  add(r, "rh", domain::chat, "greeting", 3, 3);  // not among the target's domains
+
+  const auto c = compare_standardized(report(t), report(r));
+  EXPECT_EQ(c.n, 12);
+  EXPECT_EQ(c.uncovered, 2);
+  EXPECT_NEAR(c.target_rate, 4.0 / 12.0, 1e-15);
+  // Weights 4, 6, 2 of 12 on the reference's rates 6/10, 4/8, 1/4.
+  EXPECT_NEAR(c.standardized_rate, (4 * 0.6 + 6 * 0.5 + 2 * 0.25) / 12.0, 1e-15);
+  EXPECT_NEAR(c.gap(), (4.0 - 5.9) / 12.0, 1e-15);
+  const double var = (4.0 / 12) * (4.0 / 12) * (0.25 * 0.75 / 4 + 0.6 * 0.4 / 10) +
+                     (6.0 / 12) * (6.0 / 12) * (0.5 * 0.5 / 6 + 0.5 * 0.5 / 8) +
+                     (2.0 / 12) * (2.0 / 12) * (0.0 + 0.25 * 0.75 / 4);
+  EXPECT_NEAR(c.gap_ci95, 1.96 * std::sqrt(var), 1e-15);
+  EXPECT_NEAR(c.crude_reference_rate, 11.0 / 27.0, 1e-15);  // math and terminal, chat left out
+  ASSERT_EQ(c.strata.size(), 6u);  // math taught / new, terminal taught / new, code new, chat taught
+  EXPECT_EQ(c.strata[0].domain, domain::math);
+  EXPECT_TRUE(c.strata[0].taught);
+  EXPECT_FALSE(c.strata[1].taught);
+  const auto j = to_json(c);
+  EXPECT_EQ(j["n"], 12);
+  EXPECT_EQ(j["strata"].size(), 6u);
+}
+
+TEST(Report, RecordsFileReadsAsItsReport) {
+  moxi::testing::temp_dir dir("moxi-eval");
+  const eval_report r = report({rec_of("a", domain::math, "add", true), rec_of("b", domain::code, "half", false),
+                                rec_of("c", domain::code, "half", false, /*error=*/true)});
+  std::string lines;
+  for (const auto& x : r.records) lines += to_json(x).dump() + "\n";
+  std::ofstream(dir / "records.jsonl") << lines << "\n";
+  std::ofstream(dir / "report.json") << to_json(r).dump(2);
+  for (const char* f : {"records.jsonl", "report.json"}) {
+    const eval_report back = read_report_or_records(dir / f);
+    EXPECT_EQ(back.records.size(), 3u) << f;
+    EXPECT_EQ(back.overall.passed, 1) << f;
+    EXPECT_EQ(back.overall.errors, 1) << f;
+    EXPECT_EQ(back.by_template.at("code/half").n, 2) << f;
+  }
+  std::ofstream(dir / "bad.jsonl") << lines << "{\"id\": \"d\"}\n";
+  try {
+    read_report_or_records(dir / "bad.jsonl");
+    FAIL() << "accepted a record without its fields";
+  } catch (const moxi::error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.jsonl:4: missing field \"domain\""), std::string::npos) << e.what();
+  }
+}
+
 TEST(Report, BadReportsNameTheField) {
   eval_report r = report({rec("a", domain::math, true), rec("b", domain::code, false)});
   auto j = nlohmann::json::parse(to_json(r).dump());

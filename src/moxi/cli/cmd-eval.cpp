@@ -1,8 +1,8 @@
 // `moxi eval -m DIR --tasks FILE.jsonl [--json] [--max-tasks N] [--max-tokens N] [--out records.jsonl]
-// [--baseline report.json] [--by-template] [--workers N] [--draft-tokens K]`: the pass rate per domain of a
-// chat model on verifiable tasks (moxi::eval::evaluate; docs/eval.md). --baseline compares with an earlier
-// `--json` report on the same tasks: the paired net improvement rate with its interval first, then the raw
-// pass rates.
+// [--baseline report.json] [--like-for-like FILE...] [--by-template] [--workers N] [--draft-tokens K]`: the
+// pass rate per domain of a chat model on verifiable tasks (moxi::eval::evaluate; docs/eval.md). --baseline
+// compares with an earlier `--json` report on the same tasks: the paired net improvement rate with its
+// interval first, then the raw pass rates. --like-for-like compares with other tasks stratum by stratum.
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -103,10 +103,52 @@ void print_comparison(const eval::comparison& c, const std::string& baseline) {
   row("overall", c.overall);
 }
 
+// The like-for-like table: each stratum's pass rates in both sets, then the target's rate beside the rate the
+// reference would have on the target's mix of strata (docs/eval.md "Comparing two task sets").
+void print_standardized(const eval::standardized_comparison& c, const std::vector<std::string>& files) {
+  std::string names;
+  for (const auto& f : files) names += (names.empty() ? "" : ", ") + f;
+  std::printf("\nlike for like vs %s (strata: domain, taught or not):\n", names.c_str());
+  std::printf("%-20s %18s %18s\n", "stratum", "these tasks", "reference");
+  auto cell = [](const eval::pass_stats& s) {
+    char buf[40];
+    if (s.judged() == 0) return std::string("-");
+    std::snprintf(buf, sizeof buf, "%lld/%lld %5.1f%%", (long long)s.passed, (long long)s.judged(),
+                  100.0 * s.pass_rate());
+    return std::string(buf);
+  };
+  for (const auto& s : c.strata) {
+    const std::string name = std::string(eval::to_string(s.domain)) + (s.taught ? " taught" : " new");
+    std::printf("%-20s %18s %18s\n", name.c_str(), cell(s.target).c_str(), cell(s.reference).c_str());
+  }
+  std::printf(
+      "these %lld tasks pass %.1f%%; the reference on their mix of strata %.1f%%: gap %+.1f points (95%% "
+      "interval %+.1f to %+.1f); the reference's own rate over these domains %.1f%%\n",
+      (long long)c.n, 100.0 * c.target_rate, 100.0 * c.standardized_rate, 100.0 * c.gap(),
+      100.0 * (c.gap() - c.gap_ci95), 100.0 * (c.gap() + c.gap_ci95), 100.0 * c.crude_reference_rate);
+  if (c.uncovered > 0)
+    std::printf("%lld tasks are in strata the reference lacks and are left out\n", (long long)c.uncovered);
+}
+
+// The reference of --like-for-like: the records of every file, one task id once.
+eval::eval_report merged_reference(const std::vector<std::string>& files) {
+  eval::eval_report ref;
+  std::set<std::string> ids;
+  for (const auto& f : files) {
+    for (auto& rec : eval::read_report_or_records(f).records) {
+      if (!ids.insert(rec.id).second) throw error(f + ": task " + rec.id + " is already in the reference");
+      ref.records.push_back(std::move(rec));
+    }
+  }
+  eval::summarize(ref);
+  return ref;
+}
+
 void setup_eval(CLI::App& root) {
   auto* cmd = root.add_subcommand("eval", "Pass rate of a chat model on verifiable tasks, per domain");
   struct args {
     std::string model, tasks, out, baseline;
+    std::vector<std::string> like_for_like;
     bool json = false, quiet = false, by_template = false;
     size_t failures = 0;
     size_t max_tasks = 0;
@@ -133,6 +175,11 @@ void setup_eval(CLI::App& root) {
   cmd->add_option("--baseline", a->baseline,
                   "an earlier `moxi eval --json` report on the same tasks to compare with")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--like-for-like", a->like_for_like,
+                  "reports (`--json`) or records (`--out`) of other tasks, e.g. the template prompts: compare "
+                  "stratum by stratum (domain, taught or not) and print the gap at these tasks' mix "
+                  "(docs/eval.md)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--draft-tokens", a->opt.draft_tokens,
                   "speculative decoding: MTP drafts per step (same greedy replies; prints the drafts kept per "
                   "domain, docs/speculative.md)")
@@ -153,7 +200,8 @@ void setup_eval(CLI::App& root) {
   set_examples(cmd,
                {"moxi eval -m models/moxi-small --tasks test.jsonl --by-template",
                 "moxi eval -m models/moxi-small --tasks test.jsonl --json > before.json",
-                "moxi eval -m run/model --tasks test.jsonl --baseline before.json --out records.jsonl"},
+                "moxi eval -m run/model --tasks test.jsonl --baseline before.json --out records.jsonl",
+                "moxi eval -m models/moxi-small --tasks tasks/user-prompts.jsonl --like-for-like test-records.jsonl"},
                "docs/eval.md");
   setup_eval_agent(cmd);
   setup_eval_report(cmd);
@@ -171,6 +219,8 @@ void setup_eval(CLI::App& root) {
     // Read the baseline first: a bad path should not cost a whole evaluation.
     std::optional<eval::eval_report> baseline;
     if (!a->baseline.empty()) baseline = eval::read_report(a->baseline);
+    std::optional<eval::eval_report> reference;
+    if (!a->like_for_like.empty()) reference = merged_reference(a->like_for_like);
     a->opt.progress = !a->quiet;
     const auto report = eval::evaluate(a->model, tasks, a->opt);
     if (!a->out.empty()) {
@@ -180,14 +230,18 @@ void setup_eval(CLI::App& root) {
     }
     std::optional<eval::comparison> cmp;
     if (baseline) cmp = eval::compare(*baseline, report);
+    std::optional<eval::standardized_comparison> std_cmp;
+    if (reference) std_cmp = eval::compare_standardized(report, *reference);
     if (a->json) {
       auto j = eval::to_json(report);
       if (cmp) j["comparison"] = eval::to_json(*cmp);
+      if (std_cmp) j["like_for_like"] = eval::to_json(*std_cmp);
       std::cout << j.dump(2) << "\n";
     } else {
       print_table(report, a->by_template);
       if (a->failures > 0) print_failures(report, a->failures);
       if (cmp) print_comparison(*cmp, a->baseline);
+      if (std_cmp) print_standardized(*std_cmp, a->like_for_like);
     }
   });
 }

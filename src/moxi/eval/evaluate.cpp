@@ -9,6 +9,10 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sstream>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -18,6 +22,7 @@
 #include "moxi/base/interrupt.h"
 #include "moxi/base/progress.h"
 #include "moxi/base/thread-pool.h"
+#include "moxi/eval/task-generator.h"
 #include "moxi/formats/json-file.h"
 #include "moxi/runtime/local-model.h"
 #include "moxi/runtime/multimodal.h"
@@ -325,6 +330,27 @@ nlohmann::ordered_json to_json(const eval_report& r, bool with_records) {
   return j;
 }
 
+task_record record_from_json(const nlohmann::json& jr, const std::string& at) {
+  task_record rec;
+  rec.id = field<std::string>(jr, "id", at);
+  rec.domain = parse_domain(field<std::string>(jr, "domain", at));
+  rec.template_name = field<std::string>(jr, "template", at);
+  rec.pass = field<bool>(jr, "pass", at);
+  rec.error = field<bool>(jr, "error", at);
+  rec.detail = field<std::string>(jr, "detail", at);
+  rec.finish_reason = field<std::string>(jr, "finish_reason", at);
+  rec.prompt_tokens = field<int64_t>(jr, "prompt_tokens", at);
+  rec.reply_tokens = field<int64_t>(jr, "reply_tokens", at);
+  rec.reply = field<std::string>(jr, "reply", at);
+  // Reports written before speculative evaluation have no draft counts.
+  if (jr.contains("drafted")) {
+    rec.drafted = field<int64_t>(jr, "drafted", at);
+    rec.accepted = field<int64_t>(jr, "accepted", at);
+    rec.verify_steps = field<int64_t>(jr, "verify_steps", at);
+  }
+  return rec;
+}
+
 eval_report report_from_json(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) throw error(where + ": an eval report must be a JSON object");
   eval_report r;
@@ -335,27 +361,8 @@ eval_report report_from_json(const nlohmann::json& j, const std::string& where) 
   if (!j.contains("records") || !j["records"].is_array())
     throw error(where + ": missing field \"records\" (write the report with records to compare it)");
   size_t i = 0;
-  for (const auto& jr : j["records"]) {
-    const std::string at = where + ": records[" + std::to_string(i++) + "]";
-    task_record rec;
-    rec.id = field<std::string>(jr, "id", at);
-    rec.domain = parse_domain(field<std::string>(jr, "domain", at));
-    rec.template_name = field<std::string>(jr, "template", at);
-    rec.pass = field<bool>(jr, "pass", at);
-    rec.error = field<bool>(jr, "error", at);
-    rec.detail = field<std::string>(jr, "detail", at);
-    rec.finish_reason = field<std::string>(jr, "finish_reason", at);
-    rec.prompt_tokens = field<int64_t>(jr, "prompt_tokens", at);
-    rec.reply_tokens = field<int64_t>(jr, "reply_tokens", at);
-    rec.reply = field<std::string>(jr, "reply", at);
-    // Reports written before speculative evaluation have no draft counts.
-    if (jr.contains("drafted")) {
-      rec.drafted = field<int64_t>(jr, "drafted", at);
-      rec.accepted = field<int64_t>(jr, "accepted", at);
-      rec.verify_steps = field<int64_t>(jr, "verify_steps", at);
-    }
-    r.records.push_back(std::move(rec));
-  }
+  for (const auto& jr : j["records"])
+    r.records.push_back(record_from_json(jr, where + ": records[" + std::to_string(i++) + "]"));
   summarize(r);
   // The summary must be the records' summary: a hand-edited or truncated report is refused.
   const auto& o = j.contains("overall") ? j["overall"] : nlohmann::json();
@@ -368,6 +375,29 @@ eval_report report_from_json(const nlohmann::json& j, const std::string& where) 
 
 eval_report read_report(const std::string& path) {
   return report_from_json(formats::read_json_file(path, "eval report"), path);
+}
+
+eval_report read_report_or_records(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw error(path + ": cannot open");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // A `--json` report is one object with "records"; the `--out` records file is one object per line.
+  const auto whole = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (whole.is_object() && whole.contains("records")) return report_from_json(whole, path);
+  eval_report r;
+  r.model = path;
+  std::istringstream lines(text);
+  std::string line;
+  for (size_t no = 1; std::getline(lines, line); ++no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string at = path + ":" + std::to_string(no);
+    const auto jr = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (jr.is_discarded()) throw error(at + ": neither an eval report (--json) nor a task record (--out)");
+    r.records.push_back(record_from_json(jr, at));
+  }
+  if (r.records.empty()) throw error(path + ": no task records");
+  summarize(r);
+  return r;
 }
 
 // ---- comparison ----
@@ -464,6 +494,85 @@ nlohmann::ordered_json to_json(const comparison& c) {
   j["domains"] = nlohmann::ordered_json::object();
   for (const auto& [d, s] : c.by_domain) j["domains"][to_string(d)] = paired_json(s);
   j["overall"] = paired_json(c.overall);
+  return j;
+}
+
+bool taught(domain d, const std::string& template_name) {
+  if (template_name == "user-new") return false;
+  if (template_name == "user-taught") return true;
+  for (const auto& info : templates(d))
+    if (info.name == template_name) return !info.test_only;
+  return true;  // train-only templates (composed items, stories) and hand-made ones
+}
+
+standardized_comparison compare_standardized(const eval_report& target, const eval_report& reference) {
+  // Strata keyed (domain, taught first): std::map orders false before true, so the key holds !taught.
+  std::map<std::pair<domain, bool>, standardized_comparison::stratum> strata;
+  auto add = [&](const task_record& rec, bool is_target) {
+    const bool t = taught(rec.domain, rec.template_name);
+    auto& s = strata[{rec.domain, !t}];
+    s.domain = rec.domain;
+    s.taught = t;
+    pass_stats& p = is_target ? s.target : s.reference;
+    ++p.n;
+    p.passed += rec.pass && !rec.error;
+    p.errors += rec.error;
+  };
+  for (const auto& rec : target.records) add(rec, true);
+  for (const auto& rec : reference.records) add(rec, false);
+
+  standardized_comparison c;
+  std::map<domain, bool> target_domains;
+  int64_t covered_passed = 0;
+  for (const auto& [key, s] : strata) {
+    c.strata.push_back(s);
+    if (s.target.judged() > 0) target_domains[s.domain] = true;
+    if (s.target.judged() == 0) continue;
+    if (s.reference.judged() == 0) {
+      c.uncovered += s.target.judged();
+      continue;
+    }
+    c.n += s.target.judged();
+    covered_passed += s.target.passed;
+  }
+  if (c.n > 0) {
+    c.target_rate = double(covered_passed) / double(c.n);
+    double var = 0;
+    for (const auto& s : c.strata) {
+      if (s.target.judged() == 0 || s.reference.judged() == 0) continue;
+      const double w = double(s.target.judged()) / double(c.n);
+      const double q = s.target.pass_rate(), p = s.reference.pass_rate();
+      c.standardized_rate += w * p;
+      var += w * w * (q * (1 - q) / double(s.target.judged()) + p * (1 - p) / double(s.reference.judged()));
+    }
+    c.gap_ci95 = 1.96 * std::sqrt(var);
+  }
+  pass_stats crude;
+  for (const auto& s : c.strata) {
+    if (!target_domains.count(s.domain)) continue;
+    crude.n += s.reference.n;
+    crude.passed += s.reference.passed;
+    crude.errors += s.reference.errors;
+  }
+  c.crude_reference_rate = crude.pass_rate();
+  return c;
+}
+
+nlohmann::ordered_json to_json(const standardized_comparison& c) {
+  nlohmann::ordered_json j;
+  j["n"] = c.n;
+  j["target_rate"] = c.target_rate;
+  j["standardized_rate"] = c.standardized_rate;
+  j["gap"] = c.gap();
+  j["gap_ci95"] = c.gap_ci95;
+  j["crude_reference_rate"] = c.crude_reference_rate;
+  j["uncovered"] = c.uncovered;
+  j["strata"] = nlohmann::ordered_json::array();
+  for (const auto& s : c.strata)
+    j["strata"].push_back({{"domain", to_string(s.domain)},
+                           {"taught", s.taught},
+                           {"target", stats_json(s.target)},
+                           {"reference", stats_json(s.reference)}});
   return j;
 }
 

@@ -132,6 +132,10 @@ nlohmann::ordered_json to_json(const task_record& record);
 // from the records and must agree with the stored ones.
 eval_report report_from_json(const nlohmann::json& j, const std::string& where);
 eval_report read_report(const std::string& path);
+// A `--json` report, or the per-task records `moxi eval --out` writes (one JSON object per line), summarized.
+eval_report read_report_or_records(const std::string& path);
+// One per-task record of either file; errors name `at` and the field.
+task_record record_from_json(const nlohmann::json& j, const std::string& at);
 
 // Two evaluations of the same model family on the same tasks, paired by task id. Only tasks judged in both
 // (present in both, no error in either) are paired.
@@ -161,5 +165,39 @@ struct comparison {
 
 comparison compare(const eval_report& baseline, const eval_report& candidate);
 nlohmann::ordered_json to_json(const comparison& c);
+
+// Whether a task asks for something training teaches: false for a generator template only the test split
+// has (task-generator.h) and for a hand-written task marked "user-new" (docs/tasks.md "The user prompt
+// set"), true otherwise.
+bool taught(domain d, const std::string& template_name);
+
+// Two different task sets compared like for like (direct standardization; docs/eval.md "Comparing two
+// task sets"): every judged task falls into a stratum, its domain and whether training teaches what it
+// asks for. The reference set's pass rate in each stratum, weighted by the target set's share of that
+// stratum, is what the reference would pass asking for what the target asks for; its difference from the
+// target's own rate is the cost of how the target asks (typed by users rather than by the generator).
+struct standardized_comparison {
+  struct stratum {
+    eval::domain domain = domain::math;
+    bool taught = true;
+    pass_stats target, reference;
+  };
+  std::vector<stratum> strata;  // every stratum either report has, by domain, taught first
+  // Over the target's judged tasks in strata the reference also has:
+  int64_t n = 0;
+  double target_rate = 0;        // the target's pass rate
+  double standardized_rate = 0;  // sum over strata of (target share) x (reference pass rate)
+  // Half width of the 95 % interval of target_rate - standardized_rate, 1.96 * sqrt(sum over strata of
+  // w^2 (q (1 - q) / m + p (1 - p) / r)), w the stratum's target share, q and m the target's rate and
+  // judged count there, p and r the reference's.
+  double gap_ci95 = 0;
+  // The unadjusted comparison: the reference's pass rate over its judged tasks of the target's domains.
+  double crude_reference_rate = 0;
+  int64_t uncovered = 0;  // the target's judged tasks in strata the reference lacks (left out above)
+  double gap() const { return target_rate - standardized_rate; }
+};
+
+standardized_comparison compare_standardized(const eval_report& target, const eval_report& reference);
+nlohmann::ordered_json to_json(const standardized_comparison& c);
 
 }  // namespace moxi::eval
