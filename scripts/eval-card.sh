@@ -42,9 +42,11 @@ for set in test-1 test-3 train-7; do
     --force >"$OUT/$set.txt"
   summary "$OUT/$set.txt"
 done
-echo "== hand-written user prompts (tasks/user-prompts.jsonl)"
-"$MOXI" eval -m "$MODEL" --tasks tasks/user-prompts.jsonl --by-template -q --show-failures 63 >"$OUT/user.txt"
+echo "== hand-written user prompts (tasks/user-prompts.jsonl), like for like against the two held-out draws"
+"$MOXI" eval -m "$MODEL" --tasks tasks/user-prompts.jsonl --by-template -q --show-failures 100 \
+  --like-for-like "$OUT/test-1-records.jsonl" "$OUT/test-3-records.jsonl" >"$OUT/user.txt"
 grep -E '^(math|terminal|code|overall|  user-)' "$OUT/user.txt"
+sed -n '/^like for like/,$p' "$OUT/user.txt"
 # 100 items give a pass rate +-5 points (one standard error at 50 %); terminal and math sit near their 50 % and
 # 40 % bars, so each also gets 500 held-out items (seeds 21-25, +-2.2 points).
 for d in terminal math; do
