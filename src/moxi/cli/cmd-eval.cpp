@@ -121,6 +121,10 @@ void print_standardized(const eval::standardized_comparison& c, const std::vecto
     const std::string name = std::string(eval::to_string(s.domain)) + (s.taught ? " taught" : " new");
     std::printf("%-20s %18s %18s\n", name.c_str(), cell(s.target).c_str(), cell(s.reference).c_str());
   }
+  if (c.n == 0) {
+    std::printf("none of these tasks falls in a stratum the reference has: nothing to compare\n");
+    return;
+  }
   std::printf(
       "these %lld tasks pass %.1f%%; the reference on their mix of strata %.1f%%: gap %+.1f points (95%% "
       "interval %+.1f to %+.1f); the reference's own rate over these domains %.1f%%\n",

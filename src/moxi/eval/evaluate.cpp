@@ -14,6 +14,7 @@
 #include <map>
 #include <sstream>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -522,11 +523,11 @@ standardized_comparison compare_standardized(const eval_report& target, const ev
   for (const auto& rec : reference.records) add(rec, false);
 
   standardized_comparison c;
-  std::map<domain, bool> target_domains;
+  std::set<domain> target_domains;
   int64_t covered_passed = 0;
   for (const auto& [key, s] : strata) {
     c.strata.push_back(s);
-    if (s.target.judged() > 0) target_domains[s.domain] = true;
+    if (s.target.judged() > 0) target_domains.insert(s.domain);
     if (s.target.judged() == 0) continue;
     if (s.reference.judged() == 0) {
       c.uncovered += s.target.judged();
