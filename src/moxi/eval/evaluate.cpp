@@ -12,9 +12,9 @@
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <sstream>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <unordered_map>
 
