@@ -9,8 +9,6 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
@@ -379,9 +377,7 @@ eval_report read_report(const std::string& path) {
 }
 
 eval_report read_report_or_records(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw error(path + ": cannot open");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = formats::read_text_file(path, "eval report or records");
   // A `--json` report is one object with "records"; the `--out` records file is one object per line.
   const auto whole = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (whole.is_object() && whole.contains("records")) return report_from_json(whole, path);
@@ -527,14 +523,14 @@ standardized_comparison compare_standardized(const eval_report& target, const ev
   int64_t covered_passed = 0;
   for (const auto& [key, s] : strata) {
     c.strata.push_back(s);
-    if (s.target.judged() > 0) target_domains.insert(s.domain);
     if (s.target.judged() == 0) continue;
+    target_domains.insert(s.domain);
     if (s.reference.judged() == 0) {
       c.uncovered += s.target.judged();
-      continue;
+    } else {
+      c.n += s.target.judged();
+      covered_passed += s.target.passed;
     }
-    c.n += s.target.judged();
-    covered_passed += s.target.passed;
   }
   if (c.n > 0) {
     c.target_rate = double(covered_passed) / double(c.n);
